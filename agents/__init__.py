@@ -1,0 +1,1 @@
+"""Agents, tools, handoffs, the resolver, the runner and model backends."""

@@ -1,0 +1,64 @@
+"""Config sections of the channels; gateway/config.py composes them into the whole file."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+ACCOUNT_NAME = r"^[A-Za-z0-9_]{1,64}$"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TelegramBotConfig(_Section):
+    name: str = Field(pattern=ACCOUNT_NAME)
+    token: SecretStr
+    secret_token: SecretStr
+
+    @field_validator("token", "secret_token")
+    @classmethod
+    def _not_empty(cls, value: SecretStr) -> SecretStr:
+        if not value.get_secret_value():
+            raise ValueError("must not be empty")
+        return value
+
+
+class TelegramConfig(_Section):
+    api_base_url: str = "https://api.telegram.org"
+    request_timeout: float = Field(default=15.0, gt=0)
+    bots: tuple[TelegramBotConfig, ...] = ()
+
+    @field_validator("bots")
+    @classmethod
+    def _unique_names(cls, bots: tuple[TelegramBotConfig, ...]) -> tuple[TelegramBotConfig, ...]:
+        names = [bot.name for bot in bots]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate bot name(s): {', '.join(duplicates)}")
+        return bots
+
+
+class WhatsAppNumberConfig(_Section):
+    phone_number_id: str = Field(pattern=r"^[0-9]{1,32}$")
+    access_token: SecretStr
+
+
+class WhatsAppConfig(_Section):
+    graph_base_url: str = "https://graph.facebook.com"
+    api_version: str = Field(default="v21.0", pattern=r"^v[0-9]+\.[0-9]+$")
+    app_secret: SecretStr = SecretStr("")
+    verify_token: SecretStr = SecretStr("")
+    request_timeout: float = Field(default=15.0, gt=0)
+    numbers: tuple[WhatsAppNumberConfig, ...] = ()
+
+    @field_validator("numbers")
+    @classmethod
+    def _unique_ids(
+        cls, numbers: tuple[WhatsAppNumberConfig, ...]
+    ) -> tuple[WhatsAppNumberConfig, ...]:
+        ids = [number.phone_number_id for number in numbers]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate phone_number_id(s): {', '.join(duplicates)}")
+        return numbers

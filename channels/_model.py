@@ -1,0 +1,174 @@
+"""The normalized model every platform's webhooks and replies are translated to and from."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+MessageKind = Literal[
+    "text",
+    "command",
+    "image",
+    "audio",
+    "video",
+    "voice",
+    "document",
+    "sticker",
+    "location",
+    "contacts",
+    "interactive",
+    "reaction",
+    "edited",
+    "unsupported",
+]
+DeliveryState = Literal["sent", "delivered", "read", "failed"]
+MembershipState = Literal["blocked", "unblocked"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PlatformError(_Model):
+    """An error the platform reported inside a webhook (WhatsApp ``errors[]``)."""
+
+    code: int | None = None
+    title: str | None = None
+    message: str | None = None
+    details: str | None = None
+
+
+class Media(_Model):
+    id: str
+    mime_type: str | None = None
+    caption: str | None = None
+    file_name: str | None = None
+    size: int | None = None
+    url: str | None = None
+
+
+class Location(_Model):
+    latitude: float
+    longitude: float
+    name: str | None = None
+    address: str | None = None
+    url: str | None = None
+
+
+class Contact(_Model):
+    name: str | None = None
+    phones: tuple[str, ...] = ()
+    user_id: str | None = None
+
+
+class InteractiveReply(_Model):
+    """A button or list choice: ``id`` is the payload we sent, ``title`` what the user saw."""
+
+    id: str
+    title: str | None = None
+    description: str | None = None
+
+
+class Reaction(_Model):
+    message_id: str
+    emoji: str | None = None  # None: the reaction was removed
+
+
+class Command(_Model):
+    name: str  # without the leading slash or the @botname suffix
+    args: str = ""
+
+
+class InboundMessage(_Model):
+    type: Literal["message"] = "message"
+    channel: str
+    account: str
+    chat_id: str
+    sender_id: str
+    sender_name: str | None = None
+    message_id: str
+    dedup_key: str
+    timestamp: AwareDatetime
+    kind: MessageKind
+    text: str | None = None
+    command: Command | None = None
+    media: Media | None = None
+    location: Location | None = None
+    contacts: tuple[Contact, ...] = ()
+    interactive: InteractiveReply | None = None
+    reaction: Reaction | None = None
+    reply_to: str | None = None
+    edited_message_id: str | None = None
+    platform_type: str | None = None  # the platform's own type name, kept for unsupported kinds
+    errors: tuple[PlatformError, ...] = ()
+
+
+class DeliveryStatus(_Model):
+    """What the platform says became of one of our outbound messages."""
+
+    type: Literal["status"] = "status"
+    channel: str
+    account: str
+    chat_id: str
+    message_id: str
+    dedup_key: str
+    timestamp: AwareDatetime
+    state: DeliveryState
+    errors: tuple[PlatformError, ...] = ()
+
+
+class MembershipEvent(_Model):
+    """The user blocked or unblocked the bot."""
+
+    type: Literal["membership"] = "membership"
+    channel: str
+    account: str
+    chat_id: str
+    sender_id: str
+    dedup_key: str
+    timestamp: AwareDatetime
+    state: MembershipState
+
+
+InboundEvent = Annotated[
+    InboundMessage | DeliveryStatus | MembershipEvent, Field(discriminator="type")
+]
+
+
+class Button(_Model):
+    id: str = Field(min_length=1, max_length=256)
+    title: str = Field(min_length=1)
+    description: str | None = None
+
+
+class OutboundMedia(_Model):
+    kind: Literal["image", "audio", "video", "document", "sticker"]
+    url: str | None = None
+    id: str | None = None
+    caption: str | None = None
+    file_name: str | None = None
+
+
+class OutboundMessage(_Model):
+    channel: str
+    account: str
+    chat_id: str
+    text: str | None = None
+    buttons: tuple[Button, ...] = ()
+    media: OutboundMedia | None = None
+    reply_to: str | None = None
+
+
+class SendResult(_Model):
+    """The platform ids of what one OutboundMessage became (several when text was split)."""
+
+    message_ids: tuple[str, ...]
+
+
+class ParseResult(_Model):
+    """Events of one delivery, plus what could not be parsed or was deliberately skipped."""
+
+    events: tuple[InboundEvent, ...] = ()
+    failures: tuple[str, ...] = ()  # reasons, one per part of the delivery that did not parse
+    ignored: tuple[str, ...] = ()  # update types acknowledged but not handled

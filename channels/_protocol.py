@@ -1,0 +1,52 @@
+"""The one protocol every channel implements; a third platform is one new module."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from ._model import OutboundMessage, ParseResult, SendResult
+
+
+class ChannelAdapter(Protocol):
+    """A platform: authenticates webhooks, parses them, sends replies.
+
+    Attributes:
+        name: the channel's registered name, e.g. ``"telegram"``; the first part of session ids.
+    """
+
+    name: str
+
+    def verify(self, headers: Mapping[str, str], body: bytes, account: str | None = None) -> None:
+        """Authenticate a delivery from its raw bytes, before any parsing.
+
+        Args:
+            headers: the request headers (case-insensitive mapping).
+            body: the body exactly as received.
+            account: the account named by the URL, where the platform puts it there.
+
+        Raises:
+            WebhookRejected: bad or missing signature or secret.
+            UnknownAccount: ``account`` is not configured.
+        """
+
+    def parse(self, body: bytes, account: str | None = None) -> ParseResult:
+        """Turn an authenticated delivery into events.
+
+        Raises:
+            ChannelError: the body as a whole is not JSON or not the platform's shape. A part
+                that fails among good ones is reported in ``ParseResult.failures`` instead.
+        """
+
+    async def send(self, message: OutboundMessage) -> SendResult:
+        """Send one reply.
+
+        Raises:
+            SendError: with a disposition saying whether and when to try again.
+        """
+
+    async def download_media(self, account: str, media_id: str) -> bytes:
+        """Fetch the bytes of an inbound media item."""
+
+    async def aclose(self) -> None:
+        """Release HTTP sessions; idempotent."""

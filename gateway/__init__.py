@@ -1,0 +1,1 @@
+"""The aiohttp application and CLI that wire channels, agents and the store."""

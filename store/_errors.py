@@ -1,0 +1,75 @@
+"""Store exception hierarchy.
+
+* StoreError                      (code ``store_error``)
+  + SchemaTooNewError             the file was written by a newer version of the gateway
+  + SessionNotFound               (code ``unknown_session``)
+  + SessionExistsError            (code ``session_exists``)
+  + SessionDeletedError           the session was deleted while a turn ran; nothing written
+  + RunActive                     (code ``run_active``) a HEAD move while a turn runs
+  + TurnActive                    (code ``turn_active``) a second concurrent turn of one session
+* InvalidSessionId(ValueError)    (code ``invalid_session_id``)
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of every error the store raises on purpose."""
+
+    code = "store_error"
+
+
+class SchemaTooNewError(StoreError):
+    code = "schema_too_new"
+
+    def __init__(self, found: int, known: int) -> None:
+        super().__init__(
+            f"store schema version {found} is newer than this gateway knows ({known}); "
+            "upgrade the gateway or point it at another database"
+        )
+        self.found = found
+        self.known = known
+
+
+class SessionNotFound(StoreError):
+    code = "unknown_session"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id!r}")
+        self.session_id = session_id
+
+
+class SessionExistsError(StoreError):
+    code = "session_exists"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} exists already")
+        self.session_id = session_id
+
+
+class SessionDeletedError(StoreError):
+    code = "session_deleted"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} was deleted during the turn; nothing was written")
+        self.session_id = session_id
+
+
+class RunActive(StoreError):
+    code = "run_active"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} has a turn running; try again when it ends")
+        self.session_id = session_id
+
+
+class TurnActive(StoreError):
+    code = "turn_active"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} already has a turn open in this process")
+        self.session_id = session_id
+
+
+class InvalidSessionId(ValueError):
+    code = "invalid_session_id"
