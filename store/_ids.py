@@ -1,4 +1,4 @@
-"""Session ids: ``<channel>-<account>-<chat_id>``, letters, digits, ``_`` and ``-``, 1..128 chars."""
+"""Session ids: ``<channel>-<account>-<chat_id>``; letters, digits, ``_``, ``-``; 1..128."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def validate_session_id(session_id: object) -> str:
-    """Return ``session_id`` unchanged, or raise InvalidSessionId (a ValueError) naming the fault."""
+    """Return ``session_id`` unchanged, or raise InvalidSessionId naming the fault."""
     if not isinstance(session_id, str):
         raise InvalidSessionId(f"session id must be a string, got {type(session_id).__name__}")
     if not session_id:
