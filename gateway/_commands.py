@@ -1,0 +1,96 @@
+"""The offline commands: each opens what it needs, does one thing and closes it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, TextIO
+
+from store import Message, Session, Store, open_store
+
+from ._summary import summarize
+from .config import Settings
+
+
+@asynccontextmanager
+async def opened_store(settings: Settings) -> AsyncIterator[Store]:
+    store = await open_store(settings.store.url, dedup_ttl_hours=settings.dedup.ttl_hours)
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+def dump(value: object, out: TextIO) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False, default=str), file=out)
+
+
+def session_json(session: Session) -> dict[str, Any]:
+    return dataclasses.asdict(session)
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    return dataclasses.asdict(message)
+
+
+async def check_config(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+    for line in summarize(settings):
+        print(f"  {line}", file=out)
+    return 0
+
+
+async def purge(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+    async with opened_store(settings) as store:
+        removed = await store.purge()
+    print(f"purged {removed} expired processed-message row(s)", file=out)
+    return 0
+
+
+async def sessions(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+    async with opened_store(settings) as store:
+        if args.action == "list":
+            return await _list_sessions(store, args, out)
+        if args.action == "show":
+            return await _show_session(store, args.session_id, out)
+        return await _delete_session(store, args.session_id, out)
+
+
+async def _list_sessions(store: Store, args: argparse.Namespace, out: TextIO) -> int:
+    filters = {"channel": args.channel, "status": args.status, "agent": args.agent}
+    found = await store.list_sessions(args.limit, args.offset, **filters)
+    total = await store.count_sessions(**filters)
+    dump({"sessions": [session_json(s) for s in found], "total": total}, out)
+    return 0
+
+
+async def _show_session(store: Store, session_id: str, out: TextIO) -> int:
+    session = await store.get_session(session_id)
+    if session is None:
+        print(f"no session {session_id!r}", file=out)
+        return 1
+    branch = await store.get_branch(session_id)
+    dump({**session_json(session), "messages": [message_json(m) for m in branch]}, out)
+    return 0
+
+
+async def _delete_session(store: Store, session_id: str, out: TextIO) -> int:
+    if not await store.delete_session(session_id):
+        print(f"no session {session_id!r}", file=out)
+        return 1
+    print(f"deleted session {session_id}", file=out)
+    return 0
+
+
+async def telegram(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+    from channels.telegram import set_webhook
+
+    bots = {bot.name: bot for bot in settings.telegram.bots}
+    if args.bot not in bots:
+        known = ", ".join(sorted(bots)) or "none configured"
+        raise ValueError(f"telegram.bots: no bot named {args.bot!r} (known: {known})")
+    await set_webhook(bots[args.bot], args.url, settings.telegram.api_base_url)
+    print(f"webhook of bot {args.bot} set to {args.url}", file=out)
+    return 0

@@ -1,0 +1,48 @@
+"""``${VAR}`` and ``${VAR:-default}`` substitution in config values, naming the key on failure."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import ConfigError
+
+_REFERENCE = re.compile(r"\$\{([^}]*)\}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def key_path(parts: tuple[str | int, ...]) -> str:
+    """``("telegram", "bots", 0, "token")`` -> ``telegram.bots[0].token``."""
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text or "(top level)"
+
+
+def substitute(value: Any, environ: Mapping[str, str], path: tuple[str | int, ...] = ()) -> Any:
+    """Return ``value`` with every string's environment references replaced."""
+    if isinstance(value, str):
+        return _substitute_string(value, environ, path)
+    if isinstance(value, dict):
+        return {key: substitute(item, environ, (*path, key)) for key, item in value.items()}
+    if isinstance(value, list):
+        return [substitute(item, environ, (*path, index)) for index, item in enumerate(value)]
+    return value
+
+
+def _substitute_string(text: str, environ: Mapping[str, str], path: tuple[str | int, ...]) -> str:
+    def replace(match: re.Match[str]) -> str:
+        name, has_default, default = match.group(1).partition(":-")
+        if not _NAME.fullmatch(name):
+            raise ConfigError(key_path(path), f"malformed reference ${{{match.group(1)}}}")
+        if name in environ:
+            return environ[name]
+        if has_default:
+            return default
+        raise ConfigError(key_path(path), f"environment variable {name} is not set")
+
+    return _REFERENCE.sub(replace, text)

@@ -1,0 +1,50 @@
+"""A readable summary of the settings with every secret masked (``gateway check-config``)."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import SecretStr
+
+from .config import Settings
+
+
+def mask(secret: SecretStr) -> str:
+    return "***" if secret.get_secret_value() else "(empty)"
+
+
+def mask_url(url: str) -> str:
+    """Hide a password in a database URL."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    netloc = f"{parts.username}:***@{host}{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def summarize(settings: Settings) -> list[str]:
+    """One line per section, secrets masked."""
+    s = settings
+    bots = ", ".join(
+        f"{bot.name} (token {mask(bot.token)}, secret {mask(bot.secret_token)})"
+        for bot in s.telegram.bots
+    )
+    numbers = ", ".join(
+        f"{number.phone_number_id} (token {mask(number.access_token)})"
+        for number in s.whatsapp.numbers
+    )
+    return [
+        f"server: {s.server.host}:{s.server.port}",
+        f"store: {mask_url(s.store.url)}",
+        f"dedup: processed ids kept {s.dedup.ttl_hours:g} h",
+        f"admin token: {mask(s.admin.token)}",
+        f"sandbox: {'on' if s.sandbox.enabled else 'off'}",
+        f"telegram: {s.telegram.api_base_url}; bots: {bots or 'none'}",
+        f"whatsapp: {s.whatsapp.graph_base_url} {s.whatsapp.api_version}; "
+        f"app secret {mask(s.whatsapp.app_secret)}; verify token {mask(s.whatsapp.verify_token)}; "
+        f"numbers: {numbers or 'none'}",
+        f"dispatcher: double_texting = {s.dispatcher.double_texting}",
+        f"agents: starting {s.agents.starting_agent}; max_turns {s.agents.max_turns}",
+    ]

@@ -1,0 +1,97 @@
+"""The ``gateway`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TextIO
+
+from channels import ChannelError
+from store import InvalidSessionId, StoreError
+
+from . import _commands
+from .config import Settings, load_settings, resolve_config_path
+from .errors import ConfigError
+
+Handler = Callable[[Settings, argparse.Namespace, TextIO], Awaitable[int]]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gateway", description="Webhook bot gateway for WhatsApp Cloud API and Telegram."
+    )
+    parser.add_argument(
+        "--config", help="config file (default: $GATEWAY_CONFIG, else config.toml)"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add(commands, "serve", "migrate the store, recover interrupted runs, serve HTTP")
+    _add(commands, "check-config", "validate the config and print a summary, secrets masked")
+    _add(commands, "purge", "delete expired processed-message (dedup) rows now")
+    _add_sessions(commands)
+    _add_telegram(commands)
+    return parser
+
+
+def _add(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, text: str
+) -> argparse.ArgumentParser:
+    sub = commands.add_parser(name, help=text, description=text)
+    # Accept --config after the command too: `gateway serve --config x.toml`.
+    sub.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return sub
+
+
+def _add_sessions(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sessions = _add(commands, "sessions", "list, show or delete sessions (offline)")
+    actions = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = _add(actions, "list", "list sessions, newest first")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--offset", type=int, default=0)
+    listing.add_argument("--channel")
+    listing.add_argument("--status", choices=["idle", "running", "interrupted"])
+    listing.add_argument("--agent")
+    _add(actions, "show", "show one session and its current branch").add_argument("session_id")
+    _add(actions, "delete", "delete a session and its history").add_argument("session_id")
+
+
+def _add_telegram(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    telegram = _add(commands, "telegram", "Telegram bot set-up")
+    actions = telegram.add_subparsers(dest="action", required=True, metavar="ACTION")
+    hook = _add(actions, "set-webhook", "call setWebhook with the bot's secret and updates")
+    hook.add_argument("--bot", required=True, help="the bot's name in [[telegram.bots]]")
+    hook.add_argument("--url", required=True, help="public https URL of /webhooks/telegram/NAME")
+
+
+HANDLERS: dict[str, Handler] = {
+    "check-config": _commands.check_config,
+    "purge": _commands.purge,
+    "sessions": _commands.sessions,
+    "telegram": _commands.telegram,
+}
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
+    """Run one command; return the process exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    path = resolve_config_path(args.config)
+    try:
+        settings = load_settings(path)
+        if args.command == "check-config":
+            print(f"config {path}: OK", file=out)
+        if args.command == "serve":
+            from .app import serve
+
+            serve(settings)
+            return 0
+        return asyncio.run(HANDLERS[args.command](settings, args, out))
+    except ConfigError as exc:
+        print(f"config error in {path}: {exc}", file=sys.stderr)
+    except InvalidSessionId as exc:
+        print(f"invalid session id: {exc}", file=sys.stderr)
+    except (StoreError, ChannelError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    return 1

@@ -1,0 +1,96 @@
+"""The whole configuration file: TOML, environment references, validated once at start."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from agents import AgentsConfig
+from channels import TelegramConfig, WhatsAppConfig
+
+from ._env import key_path, substitute
+from .errors import ConfigError
+
+DEFAULT_CONFIG = "config.toml"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+
+
+class StoreConfig(_Section):
+    url: str = "sqlite:///data/gateway.db"
+
+
+class DedupConfig(_Section):
+    ttl_hours: float = Field(default=192, gt=0)
+
+
+class AdminConfig(_Section):
+    token: SecretStr = SecretStr("")
+
+
+class SandboxConfig(_Section):
+    enabled: bool = False
+
+
+class DispatcherConfig(_Section):
+    double_texting: Literal["merge", "enqueue"] = "merge"
+
+
+class Settings(_Section):
+    server: ServerConfig = ServerConfig()
+    store: StoreConfig = StoreConfig()
+    dedup: DedupConfig = DedupConfig()
+    admin: AdminConfig = AdminConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    telegram: TelegramConfig = TelegramConfig()
+    whatsapp: WhatsAppConfig = WhatsAppConfig()
+    dispatcher: DispatcherConfig = DispatcherConfig()
+    agents: AgentsConfig = AgentsConfig()
+
+
+def resolve_config_path(given: str | None, environ: Mapping[str, str] = os.environ) -> Path:
+    """``--config``, else ``$GATEWAY_CONFIG``, else ``config.toml``."""
+    return Path(given or environ.get("GATEWAY_CONFIG") or DEFAULT_CONFIG)
+
+
+def load_settings(path: Path, environ: Mapping[str, str] = os.environ) -> Settings:
+    """Read, substitute and validate ``path``; every failure is a ConfigError naming the key."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(str(path), "config file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), f"cannot read the config file: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
+    return parse_settings(raw, environ)
+
+
+def parse_settings(raw: dict[str, object], environ: Mapping[str, str]) -> Settings:
+    """Validate an already parsed TOML document."""
+    try:
+        return Settings.model_validate(substitute(raw, environ))
+    except ValidationError as exc:
+        raise _first_error(exc) from None
+
+
+def _first_error(exc: ValidationError) -> ConfigError:
+    errors = exc.errors(include_url=False, include_input=False)
+    first = errors[0]
+    location = tuple(part for part in first["loc"] if isinstance(part, str | int))
+    problem = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+    if len(errors) > 1:
+        problem += f" (and {len(errors) - 1} more error(s))"
+    return ConfigError(key_path(location), problem)

@@ -1,0 +1,142 @@
+"""Config loading: environment references, key paths in errors, the example file."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from gateway.config import Settings, load_settings, parse_settings, resolve_config_path
+from gateway.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "config.example.toml"
+
+BOT = """
+[[telegram.bots]]
+name = "support"
+token = "${TELEGRAM_BOT_TOKEN}"
+secret_token = "${TELEGRAM_SECRET_TOKEN:-fallback-secret}"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def error_of(tmp_path: Path, text: str, environ: dict[str, str] | None = None) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(write(tmp_path, text), environ or {})
+    return caught.value
+
+
+def test_example_config_loads_offline_with_no_variables_set() -> None:
+    settings = load_settings(EXAMPLE, environ={})
+    assert settings.agents.max_turns == 40
+    assert settings.dedup.ttl_hours == 192
+    assert settings.telegram.bots[0].name == "support"
+
+
+def test_example_config_names_every_section_of_the_settings() -> None:
+    raw = tomllib.loads(EXAMPLE.read_text(encoding="utf-8"))
+    assert set(raw) == set(Settings.model_fields)
+
+
+def test_empty_file_gives_documented_defaults(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, ""), {})
+    assert (settings.server.host, settings.server.port) == ("127.0.0.1", 8080)
+    assert settings.store.url == "sqlite:///data/gateway.db"
+    assert settings.dispatcher.double_texting == "merge"
+    assert settings.agents.starting_agent == "triage"
+
+
+def test_variable_is_read_from_the_environment(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, BOT), {"TELEGRAM_BOT_TOKEN": "42:abc"})
+    bot = settings.telegram.bots[0]
+    assert bot.token.get_secret_value() == "42:abc"
+    assert bot.secret_token.get_secret_value() == "fallback-secret"
+
+
+def test_default_is_overridden_by_a_set_variable(tmp_path: Path) -> None:
+    environ = {"TELEGRAM_BOT_TOKEN": "42:abc", "TELEGRAM_SECRET_TOKEN": "from-env"}
+    settings = load_settings(write(tmp_path, BOT), environ)
+    assert settings.telegram.bots[0].secret_token.get_secret_value() == "from-env"
+
+
+def test_missing_variable_names_the_key_and_the_variable(tmp_path: Path) -> None:
+    error = error_of(tmp_path, BOT)
+    assert error.key == "telegram.bots[0].token"
+    assert "TELEGRAM_BOT_TOKEN" in str(error)
+
+
+def test_malformed_reference_names_the_key(tmp_path: Path) -> None:
+    error = error_of(tmp_path, '[admin]\ntoken = "${NOT VALID}"\n')
+    assert error.key == "admin.token"
+
+
+def test_max_turns_zero_names_agents_max_turns(tmp_path: Path) -> None:
+    error = error_of(tmp_path, "[agents]\nmax_turns = 0\n")
+    assert error.key == "agents.max_turns"
+
+
+def test_unknown_key_is_rejected_with_its_path(tmp_path: Path) -> None:
+    error = error_of(tmp_path, "[server]\nhots = 'x'\n")
+    assert error.key == "server.hots"
+    assert "unknown key" in str(error)
+
+
+def test_unknown_section_is_rejected(tmp_path: Path) -> None:
+    assert error_of(tmp_path, "[serverr]\n").key == "serverr"
+
+
+def test_wrong_type_names_the_key(tmp_path: Path) -> None:
+    assert error_of(tmp_path, "[server]\nport = 'eighty'\n").key == "server.port"
+
+
+def test_bad_double_texting_value_names_the_key(tmp_path: Path) -> None:
+    error = error_of(tmp_path, "[dispatcher]\ndouble_texting = 'both'\n")
+    assert error.key == "dispatcher.double_texting"
+
+
+def test_duplicate_bot_names_are_rejected(tmp_path: Path) -> None:
+    bot = '[[telegram.bots]]\nname = "a"\ntoken = "t"\nsecret_token = "s"\n'
+    assert error_of(tmp_path, bot + bot).key == "telegram.bots"
+
+
+def test_empty_bot_token_names_the_key(tmp_path: Path) -> None:
+    text = '[[telegram.bots]]\nname = "a"\ntoken = ""\nsecret_token = "s"\n'
+    assert error_of(tmp_path, text).key == "telegram.bots[0].token"
+
+
+def test_non_numeric_phone_number_id_names_the_key(tmp_path: Path) -> None:
+    text = '[[whatsapp.numbers]]\nphone_number_id = "abc"\naccess_token = "t"\n'
+    assert error_of(tmp_path, text).key == "whatsapp.numbers[0].phone_number_id"
+
+
+def test_not_toml_is_a_config_error(tmp_path: Path) -> None:
+    error = error_of(tmp_path, "[server\n")
+    assert "not valid TOML" in str(error)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_settings(tmp_path / "absent.toml", {})
+
+
+def test_error_never_echoes_a_secret_value(tmp_path: Path) -> None:
+    text = '[[telegram.bots]]\nname = "bad name!"\ntoken = "SECRET-TOKEN-1"\nsecret_token = "s"\n'
+    assert "SECRET-TOKEN-1" not in str(error_of(tmp_path, text))
+
+
+def test_substitution_applies_inside_longer_strings() -> None:
+    raw = {"store": {"url": "sqlite:///${DIR:-data}/gateway.db"}}
+    assert parse_settings(raw, {"DIR": "x"}).store.url == "sqlite:///x/gateway.db"
+
+
+def test_config_path_prefers_flag_then_environment_then_default() -> None:
+    assert resolve_config_path("a.toml", {"GATEWAY_CONFIG": "b.toml"}) == Path("a.toml")
+    assert resolve_config_path(None, {"GATEWAY_CONFIG": "b.toml"}) == Path("b.toml")
+    assert resolve_config_path(None, {}) == Path("config.toml")
