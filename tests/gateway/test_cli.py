@@ -1,0 +1,141 @@
+"""The `gateway` command line, in-process and as the real console entry point."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "config.example.toml"
+SECRET_ENV = {
+    "TELEGRAM_BOT_TOKEN": "999:SECRET-BOT-TOKEN",
+    "WHATSAPP_ACCESS_TOKEN": "SECRET-ACCESS-TOKEN",
+    "WHATSAPP_APP_SECRET": "SECRET-APP-SECRET",
+    "GATEWAY_ADMIN_TOKEN": "SECRET-ADMIN-TOKEN",
+}
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "GATEWAY_CONFIG"}
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        capture_output=True,
+        text=True,
+        env={**environ, **(env or {})},
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+
+
+def config_with_store(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(f'[store]\nurl = "sqlite:///{tmp_path}/gw.db"\n{extra}', encoding="utf-8")
+    return path
+
+
+def cli(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(list(args), out=out), out.getvalue()
+
+
+def test_check_config_of_the_example_exits_0_with_a_summary() -> None:
+    result = run_cli("check-config", "--config", str(EXAMPLE))
+    assert result.returncode == 0, result.stderr
+    assert "agents: starting triage; max_turns 40" in result.stdout
+
+
+def test_check_config_masks_every_secret() -> None:
+    result = run_cli("check-config", "--config", str(EXAMPLE), env=SECRET_ENV)
+    assert result.returncode == 0, result.stderr
+    for secret in SECRET_ENV.values():
+        assert secret not in result.stdout + result.stderr
+    assert "token ***" in result.stdout
+
+
+def test_check_config_with_max_turns_0_exits_1_naming_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("[agents]\nmax_turns = 0\n", encoding="utf-8")
+    result = run_cli("check-config", "--config", str(path))
+    assert result.returncode == 1
+    assert "agents.max_turns" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_config_defaults_to_the_environment_variable(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("[agents]\nmax_turns = -1\n", encoding="utf-8")
+    result = run_cli("check-config", env={"GATEWAY_CONFIG": str(path)})
+    assert result.returncode == 1
+    assert "agents.max_turns" in result.stderr
+
+
+def test_check_config_masks_a_database_password(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[store]\nurl = "postgresql://gw:hunter2@db:5432/gw"\n', encoding="utf-8")
+    code, out = cli("check-config", "--config", str(path))
+    assert code == 0
+    assert "hunter2" not in out
+    assert "postgresql://gw:***@db:5432/gw" in out
+
+
+def test_sessions_list_on_a_new_store_is_empty(tmp_path: Path) -> None:
+    code, out = cli("sessions", "list", "--config", str(config_with_store(tmp_path)))
+    assert code == 0
+    assert json.loads(out) == {"sessions": [], "total": 0}
+
+
+async def _seed(db: Path) -> None:
+    from store import open_store
+
+    store = await open_store(f"sqlite:///{db}")
+    try:
+        session = await store.create_session("telegram", "support", "42", "triage")
+        await store.append_message(session.session_id, "user", "hello")
+    finally:
+        await store.aclose()
+
+
+def test_sessions_show_lists_the_branch_and_delete_erases(tmp_path: Path) -> None:
+    import asyncio
+
+    config = str(config_with_store(tmp_path))
+    asyncio.run(_seed(tmp_path / "gw.db"))
+    code, out = cli("sessions", "show", "telegram-support-42", "--config", config)
+    assert code == 0
+    shown = json.loads(out)
+    assert shown["active_agent"] == "triage"
+    assert [m["text"] for m in shown["messages"]] == ["hello"]
+    assert cli("sessions", "delete", "telegram-support-42", "--config", config)[0] == 0
+    assert cli("sessions", "show", "telegram-support-42", "--config", config)[0] == 1
+
+
+def test_sessions_show_rejects_a_malformed_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = cli("sessions", "show", "bad id!", "--config", str(config_with_store(tmp_path)))
+    assert code == 1
+    assert "invalid session id" in capsys.readouterr().err
+
+
+def test_purge_reports_how_many_rows_went(tmp_path: Path) -> None:
+    code, out = cli("purge", "--config", str(config_with_store(tmp_path)))
+    assert code == 0
+    assert "purged 0 expired" in out
+
+
+def test_telegram_set_webhook_names_an_unknown_bot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = str(config_with_store(tmp_path))
+    code, _ = cli("telegram", "set-webhook", "--bot", "nope", "--url", "https://x", "--config", config)
+    assert code == 1
+    assert "no bot named 'nope'" in capsys.readouterr().err
