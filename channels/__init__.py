@@ -4,6 +4,7 @@ from ._config import TelegramBotConfig, TelegramConfig, WhatsAppConfig, WhatsApp
 from ._errors import (
     BadSecretToken,
     BadSignature,
+    BadVerifyToken,
     ChannelError,
     ChatMigrated,
     FatalSendError,
@@ -37,6 +38,7 @@ from ._protocol import ChannelAdapter
 __all__ = [
     "BadSecretToken",
     "BadSignature",
+    "BadVerifyToken",
     "Button",
     "ChannelAdapter",
     "ChannelError",

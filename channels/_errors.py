@@ -4,6 +4,7 @@
   + WebhookRejected                      -> 401, the body was never parsed
     - BadSignature                       WhatsApp X-Hub-Signature-256
     - BadSecretToken                     Telegram X-Telegram-Bot-Api-Secret-Token
+    - BadVerifyToken                     -> 403, WhatsApp GET subscription handshake
   + UnknownAccount                       -> 404 (Telegram bot name in the URL)
   + SendError(disposition)               a reply did not go out
     - RetryableSendError(retry_after)    rate limit, 5xx, network: try again later
@@ -38,6 +39,11 @@ class BadSignature(WebhookRejected):
 
 class BadSecretToken(WebhookRejected):
     code = "bad_secret_token"
+
+
+class BadVerifyToken(WebhookRejected):
+    status = 403
+    code = "bad_verify_token"
 
 
 class UnknownAccount(ChannelError):
