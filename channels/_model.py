@@ -20,6 +20,8 @@ MessageKind = Literal[
     "interactive",
     "reaction",
     "edited",
+    "order",
+    "system",
     "unsupported",
 ]
 DeliveryState = Literal["sent", "delivered", "read", "failed"]
@@ -75,6 +77,28 @@ class Reaction(_Model):
     emoji: str | None = None  # None: the reaction was removed
 
 
+class OrderItem(_Model):
+    product_id: str
+    quantity: int | None = None
+    item_price: float | None = None
+    currency: str | None = None
+
+
+class Order(_Model):
+    """A cart the user sent from the business's catalog (WhatsApp ``order``)."""
+
+    catalog_id: str | None = None
+    items: tuple[OrderItem, ...] = ()
+
+
+class SystemNotice(_Model):
+    """A platform notice about the user, e.g. WhatsApp ``user_changed_number``."""
+
+    type: str | None = None
+    body: str | None = None
+    new_user_id: str | None = None  # the user's new id, where the notice gives one
+
+
 class Command(_Model):
     name: str  # without the leading slash or the @botname suffix
     args: str = ""
@@ -87,6 +111,7 @@ class InboundMessage(_Model):
     chat_id: str
     sender_id: str
     sender_name: str | None = None
+    sender_user_id: str | None = None  # a second stable user id, e.g. the WhatsApp BSUID
     message_id: str
     dedup_key: str
     timestamp: AwareDatetime
@@ -98,10 +123,13 @@ class InboundMessage(_Model):
     contacts: tuple[Contact, ...] = ()
     interactive: InteractiveReply | None = None
     reaction: Reaction | None = None
+    order: Order | None = None
+    system: SystemNotice | None = None
     reply_to: str | None = None
     edited_message_id: str | None = None
     platform_type: str | None = None  # the platform's own type name, kept for unsupported kinds
     errors: tuple[PlatformError, ...] = ()
+    callback_query_id: str | None = None  # Telegram: answer it with answerCallbackQuery
 
 
 class DeliveryStatus(_Model):
