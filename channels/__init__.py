@@ -26,12 +26,15 @@ from ._model import (
     Location,
     Media,
     MembershipEvent,
+    Order,
+    OrderItem,
     OutboundMedia,
     OutboundMessage,
     ParseResult,
     PlatformError,
     Reaction,
     SendResult,
+    SystemNotice,
 )
 from ._protocol import ChannelAdapter
 
@@ -53,6 +56,8 @@ __all__ = [
     "Location",
     "Media",
     "MembershipEvent",
+    "Order",
+    "OrderItem",
     "OutboundMedia",
     "OutboundMessage",
     "ParseResult",
@@ -62,6 +67,7 @@ __all__ = [
     "RetryableSendError",
     "SendError",
     "SendResult",
+    "SystemNotice",
     "TelegramBotConfig",
     "TelegramConfig",
     "UncertainDelivery",
