@@ -1,0 +1,56 @@
+"""Complete-turn pruning: the part of a history a model gets to see."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+
+class ChatMessage(Protocol):
+    """Anything with a role and a data mapping (store ``Message`` and ``NewMessage`` fit)."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def data(self) -> Mapping[str, Any]: ...
+
+
+M = TypeVar("M", bound=ChatMessage)
+
+
+def prune_to_turns(messages: Sequence[M], max_turns: int) -> list[M]:
+    """Return the system messages, then the last ``max_turns`` whole turns.
+
+    A turn starts at a user message. Messages before the first kept user message are
+    dropped, so the result never starts with an assistant or tool message, and a tool
+    result whose call was not kept before it is dropped as well.
+    """
+    if max_turns <= 0:
+        raise ValueError(f"max_turns must be > 0, got {max_turns}")
+    system = [m for m in messages if m.role == "system"]
+    rest = [m for m in messages if m.role != "system"]
+    starts = [i for i, m in enumerate(rest) if m.role == "user"]
+    kept = rest[starts[-max_turns] :] if len(starts) >= max_turns else _from_first(rest, starts)
+    return system + _without_orphans(kept)
+
+
+def _from_first(rest: list[M], starts: list[int]) -> list[M]:
+    return rest[starts[0] :] if starts else []
+
+
+def _without_orphans(messages: list[M]) -> list[M]:
+    called: set[str] = set()
+    out: list[M] = []
+    for message in messages:
+        if message.role == "assistant":
+            called.update(_call_ids(message))
+        elif message.role == "tool" and message.data.get("tool_call_id") not in called:
+            continue
+        out.append(message)
+    return out
+
+
+def _call_ids(message: ChatMessage) -> list[str]:
+    calls = message.data.get("tool_calls") or []
+    return [str(call["id"]) for call in calls if isinstance(call, Mapping) and "id" in call]
