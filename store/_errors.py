@@ -5,6 +5,7 @@
   + SessionNotFound               (code ``unknown_session``)
   + SessionExistsError            (code ``session_exists``)
   + SessionDeletedError           the session was deleted while a turn ran; nothing written
+  + MessageNotFound               (code ``unknown_message``) not a message of that session
   + RunActive                     (code ``run_active``) a HEAD move while a turn runs
   + TurnActive                    (code ``turn_active``) a second concurrent turn of one session
 * InvalidSessionId(ValueError)    (code ``invalid_session_id``)
@@ -53,6 +54,15 @@ class SessionDeletedError(StoreError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id!r} was deleted during the turn; nothing was written")
         self.session_id = session_id
+
+
+class MessageNotFound(StoreError):
+    code = "unknown_message"
+
+    def __init__(self, session_id: str, message_id: int) -> None:
+        super().__init__(f"session {session_id!r} has no message {message_id}")
+        self.session_id = session_id
+        self.message_id = message_id
 
 
 class RunActive(StoreError):

@@ -121,6 +121,11 @@ class Store(Protocol):
 
     async def latest_user_text(self, session_id: str) -> str | None: ...
 
+    async def record_event(
+        self, session_id: str, kind: str, detail: dict[str, Any] | None = None
+    ) -> SessionEvent:
+        """Record a session event outside a turn (e.g. an operator's handoff)."""
+
     async def list_events(self, session_id: str) -> list[SessionEvent]: ...
 
     # turns

@@ -1,0 +1,95 @@
+"""One aiosqlite connection; every transaction runs as a single call on its worker thread.
+
+aiosqlite runs each call on one worker thread, in the order the calls were queued. Running a
+whole transaction (``BEGIN IMMEDIATE`` .. ``COMMIT``) as *one* call means:
+
+* transactions of this connection can never interleave, so no asyncio lock is needed;
+* a cancelled caller cannot leave a transaction open: the call is queued before the first
+  suspension point and always runs to its COMMIT or ROLLBACK;
+* one thread hop per transaction instead of one per statement (about 2x on small writes).
+
+aiosqlite has no public "run this function on the connection thread" call, so this module is
+the one place that uses its ``_execute`` and ``_conn``; ``tests/store/test_conn.py`` guards it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar, cast
+
+import aiosqlite
+
+from ._errors import StoreError
+from ._schema import check_version, migrate
+
+T = TypeVar("T")
+SyncFn = Callable[[sqlite3.Connection], T]
+
+BUSY_TIMEOUT_MS = 5000
+MEMORY = ":memory:"
+
+
+def _in_transaction(begin: str, fn: SyncFn[T], conn: sqlite3.Connection) -> T:
+    conn.execute(begin)
+    try:
+        result = fn(conn)
+        conn.commit()
+    except BaseException:
+        if conn.in_transaction:
+            conn.rollback()
+        raise
+    return result
+
+
+def _configure(path: str, conn: sqlite3.Connection) -> None:
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    check_version(conn)  # before WAL: a refused file is left untouched
+    if path != MEMORY:
+        conn.execute("PRAGMA journal_mode = WAL")
+    # FULL: an acknowledged commit survives power loss too (see docs/store.md).
+    conn.execute("PRAGMA synchronous = FULL")
+    migrate(conn)
+
+
+class Connection:
+    """The store's single connection to one SQLite database."""
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self._db = db
+        self._closed = False
+        self._run = cast(Callable[[Callable[[], Any]], Awaitable[Any]], db._execute)
+
+    @classmethod
+    async def open(cls, path: str) -> Connection:
+        """Connect, set the PRAGMAs, refuse a too-new schema and apply migrations."""
+        db = await aiosqlite.connect(path, isolation_level=None)
+        conn = cls(db)
+        try:
+            await conn.call(partial(_configure, path))
+        except BaseException:
+            await db.close()
+            raise
+        return conn
+
+    async def call(self, fn: SyncFn[T]) -> T:
+        """Run ``fn(connection)`` on the worker thread, outside any explicit transaction."""
+        if self._closed:
+            raise StoreError("the store is closed")
+        raw = self._db._conn
+        return cast(T, await self._run(partial(fn, raw)))
+
+    async def read(self, fn: SyncFn[T]) -> T:
+        """Run ``fn`` in a deferred (read) transaction, so its statements see one snapshot."""
+        return await self.call(partial(_in_transaction, "BEGIN", fn))
+
+    async def write(self, fn: SyncFn[T]) -> T:
+        """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction: committed if it returns."""
+        return await self.call(partial(_in_transaction, "BEGIN IMMEDIATE", fn))
+
+    async def close(self) -> None:
+        """Close the connection; idempotent."""
+        self._closed = True
+        await self._db.close()

@@ -1,0 +1,108 @@
+"""Schema versions: ``PRAGMA user_version`` and forward-only migrations applied at open.
+
+``MIGRATIONS[n]`` takes the schema from version ``n`` to ``n + 1``. Add new migrations at the
+end; never edit one that has shipped. Each runs in its own ``BEGIN IMMEDIATE`` transaction
+together with the version bump, so a crash leaves the file at one version or the next.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ._errors import SchemaTooNewError
+
+_V1 = (
+    """
+    CREATE TABLE sessions (
+        session_id   TEXT PRIMARY KEY,
+        channel      TEXT NOT NULL,
+        account      TEXT NOT NULL,
+        chat_id      TEXT NOT NULL,
+        active_agent TEXT NOT NULL,
+        status       TEXT NOT NULL DEFAULT 'idle'
+                     CHECK (status IN ('idle', 'running', 'interrupted')),
+        head_id      INTEGER REFERENCES messages (id),
+        metadata     TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),
+        created_at   REAL NOT NULL,
+        updated_at   REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX sessions_updated ON sessions (updated_at DESC, session_id)",
+    "CREATE INDEX sessions_status ON sessions (status)",
+    # Deleting a message checks that no session points at it; without this, a full scan each.
+    "CREATE INDEX sessions_head ON sessions (head_id)",
+    """
+    CREATE TABLE messages (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES sessions (session_id) ON DELETE CASCADE,
+        -- NO ACTION, checked at the end of the statement: a session's whole tree goes in the
+        -- one DELETE that cascades from it, without one trigger level per generation.
+        parent_id  INTEGER REFERENCES messages (id),
+        role       TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
+        text       TEXT,
+        agent      TEXT,
+        data       TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(data)),
+        created_at REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX messages_session ON messages (session_id, id)",
+    "CREATE INDEX messages_parent ON messages (parent_id)",
+    """
+    CREATE TABLE session_events (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES sessions (session_id) ON DELETE CASCADE,
+        kind       TEXT NOT NULL,
+        detail     TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(detail)),
+        created_at REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX session_events_session ON session_events (session_id, id)",
+    """
+    CREATE TABLE processed_messages (
+        key     TEXT PRIMARY KEY,
+        seen_at REAL NOT NULL
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX processed_messages_seen_at ON processed_messages (seen_at)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+LATEST = len(MIGRATIONS)
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The file's schema version (0 for a new file)."""
+    version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+    return version
+
+
+def check_version(conn: sqlite3.Connection) -> None:
+    """Raise SchemaTooNewError if the file was written by a newer version of the code."""
+    found = schema_version(conn)
+    if found > LATEST:
+        raise SchemaTooNewError(found, LATEST)
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Apply every migration the file lacks, each in its own transaction."""
+    while schema_version(conn) < LATEST:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            _step(conn)
+            conn.commit()
+        except BaseException:
+            if conn.in_transaction:
+                conn.rollback()
+            raise
+
+
+def _step(conn: sqlite3.Connection) -> None:
+    # Read again under the write lock: another process may have migrated meanwhile.
+    version = schema_version(conn)
+    if version > LATEST:
+        raise SchemaTooNewError(version, LATEST)
+    if version == LATEST:
+        return
+    for statement in MIGRATIONS[version]:
+        conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {version + 1}")

@@ -1,0 +1,231 @@
+"""Session, history and event statements: plain functions over a ``sqlite3.Connection``.
+
+Each function runs inside a transaction opened by the caller (see ``_conn.Connection``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from ._errors import MessageNotFound, RunActive, SessionNotFound
+from ._rows import (
+    EVENT_COLUMNS,
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    dump_json,
+    to_event,
+    to_message,
+    to_session,
+)
+from ._types import Message, Session, SessionEvent
+
+Filters = dict[str, str]  # column -> required value
+
+_BRANCH = f"""
+WITH RECURSIVE branch (id, depth) AS (
+    SELECT ?, 0
+    UNION ALL
+    SELECT m.parent_id, b.depth + 1 FROM messages AS m JOIN branch AS b ON m.id = b.id
+    WHERE m.parent_id IS NOT NULL
+)
+SELECT {", ".join("m." + c for c in MESSAGE_COLUMNS.split(", "))}
+FROM branch AS b JOIN messages AS m ON m.id = b.id
+"""
+
+
+def select_session(conn: sqlite3.Connection, session_id: str) -> Session | None:
+    """The session, or None."""
+    row = conn.execute(
+        f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    return None if row is None else to_session(row)
+
+
+def require_session(conn: sqlite3.Connection, session_id: str) -> Session:
+    """The session, or SessionNotFound."""
+    session = select_session(conn, session_id)
+    if session is None:
+        raise SessionNotFound(session_id)
+    return session
+
+
+def insert_session(conn: sqlite3.Connection, values: dict[str, Any], now: float) -> Session | None:
+    """Insert a new session; None if one with that id exists already."""
+    row = conn.execute(
+        "INSERT INTO sessions (session_id, channel, account, chat_id, active_agent, metadata,"
+        " created_at, updated_at)"
+        " VALUES (:session_id, :channel, :account, :chat_id, :active_agent, :metadata, :now, :now)"
+        f" ON CONFLICT (session_id) DO NOTHING RETURNING {SESSION_COLUMNS}",
+        {**values, "now": now},
+    ).fetchone()
+    return None if row is None else to_session(row)
+
+
+def update_session(
+    conn: sqlite3.Connection,
+    session_id: str,
+    active_agent: str | None,
+    metadata: dict[str, Any] | None,
+    now: float,
+) -> Session:
+    """Set the active agent and/or merge metadata keys (shallow); bump ``updated_at``."""
+    session = require_session(conn, session_id)
+    merged = merged_metadata(session, metadata or {})
+    row = conn.execute(
+        "UPDATE sessions SET active_agent = coalesce(?, active_agent), metadata = ?,"
+        f" updated_at = ? WHERE session_id = ? RETURNING {SESSION_COLUMNS}",
+        (active_agent, merged, now, session_id),
+    ).fetchone()
+    return to_session(row)
+
+
+def delete_session(conn: sqlite3.Connection, session_id: str) -> bool:
+    """Delete a session with its messages and events; False if there was none."""
+    cursor = conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+    return cursor.rowcount > 0
+
+
+def _where(filters: Filters) -> tuple[str, list[Any]]:
+    if not filters:
+        return "", []
+    return " WHERE " + " AND ".join(f"{col} = ?" for col in filters), list(filters.values())
+
+
+def list_sessions(
+    conn: sqlite3.Connection, filters: Filters, limit: int, offset: int
+) -> list[Session]:
+    """A page of sessions, most recently updated first, then by id."""
+    where, params = _where(filters)
+    rows = conn.execute(
+        f"SELECT {SESSION_COLUMNS} FROM sessions{where}"
+        " ORDER BY updated_at DESC, session_id LIMIT ? OFFSET ?",
+        (*params, limit, offset),
+    ).fetchall()
+    return [to_session(row) for row in rows]
+
+
+def count_sessions(conn: sqlite3.Connection, filters: Filters) -> int:
+    """How many sessions match the filters."""
+    where, params = _where(filters)
+    count: int = conn.execute(f"SELECT count(*) FROM sessions{where}", params).fetchone()[0]
+    return count
+
+
+def interrupt_running(conn: sqlite3.Connection) -> list[str]:
+    """Mark every ``running`` session ``interrupted``; return their ids, sorted."""
+    rows = conn.execute(
+        "UPDATE sessions SET status = 'interrupted' WHERE status = 'running' RETURNING session_id"
+    ).fetchall()
+    return sorted(row[0] for row in rows)
+
+
+def set_status(conn: sqlite3.Connection, session_id: str, status: str) -> None:
+    """Set the status alone: ``updated_at`` stays, so a rolled-back turn leaves no trace."""
+    conn.execute("UPDATE sessions SET status = ? WHERE session_id = ?", (status, session_id))
+
+
+def select_branch(conn: sqlite3.Connection, head_id: int | None) -> list[Message]:
+    """The messages from the root to ``head_id``, oldest first."""
+    if head_id is None:
+        return []
+    rows = conn.execute(_BRANCH + " ORDER BY b.depth DESC", (head_id,)).fetchall()
+    return [to_message(row) for row in rows]
+
+
+def require_message(conn: sqlite3.Connection, session_id: str, message_id: int) -> None:
+    """Raise MessageNotFound unless the message exists and belongs to the session."""
+    row = conn.execute(
+        "SELECT 1 FROM messages WHERE id = ? AND session_id = ?", (message_id, session_id)
+    ).fetchone()
+    if row is None:
+        raise MessageNotFound(session_id, message_id)
+
+
+def branch_of(conn: sqlite3.Connection, session_id: str, head_id: int | None) -> list[Message]:
+    """The current branch of a session, or the branch ending at ``head_id`` (of that session)."""
+    session = require_session(conn, session_id)
+    if head_id is None:
+        return select_branch(conn, session.head_id)
+    require_message(conn, session_id, head_id)
+    return select_branch(conn, head_id)
+
+
+def latest_user_text(conn: sqlite3.Connection, session_id: str) -> str | None:
+    """The text of the newest user message on the current branch."""
+    session = require_session(conn, session_id)
+    if session.head_id is None:
+        return None
+    row = conn.execute(
+        _BRANCH + " WHERE m.role = 'user' ORDER BY b.depth LIMIT 1", (session.head_id,)
+    ).fetchone()
+    return None if row is None else to_message(row).text
+
+
+def insert_message(
+    conn: sqlite3.Connection, session_id: str, parent_id: int | None, new: dict[str, Any]
+) -> Message:
+    """Insert one message; ``new`` holds role, text, agent, data (JSON text) and created_at."""
+    row = conn.execute(
+        "INSERT INTO messages (session_id, parent_id, role, text, agent, data, created_at)"
+        " VALUES (:session_id, :parent_id, :role, :text, :agent, :data, :created_at)"
+        f" RETURNING {MESSAGE_COLUMNS}",
+        {**new, "session_id": session_id, "parent_id": parent_id},
+    ).fetchone()
+    return to_message(row)
+
+
+def append_message(
+    conn: sqlite3.Connection, session_id: str, new: dict[str, Any], now: float
+) -> Message:
+    """Append after the head and move the head to the new message."""
+    session = require_session(conn, session_id)
+    message = insert_message(conn, session_id, session.head_id, new)
+    conn.execute(
+        "UPDATE sessions SET head_id = ?, updated_at = ? WHERE session_id = ?",
+        (message.id, now, session_id),
+    )
+    return message
+
+
+def set_active_head(
+    conn: sqlite3.Connection, session_id: str, message_id: int, now: float
+) -> Session:
+    """Move the head to one of the session's messages; refused while a turn runs."""
+    session = require_session(conn, session_id)
+    if session.status == "running":
+        raise RunActive(session_id)
+    require_message(conn, session_id, message_id)
+    row = conn.execute(
+        f"UPDATE sessions SET head_id = ?, updated_at = ? WHERE session_id = ?"
+        f" RETURNING {SESSION_COLUMNS}",
+        (message_id, now, session_id),
+    ).fetchone()
+    return to_session(row)
+
+
+def insert_event(
+    conn: sqlite3.Connection, session_id: str, kind: str, detail: str, now: float
+) -> SessionEvent:
+    """Insert one session event; ``detail`` is JSON text."""
+    row = conn.execute(
+        "INSERT INTO session_events (session_id, kind, detail, created_at) VALUES (?, ?, ?, ?)"
+        f" RETURNING {EVENT_COLUMNS}",
+        (session_id, kind, detail, now),
+    ).fetchone()
+    return to_event(row)
+
+
+def list_events(conn: sqlite3.Connection, session_id: str) -> list[SessionEvent]:
+    """A session's events, oldest first."""
+    require_session(conn, session_id)
+    rows = conn.execute(
+        f"SELECT {EVENT_COLUMNS} FROM session_events WHERE session_id = ? ORDER BY id",
+        (session_id,),
+    ).fetchall()
+    return [to_event(row) for row in rows]
+
+
+def merged_metadata(session: Session, updates: dict[str, Any]) -> str:
+    """The session's metadata with ``updates`` merged in (shallow), as JSON text."""
+    return dump_json({**session.metadata, **updates})

@@ -1,0 +1,339 @@
+"""``SQLiteStore``: the embedded backend of the ``Store`` protocol, on aiosqlite."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+from types import TracebackType
+from typing import Any, Self
+
+from . import _sql_dedup as dedup
+from . import _sql_sessions as sql
+from ._conn import Connection
+from ._errors import SessionExistsError, StoreError
+from ._ids import make_session_id, validate_session_id
+from ._rows import dump_json
+from ._sqlite_turn import SQLiteTurn, TurnScope
+from ._types import ROLES, SESSION_STATUSES, Message, Role, Session, SessionEvent, SessionStatus
+
+DEFAULT_DEDUP_TTL_HOURS = 192.0
+MAX_LIST_LIMIT = 1000
+
+
+def _check_ttl(hours: float) -> float:
+    if isinstance(hours, bool) or not isinstance(hours, int | float) or not hours > 0:
+        raise ValueError(f"dedup_ttl_hours must be a positive number, got {hours!r}")
+    return float(hours) * 3600.0
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {type(value).__name__}")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def _filters(channel: str | None, status: str | None, agent: str | None) -> sql.Filters:
+    if status is not None and status not in SESSION_STATUSES:
+        raise ValueError(f"status must be one of {SESSION_STATUSES}, got {status!r}")
+    pairs = {"channel": channel, "status": status, "active_agent": agent}
+    return {column: value for column, value in pairs.items() if value is not None}
+
+
+def _check_agent(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValueError("agent name must be a non-empty string")
+    return name
+
+
+class SQLiteStore:
+    """Sessions, history and the dedup guard in one SQLite file (or ``:memory:``)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dedup_ttl_hours: float = DEFAULT_DEDUP_TTL_HOURS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._path = os.fspath(path)
+        self._ttl = _check_ttl(dedup_ttl_hours)
+        self._clock = clock
+        self._conn: Connection | None = None
+        self._open_turns: set[str] = set()
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        dedup_ttl_hours: float = DEFAULT_DEDUP_TTL_HOURS,
+        clock: Callable[[], float] = time.time,
+    ) -> Self:
+        """Open (creating and migrating if needed) the database at ``path``."""
+        store = cls(path, dedup_ttl_hours=dedup_ttl_hours, clock=clock)
+        await store.initialize()
+        return store
+
+    async def initialize(self) -> None:
+        """Connect and migrate; idempotent."""
+        if self._conn is None:
+            self._conn = await Connection.open(self._path)
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.initialize()
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection; idempotent. A turn still open stays ``running`` on disk."""
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await conn.close()
+
+    @property
+    def _db(self) -> Connection:
+        if self._conn is None:
+            raise StoreError("the store is not open; call initialize() or use 'async with'")
+        return self._conn
+
+    async def ping(self) -> None:
+        """Raise if the database does not answer."""
+        await self._db.read(lambda conn: conn.execute("SELECT 1").fetchone())
+
+    # sessions
+
+    async def create_session(
+        self,
+        channel: str,
+        account: str,
+        chat_id: str,
+        active_agent: str,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session:
+        """Create the session of a chat; SessionExistsError if it exists."""
+        values = self._new_session(channel, account, chat_id, active_agent, metadata)
+        session = await self._db.write(partial(sql.insert_session, values=values, now=self._now()))
+        if session is None:
+            raise SessionExistsError(values["session_id"])
+        return session
+
+    async def get_or_create_session(
+        self, channel: str, account: str, chat_id: str, active_agent: str
+    ) -> Session:
+        """The session of a chat, created first if needed, in one transaction."""
+        values = self._new_session(channel, account, chat_id, active_agent, None)
+        now = self._now()
+
+        def run(conn: sqlite3.Connection) -> Session:
+            created = sql.insert_session(conn, values, now)
+            return created or sql.require_session(conn, values["session_id"])
+
+        return await self._db.write(run)
+
+    def _new_session(
+        self,
+        channel: str,
+        account: str,
+        chat_id: str,
+        active_agent: str,
+        metadata: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        for name, part in (("channel", channel), ("account", account), ("chat_id", chat_id)):
+            if not isinstance(part, str):
+                raise ValueError(f"{name} must be a string, got {type(part).__name__}")
+        return {
+            "session_id": make_session_id(channel, account, chat_id),
+            "channel": channel,
+            "account": account,
+            "chat_id": chat_id,
+            "active_agent": _check_agent(active_agent),
+            "metadata": dump_json(metadata or {}),
+        }
+
+    async def get_session(self, session_id: str) -> Session | None:
+        """The session, or None."""
+        validate_session_id(session_id)
+        return await self._db.read(partial(sql.select_session, session_id=session_id))
+
+    async def update_session(
+        self,
+        session_id: str,
+        *,
+        active_agent: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session:
+        """Set the active agent and/or merge metadata keys; SessionNotFound if missing."""
+        validate_session_id(session_id)
+        if active_agent is not None:
+            _check_agent(active_agent)
+        if metadata is not None:
+            dump_json(metadata)
+        run = partial(
+            sql.update_session,
+            session_id=session_id,
+            active_agent=active_agent,
+            metadata=metadata,
+            now=self._now(),
+        )
+        return await self._db.write(run)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session, its messages and events; False if there was none."""
+        validate_session_id(session_id)
+        return await self._db.write(partial(sql.delete_session, session_id=session_id))
+
+    async def list_sessions(
+        self,
+        limit: int = 50,
+        offset: int = 0,
+        *,
+        channel: str | None = None,
+        status: SessionStatus | None = None,
+        agent: str | None = None,
+    ) -> list[Session]:
+        """A page of sessions, most recently updated first."""
+        _check_int("limit", limit, 1, MAX_LIST_LIMIT)
+        _check_int("offset", offset, 0)
+        filters = _filters(channel, status, agent)
+        run = partial(sql.list_sessions, filters=filters, limit=limit, offset=offset)
+        return await self._db.read(run)
+
+    async def count_sessions(
+        self,
+        *,
+        channel: str | None = None,
+        status: SessionStatus | None = None,
+        agent: str | None = None,
+    ) -> int:
+        """How many sessions match the filters."""
+        filters = _filters(channel, status, agent)
+        return await self._db.read(partial(sql.count_sessions, filters=filters))
+
+    async def interrupt_running(self) -> list[str]:
+        """Turn every ``running`` session into ``interrupted``; return their ids."""
+        return await self._db.write(sql.interrupt_running)
+
+    # history
+
+    async def get_branch(self, session_id: str, head_id: int | None = None) -> list[Message]:
+        """The current branch (or the one ending at ``head_id``), oldest first."""
+        validate_session_id(session_id)
+        if head_id is not None:
+            _check_int("head_id", head_id, 1)
+        return await self._db.read(partial(sql.branch_of, session_id=session_id, head_id=head_id))
+
+    async def append_message(
+        self,
+        session_id: str,
+        role: Role,
+        text: str | None,
+        *,
+        agent: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> Message:
+        """Append a message after the head and move the head to it."""
+        validate_session_id(session_id)
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        now = self._now()
+        new = {
+            "role": role,
+            "text": text,
+            "agent": agent,
+            "data": dump_json(data or {}),
+            "created_at": now,
+        }
+        run = partial(sql.append_message, session_id=session_id, new=new, now=now)
+        return await self._db.write(run)
+
+    async def set_active_head(self, session_id: str, message_id: int) -> Session:
+        """Move the head to one of the session's messages (rewind); RunActive while running."""
+        validate_session_id(session_id)
+        _check_int("message_id", message_id, 1)
+        run = partial(
+            sql.set_active_head, session_id=session_id, message_id=message_id, now=self._now()
+        )
+        return await self._db.write(run)
+
+    async def latest_user_text(self, session_id: str) -> str | None:
+        """The text of the newest user message on the current branch."""
+        validate_session_id(session_id)
+        return await self._db.read(partial(sql.latest_user_text, session_id=session_id))
+
+    async def record_event(
+        self, session_id: str, kind: str, detail: dict[str, Any] | None = None
+    ) -> SessionEvent:
+        """Record a session event outside a turn (e.g. an operator's handoff)."""
+        validate_session_id(session_id)
+        if not isinstance(kind, str) or not kind:
+            raise ValueError("event kind must be a non-empty string")
+        text, now = dump_json(detail or {}), self._now()
+
+        def run(conn: sqlite3.Connection) -> SessionEvent:
+            sql.require_session(conn, session_id)
+            return sql.insert_event(conn, session_id, kind, text, now)
+
+        return await self._db.write(run)
+
+    async def list_events(self, session_id: str) -> list[SessionEvent]:
+        """A session's events, oldest first."""
+        validate_session_id(session_id)
+        return await self._db.read(partial(sql.list_events, session_id=session_id))
+
+    # turns
+
+    def turn(self, session_id: str) -> TurnScope:
+        """``async with store.turn(id) as turn``: buffered writes, one commit at the end."""
+        validate_session_id(session_id)
+        return TurnScope(self._db, self._open_turns, session_id, self._clock)
+
+    # dedup guard
+
+    async def claim(self, keys: Iterable[str]) -> set[str]:
+        """Return the keys seen for the first time (or whose earlier claim expired)."""
+        if isinstance(keys, str | bytes):
+            raise ValueError("claim() takes an iterable of keys, not one string")
+        distinct = list(dict.fromkeys(keys))
+        for key in distinct:
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"dedup keys must be non-empty strings, got {key!r}")
+        if not distinct:
+            return set()
+        now = self._now()
+        run = partial(dedup.claim, keys=distinct, now=now, cutoff=now - self._ttl)
+        return await self._db.write(run)
+
+    async def purge(self, chunk_size: int = 1000) -> int:
+        """Delete expired dedup rows, each chunk its own short transaction; return the count."""
+        _check_int("chunk_size", chunk_size, 1)
+        cutoff = self._now() - self._ttl
+        total = 0
+        while True:
+            run = partial(dedup.purge_chunk, cutoff=cutoff, chunk_size=chunk_size)
+            deleted = await self._db.write(run)
+            total += deleted
+            if deleted < chunk_size:
+                return total
+
+    def _now(self) -> float:
+        return float(self._clock())
+
+
+__all__ = ["SQLiteStore", "SQLiteTurn"]

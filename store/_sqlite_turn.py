@@ -1,0 +1,224 @@
+"""Turns on SQLite: buffer the writes in memory, then commit them in one transaction.
+
+Entering a turn is one short transaction (status ``running``, load the branch); the body runs
+with no transaction open and no lock held; a clean exit is one ``BEGIN IMMEDIATE`` transaction
+that writes everything; any exception restores the status and writes nothing else.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from types import TracebackType
+from typing import Any
+
+from ._conn import Connection
+from ._errors import RunActive, SessionDeletedError, StoreError, TurnActive
+from ._rows import dump_json, load_json
+from ._sql_sessions import insert_event, insert_message, require_session, select_branch
+from ._sql_sessions import set_status as set_status_sql
+from ._types import ROLES, Message, NewMessage, Session, SessionStatus
+
+CommitHook = Callable[[sqlite3.Connection, Sequence[Message]], None]
+"""Extra rows of a turn: called inside the commit transaction with the committed messages."""
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """What a turn needs to commit or undo: the row it began from."""
+
+    prior_status: SessionStatus
+    created_at: float  # as stored: tells the session apart from one deleted and re-created
+
+
+class SQLiteTurn:
+    """The buffered writes of one turn (implements ``store.Turn``)."""
+
+    def __init__(self, session: Session, history: list[Message], clock: Clock) -> None:
+        self._session = session
+        self._history = tuple(history)
+        self._clock = clock
+        self._pending: list[NewMessage] = []
+        self._rows: list[dict[str, Any]] = []
+        self._agent: str | None = None
+        self._metadata: dict[str, Any] = {}
+        self._events: list[tuple[str, str, float]] = []
+        self._hooks: list[CommitHook] = []
+        self._committed: tuple[Message, ...] = ()
+        self._open = True
+
+    @property
+    def session(self) -> Session:
+        return self._session
+
+    @property
+    def history(self) -> Sequence[Message]:
+        return self._history
+
+    @property
+    def pending(self) -> Sequence[NewMessage]:
+        return tuple(self._pending)
+
+    @property
+    def active_agent(self) -> str:
+        return self._session.active_agent if self._agent is None else self._agent
+
+    @property
+    def committed(self) -> Sequence[Message]:
+        return self._committed
+
+    def append(self, message: NewMessage) -> None:
+        """Buffer a message after the head and the earlier appends of this turn."""
+        self._check_open()
+        if message.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {message.role!r}")
+        row = {
+            "role": message.role,
+            "text": message.text,
+            "agent": message.agent,
+            "data": dump_json(message.data),  # fails here, in the body, not at commit
+            "created_at": self._clock(),
+        }
+        self._pending.append(message)
+        self._rows.append(row)
+
+    def set_active_agent(self, name: str) -> None:
+        """Make ``name`` the active agent when the turn commits."""
+        self._check_open()
+        if not isinstance(name, str) or not name:
+            raise ValueError("agent name must be a non-empty string")
+        self._agent = name
+
+    def update_metadata(self, values: dict[str, Any]) -> None:
+        """Merge ``values`` into the session's metadata (shallow) when the turn commits."""
+        self._check_open()
+        dump_json(values)
+        self._metadata.update(values)
+
+    def record_event(self, kind: str, detail: dict[str, Any]) -> None:
+        """Record a session event when the turn commits."""
+        self._check_open()
+        if not isinstance(kind, str) or not kind:
+            raise ValueError("event kind must be a non-empty string")
+        self._events.append((kind, dump_json(detail), self._clock()))
+
+    def add_commit_hook(self, hook: CommitHook) -> None:
+        """Run ``hook`` inside the commit transaction, after the messages are inserted."""
+        self._check_open()
+        self._hooks.append(hook)
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise StoreError("the turn has ended; its writes can no longer change")
+
+    def _write(self, conn: sqlite3.Connection, snapshot: _Snapshot, now: float) -> list[Message]:
+        """Everything the turn buffered, in the caller's transaction."""
+        sid = self._session.session_id
+        row = conn.execute(
+            "SELECT head_id, metadata, created_at FROM sessions WHERE session_id = ?", (sid,)
+        ).fetchone()
+        if row is None or row[2] != snapshot.created_at:
+            raise SessionDeletedError(sid)
+        parent: int | None = row[0]
+        committed: list[Message] = []
+        for new in self._rows:
+            message = insert_message(conn, sid, parent, new)
+            committed.append(message)
+            parent = message.id
+        metadata = dump_json({**load_json(row[1]), **self._metadata})
+        conn.execute(
+            "UPDATE sessions SET head_id = ?, active_agent = coalesce(?, active_agent),"
+            " metadata = ?, status = 'idle', updated_at = ? WHERE session_id = ?",
+            (parent, self._agent, metadata, now, sid),
+        )
+        for kind, detail, at in self._events:
+            insert_event(conn, sid, kind, detail, at)
+        for hook in self._hooks:
+            hook(conn, committed)
+        return committed
+
+    def _close(self) -> None:
+        self._open = False
+
+
+class TurnScope:
+    """``async with store.turn(session_id) as turn``: see the module docstring."""
+
+    def __init__(
+        self, conn: Connection, open_turns: set[str], session_id: str, clock: Clock
+    ) -> None:
+        self._conn = conn
+        self._open_turns = open_turns
+        self._sid = session_id
+        self._clock = clock
+        self._snapshot: _Snapshot | None = None
+        self._turn: SQLiteTurn | None = None
+
+    async def __aenter__(self) -> SQLiteTurn:
+        if self._sid in self._open_turns:
+            raise TurnActive(self._sid)
+        self._open_turns.add(self._sid)
+        try:
+            session, history = await self._conn.write(self._begin)
+        except BaseException:
+            # A cancelled caller does not stop _begin (already queued on the connection's
+            # thread); _restore is queued after it, so it undoes whatever _begin did.
+            await self._conn.write(self._restore)
+            self._open_turns.discard(self._sid)
+            raise
+        self._turn = SQLiteTurn(session, history, self._clock)
+        return self._turn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._turn is not None
+        try:
+            if exc_type is None:
+                await self._commit(self._turn)
+            else:
+                await self._conn.write(self._restore)
+        finally:
+            self._turn._close()
+            self._open_turns.discard(self._sid)
+
+    async def _commit(self, turn: SQLiteTurn) -> None:
+        assert self._snapshot is not None
+        write = partial(turn._write, snapshot=self._snapshot, now=self._clock())
+        try:
+            committed = await self._conn.write(write)
+        except BaseException:
+            # A cancelled caller does not stop the commit; then this finds nothing to undo.
+            await self._conn.write(self._restore)
+            raise
+        turn._committed = tuple(committed)
+
+    def _begin(self, conn: sqlite3.Connection) -> tuple[Session, list[Message]]:
+        session = require_session(conn, self._sid)
+        if session.status == "running":
+            # Another process's turn, or a crash that interrupt_running() has not reconciled.
+            raise RunActive(self._sid)
+        created_at: float = conn.execute(
+            "SELECT created_at FROM sessions WHERE session_id = ?", (self._sid,)
+        ).fetchone()[0]
+        set_status_sql(conn, self._sid, "running")
+        history = select_branch(conn, session.head_id)
+        self._snapshot = _Snapshot(session.status, created_at)
+        return replace(session, status="running"), history
+
+    def _restore(self, conn: sqlite3.Connection) -> None:
+        """Put the status back as it was before the turn, and nothing else."""
+        if self._snapshot is None:
+            return
+        conn.execute(
+            "UPDATE sessions SET status = ? WHERE session_id = ? AND status = 'running'"
+            " AND created_at = ?",
+            (self._snapshot.prior_status, self._sid, self._snapshot.created_at),
+        )
