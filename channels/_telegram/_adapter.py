@@ -1,0 +1,144 @@
+"""TelegramAdapter: verifies, parses and answers the webhooks of the configured bots."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Self, TypeVar
+
+from telegram import Bot
+from telegram.constants import ChatAction
+
+from .._config import TelegramConfig
+from .._errors import (
+    BadSecretToken,
+    FatalSendError,
+    PermanentSendError,
+    RetryableSendError,
+    UnknownAccount,
+)
+from .._model import OutboundMessage, ParseResult, SendResult
+from ._bots import BotHandle, build_bot
+from ._call import CHANNEL, call_api
+from ._parse import parse_update
+from ._redact import TokenRedactor
+from ._send import plan
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+T = TypeVar("T")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class TelegramAdapter:
+    """The Telegram channel; ``account`` is a bot's configured name, as in its webhook URL."""
+
+    name = CHANNEL
+
+    def __init__(self, config: TelegramConfig, *, clock: Callable[[], datetime] = _utc_now) -> None:
+        self._clock = clock
+        self._redactor = TokenRedactor(b.token.get_secret_value() for b in config.bots)
+        self._redactor.install()  # before the Bots exist: PTB logs its URL on construction
+        self._bots: dict[str, BotHandle] = {
+            b.name: build_bot(b, config.api_base_url, config.request_timeout) for b in config.bots
+        }
+        self._closed = False
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Open the HTTP clients; no request is made (getMe is not needed)."""
+        for handle in self._bots.values():
+            await handle.request.initialize()
+
+    async def aclose(self) -> None:
+        """Close every bot's HTTP client; idempotent."""
+        self._closed = True
+        for handle in self._bots.values():
+            await handle.request.shutdown()
+        self._redactor.uninstall()
+
+    def verify(self, headers: Mapping[str, str], body: bytes, account: str | None = None) -> None:
+        """Check the bot's secret header in constant time; the body plays no part."""
+        handle = self._handle(account)
+        sent = _header(headers, SECRET_HEADER)
+        if sent is None or not hmac.compare_digest(sent.encode(errors="replace"), handle.secret):
+            raise BadSecretToken(CHANNEL, "missing or wrong secret token")
+
+    def parse(self, body: bytes, account: str | None = None) -> ParseResult:
+        """Parse one Update; raises ChannelError and nothing else."""
+        handle = self._handle(account)
+        return parse_update(body, handle.name, handle.bot, self._clock)
+
+    async def send(self, message: OutboundMessage) -> SendResult:
+        """Send one reply, split over several messages where it is too long."""
+        handle = self._sender(message.account)
+        ids: list[str] = []
+        for call in plan(message):
+            sent = await self._call(handle, call)
+            ids.append(str(sent.message_id))
+        return SendResult(message_ids=tuple(ids))
+
+    async def send_typing(self, account: str, chat_id: str) -> None:
+        """Show "typing…" in the chat for about five seconds."""
+        await self._call(
+            self._sender(account), lambda bot: bot.send_chat_action(chat_id, ChatAction.TYPING)
+        )
+
+    async def answer_callback(
+        self, account: str, callback_query_id: str, text: str | None = None
+    ) -> None:
+        """Stop the button's spinner (and optionally show ``text``)."""
+        await self._call(
+            self._sender(account),
+            lambda bot: bot.answer_callback_query(callback_query_id, text=text),
+        )
+
+    async def download_media(self, account: str, media_id: str) -> bytes:
+        """Fetch an inbound file through getFile (Telegram serves at most 20 MB)."""
+        handle = self._sender(account)
+        file = await self._call(handle, lambda bot: bot.get_file(media_id))
+        if not (file.file_path or "").startswith(handle.bot.base_file_url):
+            # PTB reads a local path as a file; only ever fetch from the API server.
+            raise PermanentSendError(CHANNEL, "getFile returned no downloadable file_path")
+        data = await self._call(handle, lambda bot: file.download_as_bytearray())
+        return bytes(data)
+
+    def _handle(self, account: str | None) -> BotHandle:
+        handle = self._bots.get(account) if account is not None else None
+        if handle is None:
+            raise UnknownAccount(CHANNEL, f"unknown bot {account!r}")
+        return handle
+
+    def _sender(self, account: str) -> BotHandle:
+        if self._closed:
+            raise RetryableSendError(CHANNEL, "adapter is closed")
+        handle = self._bots.get(account)
+        if handle is None:
+            raise FatalSendError(CHANNEL, f"unknown bot {account!r}")
+        return handle
+
+    async def _call(self, handle: BotHandle, call: Callable[[Bot], Awaitable[T]]) -> T:
+        return await call_api(handle.bot, call, (handle.token,))
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is not None:
+        return value
+    lowered = name.lower()
+    return next((v for k, v in headers.items() if k.lower() == lowered), None)

@@ -1,0 +1,117 @@
+"""What a Telegram message carries, as one of the normalized kinds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from telegram import Contact as TelegramContact
+from telegram import Message, MessageEntity
+from telegram.helpers import effective_message_type
+
+from .._model import Command, Contact, Location, Media, MessageKind
+
+
+class _File(Protocol):
+    """What every PTB file object (PhotoSize, Audio, Document, ...) has."""
+
+    @property
+    def file_id(self) -> str: ...
+
+    @property
+    def file_size(self) -> int | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    kind: MessageKind
+    text: str | None = None
+    command: Command | None = None
+    media: Media | None = None
+    location: Location | None = None
+    contacts: tuple[Contact, ...] = ()
+    platform_type: str | None = None
+
+
+def message_content(message: Message) -> Content:
+    """Classify a message by the first content field it carries; unknown ones stay unsupported."""
+    if message.text is not None:
+        return _text(message)
+    media = _media_content(message)
+    if media is not None:
+        return media
+    if message.venue is not None:
+        venue = message.venue
+        place = Location(
+            latitude=venue.location.latitude,
+            longitude=venue.location.longitude,
+            name=venue.title,
+            address=venue.address,
+        )
+        return Content("location", location=place)
+    if message.location is not None:
+        point = message.location
+        return Content(
+            "location", location=Location(latitude=point.latitude, longitude=point.longitude)
+        )
+    if message.contact is not None:
+        return Content("contacts", contacts=(_contact(message.contact),))
+    return Content("unsupported", platform_type=effective_message_type(message) or "unknown")
+
+
+def _text(message: Message) -> Content:
+    command = _command(message)
+    kind: MessageKind = "command" if command else "text"
+    return Content(kind, text=message.text, command=command)
+
+
+def _command(message: Message) -> Command | None:
+    text = message.text or ""
+    for entity in message.entities:
+        if entity.type == MessageEntity.BOT_COMMAND and entity.offset == 0:
+            word = message.parse_entity(entity)
+            name = word.removeprefix("/").split("@", 1)[0]
+            if name:
+                return Command(name=name, args=text[len(word) :].strip())
+    return None
+
+
+def _media_content(message: Message) -> Content | None:
+    caption = message.caption
+    # An animation also fills `document`, and a video note is a round video: check them first.
+    if message.animation is not None:
+        return Content("video", media=_media(message.animation, caption))
+    if message.photo:
+        largest = max(
+            message.photo, key=lambda size: (size.width * size.height, size.file_size or 0)
+        )
+        return Content("image", media=_media(largest, caption))
+    if message.audio is not None:
+        return Content("audio", media=_media(message.audio, caption))
+    if message.video is not None:
+        return Content("video", media=_media(message.video, caption))
+    if message.video_note is not None:
+        return Content("video", media=_media(message.video_note, caption))
+    if message.voice is not None:
+        return Content("voice", media=_media(message.voice, caption))
+    if message.document is not None:
+        return Content("document", media=_media(message.document, caption))
+    if message.sticker is not None:
+        return Content("sticker", text=message.sticker.emoji, media=_media(message.sticker, None))
+    return None
+
+
+def _media(file: _File, caption: str | None) -> Media:
+    return Media(
+        id=file.file_id,
+        size=file.file_size,
+        mime_type=getattr(file, "mime_type", None),
+        file_name=getattr(file, "file_name", None),
+        caption=caption,
+    )
+
+
+def _contact(card: TelegramContact) -> Contact:
+    name = " ".join(part for part in (card.first_name, card.last_name) if part) or None
+    user_id = str(card.user_id) if card.user_id is not None else None
+    return Contact(name=name, phones=(card.phone_number,), user_id=user_id)

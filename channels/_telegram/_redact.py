@@ -1,0 +1,44 @@
+"""Keep bot tokens out of log records and error messages (PTB puts them in every URL)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from urllib.parse import quote
+
+REDACTED = "<redacted>"
+# httpx logs each request URL at INFO; PTB logs its base URL at DEBUG.
+LEAKY_LOGGERS = ("httpx", "telegram.Bot")
+
+
+def scrub(text: str, tokens: Iterable[str]) -> str:
+    """Replace every token, raw or percent-encoded, with a placeholder."""
+    for token in tokens:
+        for form in {token, quote(token, safe="")}:
+            text = text.replace(form, REDACTED)
+    return text
+
+
+class TokenRedactor(logging.Filter):
+    """A log filter that rewrites records mentioning one of the tokens."""
+
+    def __init__(self, tokens: Iterable[str]) -> None:
+        super().__init__()
+        self.tokens = tuple(tokens)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = scrub(message, self.tokens)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+    def install(self) -> None:
+        """Attach to the loggers that print request URLs."""
+        for name in LEAKY_LOGGERS:
+            logging.getLogger(name).addFilter(self)
+
+    def uninstall(self) -> None:
+        """Detach again; idempotent."""
+        for name in LEAKY_LOGGERS:
+            logging.getLogger(name).removeFilter(self)
