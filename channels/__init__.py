@@ -37,8 +37,12 @@ from ._model import (
     SystemNotice,
 )
 from ._protocol import ChannelAdapter
+from ._registry import ADAPTERS, AdapterFactory
+from ._whatsapp import WhatsAppAdapter
 
 __all__ = [
+    "ADAPTERS",
+    "AdapterFactory",
     "BadSecretToken",
     "BadSignature",
     "BadVerifyToken",
@@ -73,6 +77,7 @@ __all__ = [
     "UncertainDelivery",
     "UnknownAccount",
     "WebhookRejected",
+    "WhatsAppAdapter",
     "WhatsAppConfig",
     "WhatsAppNumberConfig",
 ]

@@ -1,0 +1,303 @@
+"""Turn one webhook POST body into events: every entry, change, message and status.
+
+A body that is not the platform's envelope raises ``ChannelError``; a part that fails among good
+ones becomes a reason in ``ParseResult.failures`` and the good parts are kept.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+from pydantic import ValidationError
+
+from .._errors import ChannelError
+from .._model import (
+    DeliveryState,
+    DeliveryStatus,
+    InboundEvent,
+    InboundMessage,
+    ParseResult,
+    PlatformError,
+)
+from ._content import content
+from ._wire import WireContact, WireError, WireMessage, WireStatus
+
+CHANNEL = "whatsapp"
+ENVELOPE_OBJECT = "whatsapp_business_account"
+_STATES: dict[str, DeliveryState] = {
+    "sent": "sent",
+    "delivered": "delivered",
+    "read": "read",
+    "failed": "failed",
+}
+_MAX_TIMESTAMP = 253_402_300_799  # 9999-12-31T23:59:59Z
+_MAX_REASON = 300
+
+
+class _Bad(ValueError):
+    """A part of the delivery that cannot become an event."""
+
+
+@dataclass(slots=True)
+class _Result:
+    events: list[InboundEvent] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+
+
+def parse_delivery(body: bytes) -> ParseResult:
+    """Parse a webhook body; raise ChannelError only when the body as a whole is unusable."""
+    entries = _entries(_load(body))
+    result = _Result()
+    for i, entry in enumerate(entries):
+        _entry(entry, f"entry[{i}]", result)
+    return ParseResult(
+        events=tuple(result.events),
+        failures=tuple(result.failures),
+        ignored=tuple(result.ignored),
+    )
+
+
+def _load(body: bytes) -> object:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ChannelError(CHANNEL, "body is not JSON") from exc
+
+
+def _entries(root: object) -> list[Any]:
+    if not isinstance(root, dict):
+        raise ChannelError(CHANNEL, "body is not a JSON object")
+    if root.get("object") != ENVELOPE_OBJECT:
+        raise ChannelError(CHANNEL, f'"object" is not "{ENVELOPE_OBJECT}"')
+    entries = root.get("entry")
+    if not isinstance(entries, list):
+        raise ChannelError(CHANNEL, '"entry" is not a list')
+    return entries
+
+
+def _entry(entry: object, where: str, result: _Result) -> None:
+    changes = entry.get("changes") if isinstance(entry, dict) else None
+    if not isinstance(changes, list):
+        result.failures.append(f"{where}: not an object with a changes list")
+        return
+    for j, change in enumerate(changes):
+        _change(change, f"{where}.changes[{j}]", result)
+
+
+def _change(change: object, where: str, result: _Result) -> None:
+    if not isinstance(change, dict):
+        result.failures.append(f"{where}: not an object")
+        return
+    name = change.get("field")
+    if name != "messages":
+        result.ignored.append(f"field:{_short(name)}")
+        return
+    value = change.get("value")
+    metadata = value.get("metadata") if isinstance(value, dict) else None
+    account = metadata.get("phone_number_id") if isinstance(metadata, dict) else None
+    if not isinstance(value, dict) or not isinstance(account, str) or not account:
+        result.failures.append(f"{where}: no value.metadata.phone_number_id")
+        return
+    _value(value, account, f"{where}.value", result)
+
+
+def _value(value: dict[str, Any], account: str, where: str, result: _Result) -> None:
+    errors = _platform_errors(value.get("errors"))
+    contacts = _contacts(value.get("contacts"))
+    before = len(result.events)
+    message = partial(_message, account=account, contacts=contacts, value_errors=errors)
+    status = partial(_status, account=account, value_errors=errors, result=result)
+    for j, raw in _items(value, "messages", where, result):
+        _guard(f"{where}.messages[{j}]", raw, result, message)
+    for j, raw in _items(value, "statuses", where, result):
+        _guard(f"{where}.statuses[{j}]", raw, result, status)
+    if errors and len(result.events) == before:
+        summary = "; ".join(_describe(error) for error in errors)
+        result.failures.append(_short_reason(f"{where}: platform errors for {account}: {summary}"))
+
+
+def _items(
+    value: dict[str, Any], key: str, where: str, result: _Result
+) -> Sequence[tuple[int, object]]:
+    items = value.get(key)
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        result.failures.append(f"{where}.{key}: not a list")
+        return ()
+    return list(enumerate(items))
+
+
+def _guard(
+    where: str, raw: object, result: _Result, build: Callable[[object], InboundEvent | None]
+) -> None:
+    try:
+        event = build(raw)
+    except ValidationError as exc:
+        result.failures.append(_short_reason(f"{where}{_wamid(raw)}: {_validation_reason(exc)}"))
+    except (ValueError, TypeError, OverflowError) as exc:
+        result.failures.append(_short_reason(f"{where}{_wamid(raw)}: {exc}"))
+    else:
+        if event is not None:
+            result.events.append(event)
+
+
+def _message(
+    raw: object,
+    account: str,
+    contacts: Sequence[WireContact],
+    value_errors: tuple[PlatformError, ...],
+) -> InboundMessage:
+    if not isinstance(raw, dict):
+        raise _Bad("not an object")
+    wire = WireMessage.model_validate(raw)
+    contact = _contact_for(contacts, wire.from_, wire.from_user_id)
+    sender = _sender(wire, contact)
+    user_id = wire.from_user_id or (contact.user_id if contact else None)
+    body = content(wire.type, raw.get(wire.type))
+    return InboundMessage(
+        channel=CHANNEL,
+        account=account,
+        chat_id=sender,
+        sender_id=sender,
+        sender_name=contact.profile.name if contact and contact.profile else None,
+        sender_user_id=user_id if user_id != sender else None,
+        message_id=wire.id,
+        dedup_key=f"{CHANNEL}:{wire.id}",
+        timestamp=_timestamp(wire.timestamp),
+        kind=body.kind,
+        text=body.text,
+        media=body.media,
+        location=body.location,
+        contacts=body.contacts,
+        interactive=body.interactive,
+        reaction=body.reaction,
+        order=body.order,
+        system=body.system,
+        reply_to=wire.context.id if wire.context else None,
+        platform_type=body.platform_type,
+        errors=value_errors + _platform_errors(raw.get("errors")),
+    )
+
+
+def _sender(wire: WireMessage, contact: WireContact | None) -> str:
+    candidates = [wire.from_, wire.from_user_id]
+    if contact is not None:
+        candidates += [contact.wa_id, contact.user_id]
+    sender = next((c for c in candidates if c), None)
+    if sender is None:
+        raise _Bad("no sender: from, from_user_id and contacts are all missing")
+    return sender
+
+
+def _status(
+    raw: object,
+    account: str,
+    value_errors: tuple[PlatformError, ...],
+    result: _Result,
+) -> DeliveryStatus | None:
+    if not isinstance(raw, dict):
+        raise _Bad("not an object")
+    wire = WireStatus.model_validate(raw)
+    state = _STATES.get(wire.status)
+    if state is None:
+        result.ignored.append(f"status:{_short(wire.status)}")
+        return None
+    recipient = wire.recipient_id or wire.recipient_user_id
+    if not recipient:
+        raise _Bad("no recipient_id or recipient_user_id")
+    return DeliveryStatus(
+        channel=CHANNEL,
+        account=account,
+        chat_id=recipient,
+        message_id=wire.id,
+        dedup_key=f"{CHANNEL}:{wire.id}:{wire.status}",
+        timestamp=_timestamp(wire.timestamp),
+        state=state,
+        errors=value_errors + _platform_errors(raw.get("errors")),
+    )
+
+
+def _contacts(raw: object) -> tuple[WireContact, ...]:
+    if not isinstance(raw, list):
+        return ()
+    contacts = []
+    for item in raw:
+        try:
+            contacts.append(WireContact.model_validate(item))
+        except ValidationError:
+            continue  # a contact only adds a name; the message still has its own sender ids
+    return tuple(contacts)
+
+
+def _contact_for(
+    contacts: Sequence[WireContact], from_: str | None, user_id: str | None
+) -> WireContact | None:
+    """The contact that names this message's sender; the only one, if it does not contradict."""
+    agreeing = [c for c in contacts if _agrees(c, from_, user_id)]
+    for contact in agreeing:
+        if (from_ and contact.wa_id == from_) or (user_id and contact.user_id == user_id):
+            return contact
+    return agreeing[0] if len(contacts) == 1 and agreeing else None
+
+
+def _agrees(contact: WireContact, from_: str | None, user_id: str | None) -> bool:
+    wa_differs = bool(contact.wa_id and from_ and contact.wa_id != from_)
+    user_differs = bool(contact.user_id and user_id and contact.user_id != user_id)
+    return not (wa_differs or user_differs)
+
+
+def _platform_errors(raw: object) -> tuple[PlatformError, ...]:
+    if not isinstance(raw, list):
+        return ()
+    return tuple(_platform_error(item) for item in raw)
+
+
+def _platform_error(raw: object) -> PlatformError:
+    try:
+        wire = WireError.model_validate(raw)
+    except ValidationError:
+        return PlatformError(title="unreadable error entry")
+    details = wire.error_data.details if wire.error_data else None
+    return PlatformError(code=wire.code, title=wire.title, message=wire.message, details=details)
+
+
+def _timestamp(raw: str | int) -> datetime:
+    seconds = int(raw)
+    if not 0 <= seconds <= _MAX_TIMESTAMP:
+        raise _Bad(f"timestamp out of range: {_short(raw)}")
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def _describe(error: PlatformError) -> str:
+    text = " ".join(str(part) for part in (error.code, error.title) if part is not None)
+    return f"{text} ({error.details})" if error.details else text
+
+
+def _validation_reason(exc: ValidationError) -> str:
+    """Field paths and messages only: the input values may be user content."""
+    parts = []
+    for error in exc.errors(include_url=False, include_input=False, include_context=False):
+        location = ".".join(str(part) for part in error["loc"]) or "(root)"
+        parts.append(f"{location}: {error['msg']}")
+    return "; ".join(parts)
+
+
+def _wamid(raw: object) -> str:
+    wamid = raw.get("id") if isinstance(raw, dict) else None
+    return f" ({_short(wamid)})" if isinstance(wamid, str) and wamid else ""
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _short_reason(reason: str) -> str:
+    return _short(reason, _MAX_REASON)

@@ -1,0 +1,19 @@
+"""The WhatsApp channel's public names (implementation in ``channels._whatsapp``)."""
+
+from ._whatsapp import (
+    SIGNATURE_HEADER,
+    TEXT_LIMIT,
+    WhatsAppAdapter,
+    build_payloads,
+    parse_delivery,
+    split_text,
+)
+
+__all__ = [
+    "SIGNATURE_HEADER",
+    "TEXT_LIMIT",
+    "WhatsAppAdapter",
+    "build_payloads",
+    "parse_delivery",
+    "split_text",
+]
