@@ -1,6 +1,58 @@
 """Agents, tools, handoffs, the resolver, the runner and model backends."""
 
-from ._config import AgentsConfig
+from ._agent import Agent, AgentKind, handoff_tool_name
+from ._config import AgentConfig, AgentsConfig, OpenAIModelConfig, RuleConfig
+from ._errors import (
+    AgentConfigError,
+    AgentError,
+    ModelBackendError,
+    StepLimitExceeded,
+    TurnCancelled,
+    TurnTimeout,
+)
+from ._loader import build_registry
+from ._loop import Reply
+from ._model import ModelBackend, ModelMessage, ModelResponse, ToolCall, ToolSpec
+from ._openai import OpenAIModel
 from ._pruning import ChatMessage, prune_to_turns
+from ._registry import Registry
+from ._resolver import resolve_agent
+from ._rules import Rule, RulesModel
+from ._runner import Runner, TurnResult, UserInput
+from ._tools import Tool, ToolResult, tool
 
-__all__ = ["AgentsConfig", "ChatMessage", "prune_to_turns"]
+__all__ = [
+    "Agent",
+    "AgentConfig",
+    "AgentConfigError",
+    "AgentError",
+    "AgentKind",
+    "AgentsConfig",
+    "ChatMessage",
+    "ModelBackend",
+    "ModelBackendError",
+    "ModelMessage",
+    "ModelResponse",
+    "OpenAIModel",
+    "OpenAIModelConfig",
+    "Registry",
+    "Reply",
+    "Rule",
+    "RuleConfig",
+    "RulesModel",
+    "Runner",
+    "StepLimitExceeded",
+    "Tool",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "TurnCancelled",
+    "TurnResult",
+    "TurnTimeout",
+    "UserInput",
+    "build_registry",
+    "handoff_tool_name",
+    "prune_to_turns",
+    "resolve_agent",
+    "tool",
+]

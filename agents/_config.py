@@ -2,11 +2,132 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from collections import Counter
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ._agent import DEFAULT_HUMAN_REPLY
+from ._errors import AgentConfigError
+from ._rules import Rule
+
+AGENT_NAME = r"^[A-Za-z0-9_-]{1,52}$"  # transfer_to_<name> must fit OpenAI's 64 characters
+RULES = "rules"
 
 
-class AgentsConfig(BaseModel):
+class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RuleConfig(_Section):
+    """``[[agents.list.rules]]``: see ``Rule``."""
+
+    match: str | None = None
+    reply: str | None = None
+    tool: str | None = None
+    arguments: dict[str, str] = Field(default_factory=dict)
+    handoff: str | None = None
+    buttons: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _valid_rule(self) -> Self:
+        self.to_rule()  # raises ValueError naming the fault
+        return self
+
+    def to_rule(self) -> Rule:
+        return Rule(**self.model_dump())
+
+
+class OpenAIModelConfig(_Section):
+    """``[agents.models.<name>]``: an OpenAI-compatible chat completions server."""
+
+    type: Literal["openai"] = "openai"
+    base_url: str = "https://api.openai.com/v1"
+    model: str = Field(min_length=1)
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    timeout: float = Field(default=60.0, gt=0)  # seconds per request
+    max_retries: int = Field(default=3, ge=0)  # on 429, 5xx and network errors
+    backoff: float = Field(default=0.5, gt=0)  # first retry delay; doubles each time
+    max_backoff: float = Field(default=30.0, gt=0)
+
+
+class AgentConfig(_Section):
+    """``[[agents.list]]``: one agent."""
+
+    name: str = Field(pattern=AGENT_NAME)
+    kind: Literal["bot", "human"] = "bot"
+    instructions: str = ""
+    description: str = ""
+    model: str | None = None  # "rules" or a name under [agents.models]
+    handoffs: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()  # dotted import paths: "agents.demo.lookup_invoice"
+    rules: tuple[RuleConfig, ...] = ()
+    handoff_reply: str = DEFAULT_HUMAN_REPLY  # human agents: told to the user on handoff
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        for problem in _agent_problems(self):
+            raise AgentConfigError(self.name, problem)
+        return self
+
+
+class AgentsConfig(_Section):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     starting_agent: str = Field(default="triage", min_length=1)
     max_turns: int = Field(default=40, gt=0)
+    max_steps: int = Field(default=8, gt=0)  # model calls per turn
+    max_handoffs: int = Field(default=3, ge=0)  # handoffs per turn
+    turn_timeout: float = Field(default=60.0, gt=0)  # seconds
+    module: str | None = None  # a Python module whose AGENTS lists Agent objects
+    models: dict[str, OpenAIModelConfig] = Field(default_factory=dict)
+    agents: tuple[AgentConfig, ...] = Field(default=(), alias="list")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if RULES in self.models:
+            raise ValueError(f"agents.models: {RULES!r} is the built-in rules backend's name")
+        if self.agents:
+            check_agent_names(
+                [(a.name, a.handoffs) for a in self.agents],
+                self.starting_agent,
+                complete=self.module is None,
+            )
+        for agent in self.agents:
+            if agent.model not in (None, RULES, *self.models):
+                raise AgentConfigError(agent.name, f"model {agent.model!r} is not declared")
+        return self
+
+
+def check_agent_names(
+    agents: list[tuple[str, tuple[str, ...]]], starting: str, *, complete: bool = True
+) -> None:
+    """Refuse duplicate names, unknown handoff targets and a missing starting agent."""
+    duplicates = sorted(name for name, count in Counter(n for n, _ in agents).items() if count > 1)
+    if duplicates:
+        raise AgentConfigError(duplicates[0], "declared more than once")
+    if not complete:
+        return
+    names = {name for name, _ in agents}
+    for name, handoffs in agents:
+        for target in handoffs:
+            if target not in names:
+                raise AgentConfigError(name, f"handoff target {target!r} is not declared")
+    if starting not in names:
+        raise AgentConfigError(starting, "named by starting_agent but not declared")
+
+
+def _agent_problems(agent: AgentConfig) -> list[str]:
+    problems = []
+    if agent.kind == "human" and (agent.model or agent.tools or agent.rules):
+        problems.append("a human agent has no model, tools or rules")
+    if agent.kind == "bot" and not agent.model:
+        problems.append("needs a model ('rules' or a name under [agents.models])")
+    if agent.rules and agent.model != RULES:
+        problems.append("rules need model = 'rules'")
+    for rule in agent.rules:
+        if rule.handoff and rule.handoff not in agent.handoffs:
+            problems.append(f"rule hands off to {rule.handoff!r}, which is not in its handoffs")
+    if agent.name in agent.handoffs:
+        problems.append("cannot hand off to itself")
+    return problems

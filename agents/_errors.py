@@ -1,0 +1,60 @@
+"""Agents exception hierarchy.
+
+* AgentError
+  + AgentConfigError(ValueError)   a declaration that cannot run; names the agent
+  + ModelBackendError              a model server refused or failed (status when known)
+  + StepLimitExceeded              a turn needed more model calls than allowed; rolled back
+  + TurnCancelled                  the turn's cancel event was set; rolled back
+  + TurnTimeout(TimeoutError)      the turn ran longer than allowed; rolled back
+"""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    """Base of every error agents/ raises on purpose."""
+
+    code = "agent_error"
+
+
+class AgentConfigError(AgentError, ValueError):
+    code = "agent_config"
+
+    def __init__(self, agent: str | None, message: str) -> None:
+        super().__init__(f"agent {agent!r}: {message}" if agent else message)
+        self.agent = agent
+
+
+class ModelBackendError(AgentError):
+    code = "model_backend"
+
+    def __init__(self, backend: str, message: str, status: int | None = None) -> None:
+        super().__init__(f"model backend {backend!r}: {message}")
+        self.backend = backend
+        self.status = status
+
+
+class StepLimitExceeded(AgentError):
+    code = "step_limit"
+
+    def __init__(self, session_id: str, steps: int) -> None:
+        super().__init__(f"session {session_id!r}: no final answer after {steps} model calls")
+        self.session_id = session_id
+        self.steps = steps
+
+
+class TurnCancelled(AgentError):
+    code = "turn_cancelled"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r}: turn cancelled; nothing was written")
+        self.session_id = session_id
+
+
+class TurnTimeout(AgentError, TimeoutError):
+    code = "turn_timeout"
+
+    def __init__(self, session_id: str, seconds: float) -> None:
+        super().__init__(f"session {session_id!r}: turn took longer than {seconds:g}s; rolled back")
+        self.session_id = session_id
+        self.seconds = seconds

@@ -1,0 +1,101 @@
+"""Build the registry from ``[agents]``: agents from the list and from ``agents.module``."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from ._agent import Agent
+from ._config import RULES, AgentConfig, AgentsConfig
+from ._errors import AgentConfigError
+from ._model import ModelBackend
+from ._openai import OpenAIModel, Sleep
+from ._registry import Registry
+from ._rules import RulesModel
+from ._tools import Tool, make_tool
+
+
+def build_registry(
+    config: AgentsConfig,
+    *,
+    environ: Mapping[str, str] = os.environ,
+    session: aiohttp.ClientSession | None = None,
+    sleep: Sleep | None = None,
+) -> Registry:
+    """Import tools and modules, build the backends, validate; errors name the agent."""
+    models = {name: _openai(name, config, environ, session, sleep) for name in config.models}
+    agents = [agent_from_config(spec) for spec in config.agents]
+    if config.module:
+        agents += module_agents(config.module)
+    return Registry(agents, config.starting_agent, models=models)
+
+
+def agent_from_config(spec: AgentConfig) -> Agent:
+    """One ``[[agents.list]]`` entry as an ``Agent``; its tools imported by dotted path."""
+    model: ModelBackend | str | None = spec.model
+    if spec.model == RULES:
+        model = RulesModel([rule.to_rule() for rule in spec.rules])
+    return Agent(
+        name=spec.name,
+        instructions=spec.instructions,
+        tools=[import_tool(spec.name, path) for path in spec.tools],
+        handoffs=spec.handoffs,
+        model=model,
+        kind=spec.kind,
+        description=spec.description,
+        handoff_reply=spec.handoff_reply,
+    )
+
+
+def import_tool(agent: str, path: str) -> Tool:
+    """The ``Tool`` at ``package.module.name`` (a plain function is wrapped with ``@tool``)."""
+    try:
+        found = _import(path)
+        return found if isinstance(found, Tool) else make_tool(found)
+    except Exception as exc:
+        raise AgentConfigError(agent, f"tool {path!r} cannot be imported: {exc}") from exc
+
+
+def module_agents(module_name: str) -> list[Agent]:
+    """The ``AGENTS`` sequence of ``module_name``."""
+    where = f"agents.module {module_name!r}"
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise AgentConfigError(None, f"{where} cannot be imported: {exc}") from exc
+    found = getattr(module, "AGENTS", None)
+    if not isinstance(found, list | tuple) or not all(isinstance(a, Agent) for a in found):
+        raise AgentConfigError(None, f"{where} must define AGENTS, a list of Agent objects")
+    return list(found)
+
+
+def _import(path: str) -> Any:
+    module_name, _, attribute = path.rpartition(".")
+    if not module_name:
+        raise ValueError("expected a dotted path such as package.module.function")
+    found = getattr(importlib.import_module(module_name), attribute, None)
+    if found is None or not callable(found):
+        raise ValueError(f"{module_name} has no callable {attribute!r}")
+    return found
+
+
+def _openai(
+    name: str,
+    config: AgentsConfig,
+    environ: Mapping[str, str],
+    session: aiohttp.ClientSession | None,
+    sleep: Sleep | None,
+) -> OpenAIModel:
+    settings = config.models[name]
+    api_key = None
+    if settings.api_key_env:
+        api_key = environ.get(settings.api_key_env)
+        if not api_key:
+            message = f"environment variable {settings.api_key_env} (its API key) is not set"
+            raise AgentConfigError(None, f"agents.models.{name}: {message}")
+    extra: dict[str, Any] = {"sleep": sleep} if sleep else {}
+    return OpenAIModel(name, settings, api_key=api_key, session=session, **extra)

@@ -1,0 +1,117 @@
+"""One turn's work: model -> tools -> model, with handoffs, up to a step limit."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from store import NewMessage, Turn
+
+from ._agent import Agent, handoff_target
+from ._context import StoredMessage, assistant_data, build_context, tool_data
+from ._errors import StepLimitExceeded
+from ._model import ModelResponse, ToolCall
+from ._registry import Registry
+from ._tools import ToolResult
+
+logger = logging.getLogger("agents.runner")
+
+HANDOFF_EVENT = "handoff"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A message for the user: text, optional buttons, and the agent that wrote it."""
+
+    text: str
+    agent: str
+    buttons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_turns: int = 40
+    max_steps: int = 8
+    max_handoffs: int = 3
+
+
+class TurnLoop:
+    """Runs one turn inside an open store turn; everything it writes is buffered there."""
+
+    def __init__(self, turn: Turn, registry: Registry, limits: Limits, agent: Agent) -> None:
+        self.turn = turn
+        self.registry = registry
+        self.limits = limits
+        self.agent = agent
+        self.replies: list[Reply] = []
+        self.handoffs = 0
+
+    async def run(self) -> list[Reply]:
+        """Ask the model until it answers without tool calls (or a human takes over)."""
+        if self.agent.kind == "human":
+            return self.replies  # operators answer
+        for _ in range(self.limits.max_steps):
+            response = await self._ask()
+            self._record(response)
+            if not response.tool_calls or await self._run_calls(response.tool_calls):
+                return self.replies
+        raise StepLimitExceeded(self.turn.session.session_id, self.limits.max_steps)
+
+    async def _ask(self) -> ModelResponse:
+        history: list[StoredMessage] = [*self.turn.history, *self.turn.pending]
+        context = build_context(self.agent, history, self.limits.max_turns)
+        model = self.registry.model_for(self.agent)
+        return await model.complete(context, self.registry.tool_specs(self.agent))
+
+    def _record(self, response: ModelResponse) -> None:
+        if not (response.text or response.tool_calls):
+            return
+        data = assistant_data(response)
+        self.turn.append(NewMessage("assistant", response.text, agent=self.agent.name, data=data))
+        if response.text:
+            self.replies.append(Reply(response.text, self.agent.name, response.buttons))
+
+    async def _run_calls(self, calls: Sequence[ToolCall]) -> bool:
+        """Answer every call; take the first handoff. True when a human takes over."""
+        target: Agent | None = None
+        for call in calls:
+            result, wanted = await self._answer(call, taken=target is not None)
+            data = tool_data(call, result)
+            self.turn.append(NewMessage("tool", result.text, agent=self.agent.name, data=data))
+            target = target or wanted
+        if target is None:
+            return False
+        self._switch(target)
+        return target.kind == "human"
+
+    async def _answer(self, call: ToolCall, *, taken: bool) -> tuple[ToolResult, Agent | None]:
+        name = handoff_target(call.name)
+        if name is not None and name in self.agent.handoffs:
+            return self._handoff(name, taken=taken)
+        tool = self.agent.tool_named(call.name)
+        if tool is None:
+            return ToolResult.error(f"unknown tool {call.name!r}"), None
+        return await tool.invoke(call.arguments), None
+
+    def _handoff(self, name: str, *, taken: bool) -> tuple[ToolResult, Agent | None]:
+        if taken:
+            return ToolResult.error("one handoff per answer; this one was ignored"), None
+        if self.handoffs >= self.limits.max_handoffs:
+            return ToolResult.error("no more handoffs in this turn; answer the user"), None
+        return ToolResult(f"Transferred to {name}."), self.registry.get(name)
+
+    def _switch(self, target: Agent) -> None:
+        self.handoffs += 1
+        logger.info(
+            "session %s: handoff %s -> %s",
+            self.turn.session.session_id,
+            self.agent.name,
+            target.name,
+        )
+        self.turn.record_event(HANDOFF_EVENT, {"from": self.agent.name, "to": target.name})
+        self.turn.set_active_agent(target.name)
+        self.agent = target
+        if target.kind == "human" and target.handoff_reply:
+            self.turn.append(NewMessage("assistant", target.handoff_reply, agent=target.name))
+            self.replies.append(Reply(target.handoff_reply, target.name))

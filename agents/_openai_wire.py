@@ -1,0 +1,93 @@
+"""The chat completions wire format: requests from our messages, responses to ours."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ._model import ModelMessage, ModelResponse, ToolCall, ToolSpec
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _Function(_Wire):
+    name: str
+    arguments: str | dict[str, Any] | None = None  # some servers send an object
+
+
+class _ToolCall(_Wire):
+    id: str
+    function: _Function
+
+
+class _Message(_Wire):
+    content: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _Choice(_Wire):
+    message: _Message
+
+
+class _Completion(_Wire):
+    choices: list[_Choice]
+
+
+def request_body(
+    model: str, messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]
+) -> dict[str, Any]:
+    """The JSON body of a POST to ``{base_url}/chat/completions``."""
+    body: dict[str, Any] = {"model": model, "messages": [_message(m) for m in messages]}
+    if tools:
+        body["tools"] = [_tool(spec) for spec in tools]
+    return body
+
+
+def parse_completion(payload: bytes) -> ModelResponse:
+    """Our response from the server's; ValueError when it is not a completion."""
+    try:
+        completion = _Completion.model_validate_json(payload)
+    except ValidationError as exc:
+        raise ValueError(f"not a chat completion: {exc.error_count()} error(s)") from None
+    if not completion.choices:
+        raise ValueError("a chat completion without choices")
+    message = completion.choices[0].message
+    calls = tuple(_call(call) for call in message.tool_calls or ())
+    return ModelResponse(text=message.content or None, tool_calls=calls)
+
+
+def _call(call: _ToolCall) -> ToolCall:
+    arguments = call.function.arguments
+    if arguments is None:
+        arguments = "{}"
+    elif not isinstance(arguments, str):
+        arguments = json.dumps(arguments)
+    return ToolCall(call.id, call.function.name, arguments)
+
+
+def _message(message: ModelMessage) -> dict[str, Any]:
+    # only an assistant message may have null content (when it carries tool calls)
+    content = message.text if message.role == "assistant" else message.text or ""
+    out: dict[str, Any] = {"role": message.role, "content": content}
+    if message.role == "assistant" and message.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in message.tool_calls
+        ]
+    if message.role == "tool":
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    function = {"name": spec.name, "description": spec.description, "parameters": spec.parameters}
+    return {"type": "function", "function": function}

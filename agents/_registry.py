@@ -1,0 +1,90 @@
+"""The registry: every agent by name, validated once at start; the resolver's lookup table."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._agent import Agent, handoff_spec
+from ._config import AGENT_NAME, check_agent_names
+from ._errors import AgentConfigError
+from ._model import ModelBackend, ToolSpec
+from ._rules import RulesModel
+
+
+class Registry:
+    """Agents by name plus the named model backends they refer to."""
+
+    def __init__(
+        self,
+        agents: Iterable[Agent],
+        starting_agent: str,
+        *,
+        models: Mapping[str, ModelBackend] | None = None,
+    ) -> None:
+        listed = list(agents)
+        check_agent_names([(a.name, tuple(a.handoffs)) for a in listed], starting_agent)
+        self._agents = {agent.name: agent for agent in listed}
+        self._models = dict(models or {})
+        for agent in listed:
+            _check_agent(agent, self._models)
+        self.starting_agent = self._agents[starting_agent]
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._agents)
+
+    def get(self, name: str) -> Agent | None:
+        """The agent called ``name``, or None when it is not (or no longer) declared."""
+        return self._agents.get(name)
+
+    def model_for(self, agent: Agent) -> ModelBackend:
+        """The backend that answers for ``agent`` (a bot agent always has one)."""
+        if isinstance(agent.model, str):
+            return self._models[agent.model]
+        if agent.model is None:
+            raise AgentConfigError(agent.name, "has no model")
+        return agent.model
+
+    def tool_specs(self, agent: Agent) -> list[ToolSpec]:
+        """The agent's tools, then one ``transfer_to_<name>`` tool per handoff target."""
+        specs = [tool.spec() for tool in agent.tools]
+        return specs + [handoff_spec(self._agents[name]) for name in agent.handoffs]
+
+    async def aclose(self) -> None:
+        """Close every backend once."""
+        backends: dict[int, Any] = {id(m): m for m in self._models.values()}
+        for agent in self._agents.values():
+            if agent.model is not None and not isinstance(agent.model, str):
+                backends[id(agent.model)] = agent.model
+        for backend in backends.values():
+            await backend.aclose()
+
+
+def _check_agent(agent: Agent, models: Mapping[str, ModelBackend]) -> None:
+    if not re.fullmatch(AGENT_NAME, agent.name):
+        raise AgentConfigError(agent.name, f"name must match {AGENT_NAME}")
+    if agent.name in agent.handoffs:
+        raise AgentConfigError(agent.name, "cannot hand off to itself")
+    if agent.kind == "human" and (agent.model is not None or agent.tools):
+        raise AgentConfigError(agent.name, "a human agent has no model or tools")
+    if agent.kind == "bot" and agent.model is None:
+        raise AgentConfigError(agent.name, "needs a model")
+    if isinstance(agent.model, str) and agent.model not in models:
+        raise AgentConfigError(agent.name, f"model {agent.model!r} is not declared")
+    names = [tool.name for tool in agent.tools]
+    if len(set(names)) != len(names):
+        raise AgentConfigError(agent.name, "two tools share a name")
+    if isinstance(agent.model, RulesModel):
+        _check_rules(agent, agent.model)
+
+
+def _check_rules(agent: Agent, model: RulesModel) -> None:
+    for rule in model.rules:
+        if rule.tool and agent.tool_named(rule.tool) is None:
+            message = f"a rule calls tool {rule.tool!r}, which is not among its tools"
+            raise AgentConfigError(agent.name, message)
+        if rule.handoff and rule.handoff not in agent.handoffs:
+            message = f"a rule hands off to {rule.handoff!r}, which is not in its handoffs"
+            raise AgentConfigError(agent.name, message)

@@ -1,0 +1,36 @@
+"""The resolver: the session stores only a name; each turn binds it to a registry ``Agent``."""
+
+from __future__ import annotations
+
+import logging
+
+from store import Turn
+
+from ._agent import Agent
+from ._registry import Registry
+
+logger = logging.getLogger("agents.resolver")
+
+FALLBACK_EVENT = "agent_fallback"
+
+
+def resolve_agent(turn: Turn, registry: Registry) -> Agent:
+    """The turn's active agent; an undeclared name falls back to the starting agent.
+
+    The fallback is logged, recorded as a session event and made the session's active
+    agent, all in the turn's transaction. It is never a placeholder without tools.
+    """
+    name = turn.active_agent
+    agent = registry.get(name)
+    if agent is not None:
+        return agent
+    fallback = registry.starting_agent
+    logger.warning(
+        "session %s: agent %r is not declared any more; falling back to %r",
+        turn.session.session_id,
+        name,
+        fallback.name,
+    )
+    turn.record_event(FALLBACK_EVENT, {"from": name, "to": fallback.name})
+    turn.set_active_agent(fallback.name)
+    return fallback

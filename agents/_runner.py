@@ -1,0 +1,122 @@
+"""The runner: one atomic turn per inbound message, committed once or not at all."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from store import NewMessage, Store, Turn
+
+from ._config import AgentsConfig
+from ._errors import TurnCancelled, TurnTimeout
+from ._loop import Limits, Reply, TurnLoop
+from ._registry import Registry
+from ._resolver import resolve_agent
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class UserInput:
+    """A user's message as the runner needs it; the gateway converts channel events."""
+
+    text: str
+    data: Mapping[str, Any] = field(default_factory=dict)  # kept on the stored user message
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """What a committed turn produced: the replies to send and the agent before and after."""
+
+    session_id: str
+    replies: tuple[Reply, ...]
+    agent_before: str
+    agent_after: str
+    message_ids: tuple[int, ...]
+
+
+class Runner:
+    """Runs turns against a store and a registry.
+
+    A turn that raises, times out or is cancelled leaves no trace in the store: the store's
+    turn context rolls back when the exception passes through it. A second turn of a session
+    whose turn is open raises the store's ``TurnActive``.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        *,
+        max_turns: int = 40,
+        max_steps: int = 8,
+        max_handoffs: int = 3,
+        turn_timeout: float | None = 60.0,
+    ) -> None:
+        if max_turns <= 0:
+            raise ValueError(f"max_turns must be > 0, got {max_turns}")
+        self._store = store
+        self._registry = registry
+        self._limits = Limits(max_turns, max_steps, max_handoffs)
+        self._turn_timeout = turn_timeout
+
+    @classmethod
+    def from_config(cls, store: Store, registry: Registry, config: AgentsConfig) -> Runner:
+        """A runner with the limits of ``[agents]``."""
+        return cls(
+            store,
+            registry,
+            max_turns=config.max_turns,
+            max_steps=config.max_steps,
+            max_handoffs=config.max_handoffs,
+            turn_timeout=config.turn_timeout,
+        )
+
+    async def run_turn(
+        self, session_id: str, inbound: UserInput, *, cancel: asyncio.Event | None = None
+    ) -> TurnResult:
+        """Answer ``inbound`` in ``session_id``; commit history and active agent once."""
+        async with self._store.turn(session_id) as turn:
+            before = turn.session.active_agent
+            replies = await self._guarded(session_id, self._work(turn, inbound), cancel)
+            after = turn.active_agent
+        ids = tuple(message.id for message in turn.committed)
+        return TurnResult(session_id, tuple(replies), before, after, ids)
+
+    async def _work(self, turn: Turn, inbound: UserInput) -> list[Reply]:
+        agent = resolve_agent(turn, self._registry)
+        turn.append(NewMessage("user", inbound.text, data=dict(inbound.data)))
+        return await TurnLoop(turn, self._registry, self._limits, agent).run()
+
+    async def _guarded(
+        self, session_id: str, work: Coroutine[Any, Any, T], cancel: asyncio.Event | None
+    ) -> T:
+        timeout = asyncio.timeout(self._turn_timeout)
+        try:
+            async with timeout:
+                return await _unless_cancelled(session_id, work, cancel)
+        except TimeoutError:
+            if timeout.expired() and self._turn_timeout is not None:
+                raise TurnTimeout(session_id, self._turn_timeout) from None
+            raise
+
+
+async def _unless_cancelled(
+    session_id: str, work: Coroutine[Any, Any, T], cancel: asyncio.Event | None
+) -> T:
+    """Await ``work``; when ``cancel`` is set first, stop it and raise TurnCancelled."""
+    if cancel is None:
+        return await work
+    body = asyncio.create_task(work)
+    stop = asyncio.create_task(cancel.wait())
+    try:
+        await asyncio.wait({body, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (body, stop):
+            task.cancel()
+        await asyncio.gather(body, stop, return_exceptions=True)
+    if cancel.is_set():
+        raise TurnCancelled(session_id)
+    return body.result()
