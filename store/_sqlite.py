@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
@@ -18,6 +19,8 @@ from ._ids import make_session_id, validate_session_id
 from ._rows import dump_json
 from ._sqlite_turn import SQLiteTurn, TurnScope
 from ._types import ROLES, SESSION_STATUSES, Message, Role, Session, SessionEvent, SessionStatus
+
+log = logging.getLogger(__name__)
 
 DEFAULT_DEDUP_TTL_HOURS = 192.0
 MAX_LIST_LIMIT = 1000
@@ -328,6 +331,7 @@ class SQLiteStore:
         while True:
             run = partial(dedup.purge_chunk, cutoff=cutoff, chunk_size=chunk_size)
             deleted = await self._db.write(run)
+            log.debug("purged %d expired dedup rows in one transaction", deleted)
             total += deleted
             if deleted < chunk_size:
                 return total

@@ -164,11 +164,14 @@ class TurnScope:
         self._open_turns.add(self._sid)
         try:
             session, history = await self._conn.write(self._begin)
+        except Exception:
+            self._open_turns.discard(self._sid)  # _begin failed and rolled back
+            raise
         except BaseException:
             # A cancelled caller does not stop _begin (already queued on the connection's
             # thread); _restore is queued after it, so it undoes whatever _begin did.
-            await self._conn.write(self._restore)
             self._open_turns.discard(self._sid)
+            await self._conn.write(self._restore)
             raise
         self._turn = SQLiteTurn(session, history, self._clock)
         return self._turn

@@ -1,0 +1,120 @@
+"""Opening a file: PRAGMAs, schema version and migrations, reopening with everything there."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from store import NewMessage, SchemaTooNewError, SQLiteStore, StoreError
+from store._schema import LATEST, MIGRATIONS
+
+from .conftest import FakeClock, raw_rows
+
+SID = "telegram-support-1"
+
+
+def fingerprint(path: Path) -> tuple[str, int]:
+    return hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns
+
+
+def set_user_version(path: Path, version: int) -> None:
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(f"PRAGMA user_version = {version}")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+async def test_open_fresh_file_gets_latest_version(db_path: Path) -> None:
+    async with SQLiteStore(db_path):
+        pass
+    assert raw_rows(db_path, "PRAGMA user_version") == [(LATEST,)]
+    assert LATEST == len(MIGRATIONS) >= 1
+
+
+async def test_open_sets_wal_foreign_keys_full_sync_and_busy_timeout(
+    file_store: SQLiteStore,
+) -> None:
+    def pragmas(conn: sqlite3.Connection) -> tuple[object, ...]:
+        names = ("journal_mode", "foreign_keys", "synchronous", "busy_timeout")
+        return tuple(conn.execute(f"PRAGMA {name}").fetchone()[0] for name in names)
+
+    assert await file_store._db.call(pragmas) == ("wal", 1, 2, 5000)
+
+
+async def test_open_memory_skips_wal(store: SQLiteStore) -> None:
+    await store.ping()  # the memory variant of the fixture opened without WAL
+
+
+async def test_open_refuses_newer_schema_and_leaves_file_untouched(db_path: Path) -> None:
+    async with SQLiteStore(db_path) as store:
+        await store.create_session("telegram", "support", "1", "triage")
+    set_user_version(db_path, LATEST + 1)
+    before = fingerprint(db_path)
+    with pytest.raises(SchemaTooNewError) as caught:
+        await SQLiteStore.open(db_path)
+    assert caught.value.found == LATEST + 1
+    assert caught.value.known == LATEST
+    assert "newer than this gateway knows" in str(caught.value)
+    assert fingerprint(db_path) == before
+    assert raw_rows(db_path, "PRAGMA user_version") == [(LATEST + 1,)]
+
+
+async def test_open_refuses_newer_schema_on_plain_sqlite_file(db_path: Path) -> None:
+    set_user_version(db_path, 99)
+    before = fingerprint(db_path)
+    with pytest.raises(SchemaTooNewError):
+        async with SQLiteStore(db_path):
+            pass
+    assert fingerprint(db_path) == before
+    assert raw_rows(db_path, "PRAGMA journal_mode") == [("delete",)]
+
+
+async def test_open_twice_migrates_once(db_path: Path) -> None:
+    async with SQLiteStore(db_path), SQLiteStore(db_path):
+        pass
+    assert raw_rows(db_path, "PRAGMA user_version") == [(LATEST,)]
+
+
+async def test_reopen_keeps_everything(db_path: Path, clock: FakeClock) -> None:
+    async with SQLiteStore(db_path, clock=clock) as store:
+        await store.create_session("telegram", "support", "1", "triage", {"lang": "en"})
+        first = await store.append_message(SID, "user", "hi")
+        async with store.turn(SID) as turn:
+            turn.append(NewMessage("assistant", "hello", agent="triage"))
+            turn.set_active_agent("billing")
+            turn.record_event("handoff", {"to": "billing"})
+        await store.append_message(SID, "user", "branch b")
+        await store.set_active_head(SID, turn.committed[0].id)
+        assert await store.claim(["wa:1", "tg:2"]) == {"wa:1", "tg:2"}
+        session = await store.get_session(SID)
+        events = await store.list_events(SID)
+        branch = await store.get_branch(SID)
+    async with SQLiteStore(db_path, clock=clock) as store:
+        assert await store.get_session(SID) == session
+        assert await store.get_branch(SID) == branch
+        assert [m.text for m in branch] == ["hi", "hello"]
+        assert branch[0].id == first.id
+        assert await store.list_events(SID) == events
+        assert await store.claim(["wa:1", "tg:2", "new"]) == {"new"}
+
+
+async def test_closed_store_refuses_calls(db_path: Path) -> None:
+    store = await SQLiteStore.open(db_path)
+    await store.aclose()
+    await store.aclose()  # idempotent
+    with pytest.raises(StoreError, match="not open"):
+        await store.ping()
+
+
+async def test_turn_on_closed_connection_raises_store_error(db_path: Path) -> None:
+    store = await SQLiteStore.open(db_path)
+    await store.create_session("telegram", "support", "1", "triage")
+    scope = store.turn(SID)
+    await store.aclose()
+    with pytest.raises(StoreError, match="closed"):
+        await scope.__aenter__()

@@ -1,0 +1,347 @@
+"""Turns: buffered writes, one commit; rollback and cancellation leave no trace."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store import (
+    Message,
+    NewMessage,
+    RunActive,
+    SessionDeletedError,
+    SessionNotFound,
+    SQLiteStore,
+    StoreError,
+    TurnActive,
+)
+
+from .conftest import FakeClock, raw_rows
+
+SID = "telegram-support-1"
+
+
+class Boom(Exception):
+    pass
+
+
+def session_row(path: Path) -> list[tuple[Any, ...]]:
+    return raw_rows(path, "SELECT * FROM sessions WHERE session_id = ?", SID)
+
+
+def counts(path: Path) -> tuple[int, int]:
+    messages = raw_rows(path, "SELECT count(*) FROM messages")[0][0]
+    events = raw_rows(path, "SELECT count(*) FROM session_events")[0][0]
+    return messages, events
+
+
+@pytest.fixture
+async def seeded(file_store: SQLiteStore, clock: FakeClock) -> SQLiteStore:
+    await file_store.create_session("telegram", "support", "1", "triage", {"k": "v"})
+    await file_store.append_message(SID, "user", "hello")
+    clock.advance(60)
+    return file_store
+
+
+def _fill(turn: Any) -> None:
+    turn.append(NewMessage("assistant", "one", agent="triage"))
+    turn.append(NewMessage("tool", "two", data={"call": 1}))
+    turn.set_active_agent("billing")
+    turn.update_metadata({"x": 1})
+    turn.record_event("handoff", {"to": "billing"})
+
+
+async def test_turn_commits_everything_together(seeded: SQLiteStore, clock: FakeClock) -> None:
+    async with seeded.turn(SID) as turn:
+        assert turn.session.status == "running"
+        assert [m.text for m in turn.history] == ["hello"]
+        _fill(turn)
+        assert [m.text for m in turn.pending] == ["one", "two"]
+        assert turn.active_agent == "billing"
+        assert turn.committed == ()
+    session = await seeded.get_session(SID)
+    assert session is not None
+    assert session.status == "idle"
+    assert session.active_agent == "billing"
+    assert session.metadata == {"k": "v", "x": 1}
+    assert session.head_id == turn.committed[-1].id
+    assert session.updated_at.timestamp() == clock.now
+    branch = await seeded.get_branch(SID)
+    assert [m.text for m in branch] == ["hello", "one", "two"]
+    assert list(turn.committed) == branch[1:]
+    assert [e.kind for e in await seeded.list_events(SID)] == ["handoff"]
+
+
+async def test_turn_writes_nothing_before_exit(seeded: SQLiteStore, db_path: Path) -> None:
+    before = counts(db_path)
+    async with seeded.turn(SID) as turn:
+        _fill(turn)
+        assert counts(db_path) == before
+        assert session_row(db_path)[0][5] == "running"
+
+
+async def test_turn_start_leaves_updated_at_alone(seeded: SQLiteStore, db_path: Path) -> None:
+    before = session_row(db_path)[0]
+    async with seeded.turn(SID):
+        during = session_row(db_path)[0]
+        assert during[:5] + during[6:] == before[:5] + before[6:]
+
+
+async def test_turn_exception_leaves_session_byte_for_byte(
+    seeded: SQLiteStore, db_path: Path
+) -> None:
+    before, before_counts = session_row(db_path), counts(db_path)
+
+    async def failing() -> None:
+        async with seeded.turn(SID) as turn:
+            _fill(turn)
+            raise Boom
+
+    with pytest.raises(Boom):
+        await failing()
+    assert session_row(db_path) == before
+    assert counts(db_path) == before_counts
+
+
+async def test_turn_cancellation_leaves_session_byte_for_byte(
+    seeded: SQLiteStore, db_path: Path
+) -> None:
+    before, before_counts = session_row(db_path), counts(db_path)
+    entered, never = asyncio.Event(), asyncio.Event()
+
+    async def body() -> None:
+        async with seeded.turn(SID) as turn:
+            _fill(turn)
+            entered.set()
+            await never.wait()
+
+    task = asyncio.create_task(body())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert session_row(db_path) == before
+    assert counts(db_path) == before_counts
+
+
+async def test_turn_cancelled_while_entering_restores_status(
+    seeded: SQLiteStore, db_path: Path
+) -> None:
+    before = session_row(db_path)
+    reached: list[bool] = []
+
+    async def enter() -> None:
+        async with seeded.turn(SID):
+            reached.append(True)
+
+    task = asyncio.create_task(enter())
+    await seeded.ping()  # the task has run up to its first await: the enter is queued
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await seeded.ping()
+    assert reached == []
+    assert session_row(db_path) == before
+    async with seeded.turn(SID):  # not stuck as open in this process
+        pass
+
+
+async def test_turn_rollback_restores_interrupted_status(
+    seeded: SQLiteStore, db_path: Path
+) -> None:
+    scope = seeded.turn(SID)
+    await scope.__aenter__()
+    await seeded.aclose()  # a crash: the turn never exits
+    async with SQLiteStore(db_path) as reopened:
+        assert await reopened.interrupt_running() == [SID]
+        before = session_row(db_path)
+        with pytest.raises(Boom):
+            async with reopened.turn(SID):
+                raise Boom
+        assert session_row(db_path) == before
+        async with reopened.turn(SID) as turn:
+            assert turn.session.status == "running"
+        assert (await reopened.get_session(SID)).status == "idle"  # type: ignore[union-attr]
+
+
+async def test_turn_crash_leaves_running_for_recovery(seeded: SQLiteStore, db_path: Path) -> None:
+    scope = seeded.turn(SID)
+    turn = await scope.__aenter__()
+    turn.append(NewMessage("assistant", "never written"))
+    await seeded.aclose()
+    assert session_row(db_path)[0][5] == "running"
+    async with SQLiteStore(db_path) as reopened:
+        assert [m.text for m in await reopened.get_branch(SID)] == ["hello"]
+        assert await reopened.interrupt_running() == [SID]
+        assert (await reopened.get_session(SID)).status == "interrupted"  # type: ignore[union-attr]
+
+
+async def test_turn_session_deleted_meanwhile_writes_nothing(
+    seeded: SQLiteStore, db_path: Path
+) -> None:
+    async def deleting() -> None:
+        async with seeded.turn(SID) as turn:
+            _fill(turn)
+            assert await seeded.delete_session(SID)
+
+    with pytest.raises(SessionDeletedError) as caught:
+        await deleting()
+    assert caught.value.code == "session_deleted"
+    assert counts(db_path) == (0, 0)
+
+
+async def test_turn_session_recreated_meanwhile_writes_nothing(
+    seeded: SQLiteStore, clock: FakeClock, db_path: Path
+) -> None:
+    async def recreating() -> None:
+        async with seeded.turn(SID) as turn:
+            _fill(turn)
+            await seeded.delete_session(SID)
+            clock.advance(1)
+            await seeded.create_session("telegram", "support", "1", "triage")
+
+    with pytest.raises(SessionDeletedError):
+        await recreating()
+    assert counts(db_path) == (0, 0)
+    assert session_row(db_path)[0][5] == "idle"
+
+
+async def test_turn_refuses_missing_session(store: SQLiteStore) -> None:
+    with pytest.raises(SessionNotFound):
+        async with store.turn(SID):
+            pass
+    await store.create_session("telegram", "support", "1", "triage")
+    async with store.turn(SID):  # the failed enter did not leave the id marked open
+        pass
+
+
+async def test_turn_refuses_nested_turn_of_same_session(seeded: SQLiteStore) -> None:
+    async with seeded.turn(SID):
+        with pytest.raises(TurnActive) as caught:
+            async with seeded.turn(SID):
+                pass
+    assert caught.value.code == "turn_active"
+    async with seeded.turn(SID):
+        pass
+
+
+async def test_turn_refuses_concurrent_turn_of_same_session(seeded: SQLiteStore) -> None:
+    async def one() -> None:
+        async with seeded.turn(SID) as turn:
+            turn.append(NewMessage("assistant", "x"))
+
+    results = await asyncio.gather(one(), one(), return_exceptions=True)
+    assert sum(isinstance(r, TurnActive) for r in results) == 1
+    assert sum(r is None for r in results) == 1
+
+
+async def test_turns_of_different_sessions_run_side_by_side(seeded: SQLiteStore) -> None:
+    await seeded.create_session("telegram", "support", "2", "triage")
+    async with seeded.turn(SID) as a, seeded.turn("telegram-support-2") as b:
+        a.append(NewMessage("assistant", "a"))
+        b.append(NewMessage("assistant", "b"))
+    assert [m.text for m in await seeded.get_branch("telegram-support-2")] == ["b"]
+
+
+async def test_turn_refuses_session_running_in_another_store(
+    seeded: SQLiteStore, db_path: Path
+) -> None:
+    async with SQLiteStore(db_path) as other, seeded.turn(SID):
+        with pytest.raises(RunActive):
+            async with other.turn(SID):
+                pass
+
+
+async def test_turn_commit_chains_after_messages_appended_meanwhile(seeded: SQLiteStore) -> None:
+    async with seeded.turn(SID) as turn:
+        await seeded.append_message(SID, "assistant", "operator reply")
+        turn.append(NewMessage("assistant", "model reply"))
+    texts = [m.text for m in await seeded.get_branch(SID)]
+    assert texts == ["hello", "operator reply", "model reply"]
+
+
+async def test_turn_keeps_agent_changed_meanwhile_unless_it_sets_one(seeded: SQLiteStore) -> None:
+    async with seeded.turn(SID):
+        await seeded.update_session(SID, active_agent="human", metadata={"m": 1})
+    session = await seeded.get_session(SID)
+    assert session is not None
+    assert (session.active_agent, session.metadata) == ("human", {"k": "v", "m": 1})
+
+
+async def test_turn_rejects_bad_input_in_the_body(seeded: SQLiteStore) -> None:
+    async with seeded.turn(SID) as turn:
+        with pytest.raises(ValueError):
+            turn.append(NewMessage("robot", "x"))  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            turn.append(NewMessage("user", "x", data={"bad": object()}))
+        with pytest.raises(ValueError):
+            turn.set_active_agent("")
+        with pytest.raises(ValueError):
+            turn.record_event("", {})
+        with pytest.raises(TypeError):
+            turn.update_metadata({"bad": {1, 2}})
+        assert turn.pending == ()
+
+
+async def test_turn_refuses_writes_after_exit(seeded: SQLiteStore) -> None:
+    async with seeded.turn(SID) as turn:
+        pass
+    with pytest.raises(StoreError):
+        turn.append(NewMessage("user", "late"))
+
+
+async def test_turn_commit_hook_runs_in_the_same_transaction(
+    seeded: SQLiteStore, db_path: Path
+) -> None:
+    seen: list[int] = []
+
+    def hook(conn: sqlite3.Connection, committed: Sequence[Message]) -> None:
+        seen.extend(m.id for m in committed)
+        sql = "UPDATE sessions SET metadata = json_object('hooked', json('true'))"
+        conn.execute(sql + " WHERE session_id = ?", (SID,))
+
+    async with seeded.turn(SID) as turn:
+        turn.append(NewMessage("assistant", "x"))
+        turn.add_commit_hook(hook)
+    assert seen == [turn.committed[0].id]
+    assert (await seeded.get_session(SID)).metadata == {"hooked": True}  # type: ignore[union-attr]
+
+
+async def test_turn_failing_commit_hook_writes_nothing_and_restores_status(
+    seeded: SQLiteStore, db_path: Path
+) -> None:
+    before, before_counts = session_row(db_path), counts(db_path)
+
+    def hook(conn: sqlite3.Connection, committed: Sequence[Message]) -> None:
+        raise Boom
+
+    async def hooked() -> None:
+        async with seeded.turn(SID) as turn:
+            _fill(turn)
+            turn.add_commit_hook(hook)
+
+    with pytest.raises(Boom):
+        await hooked()
+    assert session_row(db_path) == before
+    assert counts(db_path) == before_counts
+
+
+async def test_turn_works_in_memory(store: SQLiteStore) -> None:
+    await store.create_session("telegram", "support", "1", "triage")
+
+    async def failing() -> None:
+        async with store.turn(SID) as turn:
+            turn.append(NewMessage("user", "x"))
+            raise Boom
+
+    with pytest.raises(Boom):
+        await failing()
+    async with store.turn(SID) as turn:
+        turn.append(NewMessage("user", "y"))
+    assert [m.text for m in await store.get_branch(SID)] == ["y"]
+    assert (await store.get_session(SID)).status == "idle"  # type: ignore[union-attr]
