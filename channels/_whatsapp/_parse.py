@@ -160,7 +160,10 @@ def _message(
     contact = _contact_for(contacts, wire.from_, wire.from_user_id)
     sender = _sender(wire, contact)
     user_id = wire.from_user_id or (contact.user_id if contact else None)
-    body = content(wire.type, raw.get(wire.type))
+    try:
+        body = content(wire.type, raw.get(wire.type))
+    except ValidationError as exc:
+        raise _Bad(f"{_short(wire.type)}: {_validation_reason(exc)}") from exc
     return InboundMessage(
         channel=CHANNEL,
         account=account,
@@ -269,9 +272,12 @@ def _platform_error(raw: object) -> PlatformError:
 
 
 def _timestamp(raw: str | int) -> datetime:
-    seconds = int(raw)
+    try:
+        seconds = int(raw)
+    except ValueError:
+        raise _Bad("timestamp is not a number of seconds") from None
     if not 0 <= seconds <= _MAX_TIMESTAMP:
-        raise _Bad(f"timestamp out of range: {_short(raw)}")
+        raise _Bad("timestamp out of range")
     return datetime.fromtimestamp(seconds, tz=UTC)
 
 
@@ -284,7 +290,7 @@ def _validation_reason(exc: ValidationError) -> str:
     """Field paths and messages only: the input values may be user content."""
     parts = []
     for error in exc.errors(include_url=False, include_input=False, include_context=False):
-        location = ".".join(str(part) for part in error["loc"]) or "(root)"
+        location = ".".join(str(part) for part in error["loc"]) or "object"
         parts.append(f"{location}: {error['msg']}")
     return "; ".join(parts)
 
