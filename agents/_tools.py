@@ -42,6 +42,10 @@ class Tool:
     function: Callable[..., Any]
     arguments_model: type[BaseModel]
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly, as if it were not a tool."""
+        return self.function(*args, **kwargs)
+
     @property
     def parameters(self) -> dict[str, Any]:
         """The JSON schema of the arguments object."""

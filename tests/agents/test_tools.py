@@ -96,7 +96,8 @@ async def test_tool_invoke_bad_json_is_an_error_result() -> None:
 
 async def test_tool_invoke_empty_arguments_mean_no_arguments() -> None:
     result = await add.invoke("")
-    assert result.is_error and "a: Field required" in result.text
+    assert result.is_error
+    assert "a: Field required" in result.text
 
 
 async def test_tool_that_raises_returns_an_error_result(caplog: pytest.LogCaptureFixture) -> None:

@@ -1,0 +1,83 @@
+"""The resolver across restarts: the session keeps only the agent's name."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from agents import Reply, Runner, UserInput
+from agents.testing import ScriptedModel, call, reply, transfer
+from store import SQLiteStore
+
+from .conftest import make_registry
+
+
+async def _handed_to_billing(db_path: Path) -> str:
+    async with SQLiteStore(db_path) as store:
+        session = await store.create_session("test", "bot", "7", "triage")
+        triage = ScriptedModel(transfer("billing"))
+        billing = ScriptedModel(reply("Billing here."))
+        runner = Runner(store, make_registry(triage, billing))
+        result = await runner.run_turn(session.session_id, UserInput("my bill"))
+        assert result.agent_after == "billing"
+        return session.session_id
+
+
+async def test_resolver_handoff_survives_restart_with_tools(db_path: Path) -> None:
+    session_id = await _handed_to_billing(db_path)
+    # a new process: a new store on the same file, a new registry and runner
+    billing = ScriptedModel(call("lookup_invoice", {"number": "INV-1001"}), reply("It is paid."))
+    async with SQLiteStore(db_path) as store:
+        runner = Runner(store, make_registry(ScriptedModel(), billing))
+        result = await runner.run_turn(session_id, UserInput("INV-1001?"))
+        branch = await store.get_branch(session_id)
+    billing.assert_done()
+    assert (result.agent_before, result.agent_after) == ("billing", "billing")
+    assert result.replies == (Reply("It is paid.", "billing"),)
+    assert billing.calls[0].tool_names == ["lookup_invoice", "transfer_to_triage"]
+    assert billing.calls[1].messages[-1].text == "INV-1001: 49.00 EUR, paid"
+    assert [m.agent for m in branch if m.role == "assistant"][-2:] == ["billing", "billing"]
+
+
+async def test_resolver_unknown_agent_falls_back_to_starting_agent(
+    db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    session_id = await _handed_to_billing(db_path)
+    triage = ScriptedModel(reply("Triage here."))
+    async with SQLiteStore(db_path) as store:
+        runner = Runner(store, make_registry(triage, billing=None))  # billing removed
+        with caplog.at_level(logging.WARNING, logger="agents.resolver"):
+            result = await runner.run_turn(session_id, UserInput("hello"))
+        session = await store.get_session(session_id)
+        events = await store.list_events(session_id)
+    triage.assert_done()
+    assert (result.agent_before, result.agent_after) == ("billing", "triage")
+    assert result.replies == (Reply("Triage here.", "triage"),)
+    assert triage.calls[0].tool_names == ["transfer_to_human"]  # triage with its own tools
+    assert session is not None
+    assert session.active_agent == "triage"
+    [record] = [r for r in caplog.records if r.name == "agents.resolver"]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        f"session {session_id}: agent 'billing' is not declared any more; falling back to 'triage'"
+    )
+    assert [(e.kind, e.detail) for e in events][-1] == (
+        "agent_fallback",
+        {"from": "billing", "to": "triage"},
+    )
+
+
+async def test_resolver_fallback_is_not_recorded_when_turn_rolls_back(db_path: Path) -> None:
+    session_id = await _handed_to_billing(db_path)
+    async with SQLiteStore(db_path) as store:
+        failing = ScriptedModel(RuntimeError("model down"))
+        runner = Runner(store, make_registry(failing, billing=None))
+        with pytest.raises(RuntimeError, match="model down"):
+            await runner.run_turn(session_id, UserInput("hello"))
+        session = await store.get_session(session_id)
+        events = await store.list_events(session_id)
+    assert session is not None
+    assert session.active_agent == "billing"
+    assert [e.kind for e in events] == ["handoff"]

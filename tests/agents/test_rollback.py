@@ -1,0 +1,116 @@
+"""A turn that fails, times out or is cancelled leaves the store exactly as before."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from agents import ModelBackendError, Runner, TurnCancelled, TurnTimeout, UserInput
+from agents.testing import Hang, ScriptedModel, call, reply, transfer
+from store import SQLiteStore
+
+from .conftest import dump_tables, make_registry
+
+
+async def _with_history(store: SQLiteStore, session_id: str) -> None:
+    runner = Runner(store, make_registry(ScriptedModel(reply("Hi.")), ScriptedModel()))
+    await runner.run_turn(session_id, UserInput("hello"))
+
+
+def _failing_turn(billing_step: object) -> tuple[ScriptedModel, ScriptedModel]:
+    """triage hands off, billing calls a tool, then ``billing_step`` happens."""
+    triage = ScriptedModel(transfer("billing"))
+    billing = ScriptedModel(call("lookup_invoice", {"number": "INV-1"}), billing_step)  # type: ignore[arg-type]
+    return triage, billing
+
+
+async def _assert_untouched(
+    store: SQLiteStore, session_id: str, db_path: Path, before: dict[str, list[object]]
+) -> None:
+    assert dump_tables(db_path) == before
+    session = await store.get_session(session_id)
+    assert session is not None
+    assert (session.active_agent, session.status) == ("triage", "idle")
+    assert [m.text for m in await store.get_branch(session_id)] == ["hello", "Hi."]
+
+
+async def test_rollback_on_model_error(store: SQLiteStore, session_id: str, db_path: Path) -> None:
+    await _with_history(store, session_id)
+    before = dump_tables(db_path)
+    triage, billing = _failing_turn(ModelBackendError("fake", "HTTP 400: bad request", 400))
+    runner = Runner(store, make_registry(triage, billing))
+    with pytest.raises(ModelBackendError, match="HTTP 400"):
+        await runner.run_turn(session_id, UserInput("my invoice INV-1"))
+    billing.assert_done()
+    await _assert_untouched(store, session_id, db_path, before)
+
+
+async def test_rollback_on_model_timeout(
+    store: SQLiteStore, session_id: str, db_path: Path
+) -> None:
+    await _with_history(store, session_id)
+    before = dump_tables(db_path)
+    hang = Hang()
+    triage, billing = _failing_turn(hang)
+    runner = Runner(store, make_registry(triage, billing), turn_timeout=0.01)
+    with pytest.raises(TurnTimeout, match="longer than 0.01s") as caught:
+        await runner.run_turn(session_id, UserInput("my invoice INV-1"))
+    assert isinstance(caught.value, TimeoutError)
+    assert hang.started.is_set()
+    await _assert_untouched(store, session_id, db_path, before)
+
+
+async def test_rollback_on_cancel_event(store: SQLiteStore, session_id: str, db_path: Path) -> None:
+    await _with_history(store, session_id)
+    before = dump_tables(db_path)
+    hang = Hang()
+    triage, billing = _failing_turn(hang)
+    runner = Runner(store, make_registry(triage, billing))
+    cancel = asyncio.Event()
+    turn = asyncio.create_task(
+        runner.run_turn(session_id, UserInput("my invoice INV-1"), cancel=cancel)
+    )
+    await hang.started.wait()
+    cancel.set()
+    with pytest.raises(TurnCancelled):
+        await turn
+    await _assert_untouched(store, session_id, db_path, before)
+
+
+async def test_rollback_on_task_cancellation(
+    store: SQLiteStore, session_id: str, db_path: Path
+) -> None:
+    await _with_history(store, session_id)
+    before = dump_tables(db_path)
+    hang = Hang()
+    triage, billing = _failing_turn(hang)
+    runner = Runner(store, make_registry(triage, billing))
+    turn = asyncio.create_task(runner.run_turn(session_id, UserInput("x"), cancel=asyncio.Event()))
+    await hang.started.wait()
+    turn.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    await _assert_untouched(store, session_id, db_path, before)
+
+
+async def test_cancel_event_unset_lets_the_turn_commit(store: SQLiteStore, session_id: str) -> None:
+    runner = Runner(store, make_registry(ScriptedModel(reply("ok"))))
+    result = await runner.run_turn(session_id, UserInput("x"), cancel=asyncio.Event())
+    assert [r.text for r in result.replies] == ["ok"]
+
+
+async def test_raising_tool_does_not_abort_the_turn(store: SQLiteStore, session_id: str) -> None:
+    from agents import Agent, Registry, tool
+
+    @tool
+    def broken() -> str:
+        """Fails."""
+        raise KeyError("gone")
+
+    model = ScriptedModel(call("broken"), reply("Sorry, that failed."))
+    runner = Runner(store, Registry([Agent("triage", tools=[broken], model=model)], "triage"))
+    result = await runner.run_turn(session_id, UserInput("x"))
+    assert [r.text for r in result.replies] == ["Sorry, that failed."]
+    assert model.calls[1].messages[-1].text == "error: broken failed: KeyError: 'gone'"
