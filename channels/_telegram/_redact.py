@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from urllib.parse import quote
 
@@ -12,10 +13,11 @@ LEAKY_LOGGERS = ("httpx", "telegram.Bot")
 
 
 def scrub(text: str, tokens: Iterable[str]) -> str:
-    """Replace every token, raw or percent-encoded, with a placeholder."""
+    """Replace every token, raw or percent-encoded, in any letter case, with a placeholder."""
+    # PTB capitalizes error descriptions, which lowercases a token echoed in one.
     for token in tokens:
         for form in {token, quote(token, safe="")}:
-            text = text.replace(form, REDACTED)
+            text = re.sub(re.escape(form), REDACTED, text, flags=re.IGNORECASE)
     return text
 
 
