@@ -1,0 +1,336 @@
+"""The ``openai`` backend against a fake OpenAI-compatible server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from agents import (
+    AgentsConfig,
+    ModelBackendError,
+    ModelMessage,
+    OpenAIModel,
+    OpenAIModelConfig,
+    Reply,
+    Runner,
+    UserInput,
+    build_registry,
+)
+from store import SQLiteStore
+
+from .conftest import make_registry
+
+KEY = "sk-test-secret-123"
+LOOKUP_SCHEMA = {
+    "type": "object",
+    "properties": {"number": {"title": "Number", "type": "string"}},
+    "required": ["number"],
+    "additionalProperties": False,
+}
+NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def transfer_tool(name: str) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": f"transfer_to_{name}",
+            "description": f"Hand the conversation to the {name} agent.",
+            "parameters": NO_PARAMETERS,
+        },
+    }
+
+
+LOOKUP_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup_invoice",
+        "description": "Look up an invoice by number.",
+        "parameters": LOOKUP_SCHEMA,
+    },
+}
+
+
+def completion(content: str | None = None, *calls: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = list(calls)
+    finish = "tool_calls" if calls else "stop"
+    choice = {"index": 0, "message": message, "finish_reason": finish}
+    return {"id": "chatcmpl-1", "object": "chat.completion", "model": "m", "choices": [choice]}
+
+
+def wire_call(call_id: str, name: str, arguments: str = "{}") -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def assistant_call(call_id: str, name: str, arguments: str = "{}") -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [wire_call(call_id, name, arguments)],
+    }
+
+
+def tool_result(call_id: str, content: str) -> dict[str, Any]:
+    return {"role": "tool", "content": content, "tool_call_id": call_id}
+
+
+class FakeOpenAI:
+    """Records every request; answers from a queue of (status, json, headers)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[Any] = []
+        self.headers: list[dict[str, str]] = []
+        self.answers: deque[tuple[int, Any, dict[str, str]]] = deque()
+        self.hang = asyncio.Event()
+
+    def answer(self, body: Any, status: int = 200, **headers: str) -> None:
+        self.answers.append((status, body, headers))
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.bodies.append(await request.json())
+        self.headers.append(dict(request.headers))
+        status, body, headers = self.answers.popleft()
+        if body == "hang":
+            await self.hang.wait()
+        return web.json_response(body, status=status, headers=headers)
+
+
+class Sleeps:
+    """An injectable sleep that records delays and returns at once."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+
+@pytest.fixture
+async def fake(aiohttp_server: Any) -> tuple[FakeOpenAI, TestServer]:
+    fake = FakeOpenAI()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", fake.handle)
+    return fake, await aiohttp_server(app)
+
+
+@pytest.fixture
+def sleeps() -> Sleeps:
+    return Sleeps()
+
+
+@pytest.fixture
+async def model(fake: tuple[FakeOpenAI, TestServer], sleeps: Sleeps) -> AsyncIterator[OpenAIModel]:
+    _, test_server = fake
+    config = OpenAIModelConfig(base_url=str(test_server.make_url("/v1")), model="gpt-test")
+    backend = OpenAIModel("fake", config, api_key=KEY, sleep=sleeps)
+    yield backend
+    await backend.aclose()
+
+
+async def test_openai_plain_answer_exact_request(
+    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel, store: SQLiteStore, session_id: str
+) -> None:
+    api, _ = fake
+    api.answer(completion("Hello from the model."))
+    runner = Runner(store, make_registry(model, model))
+    result = await runner.run_turn(session_id, UserInput("hi"))
+    assert result.replies == (Reply("Hello from the model.", "triage"),)
+    assert api.bodies == [
+        {
+            "model": "gpt-test",
+            "messages": [
+                {"role": "system", "content": "You route."},
+                {"role": "user", "content": "hi"},
+            ],
+            "tools": [transfer_tool("billing"), transfer_tool("human")],
+        }
+    ]
+    assert api.headers[0]["Authorization"] == f"Bearer {KEY}"
+    assert api.headers[0]["Content-Type"] == "application/json"
+
+
+async def test_openai_tool_call_then_answer(
+    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel, store: SQLiteStore, session_id: str
+) -> None:
+    api, _ = fake
+    api.answer(completion(None, wire_call("call_1", "lookup_invoice", '{"number":"INV-9"}')))
+    api.answer(completion("INV-9 is paid."))
+    await store.update_session(session_id, active_agent="billing")
+    runner = Runner(store, make_registry(model, model))
+    result = await runner.run_turn(session_id, UserInput("INV-9?"))
+    assert result.replies == (Reply("INV-9 is paid.", "billing"),)
+    system_user = [
+        {"role": "system", "content": "You do billing."},
+        {"role": "user", "content": "INV-9?"},
+    ]
+    tools = [LOOKUP_TOOL, transfer_tool("triage")]
+    assert api.bodies[0] == {"model": "gpt-test", "messages": system_user, "tools": tools}
+    assert api.bodies[1] == {
+        "model": "gpt-test",
+        "messages": [
+            *system_user,
+            assistant_call("call_1", "lookup_invoice", '{"number":"INV-9"}'),
+            tool_result("call_1", "INV-9: 49.00 EUR, paid"),
+        ],
+        "tools": tools,
+    }
+
+
+async def test_openai_transfer_to_billing(
+    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel, store: SQLiteStore, session_id: str
+) -> None:
+    api, _ = fake
+    api.answer(completion(None, wire_call("call_t", "transfer_to_billing")))
+    api.answer(completion("Billing here, which invoice?"))
+    runner = Runner(store, make_registry(model, model))
+    result = await runner.run_turn(session_id, UserInput("a refund"))
+    assert result.agent_after == "billing"
+    assert result.replies == (Reply("Billing here, which invoice?", "billing"),)
+    assert api.bodies[1] == {
+        "model": "gpt-test",
+        "messages": [
+            {"role": "system", "content": "You do billing."},
+            {"role": "user", "content": "a refund"},
+            assistant_call("call_t", "transfer_to_billing"),
+            tool_result("call_t", "Transferred to billing."),
+        ],
+        "tools": [LOOKUP_TOOL, transfer_tool("triage")],
+    }
+
+
+async def test_openai_malformed_tool_calls_answered_as_tool_errors(
+    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel, store: SQLiteStore, session_id: str
+) -> None:
+    api, _ = fake
+    bad_json = wire_call("c1", "lookup_invoice", '{"number": "INV-1"')
+    unknown = wire_call("c2", "delete_everything", "{}")
+    api.answer(completion(None, bad_json, unknown))
+    api.answer(completion("Sorry, let me try again later."))
+    await store.update_session(session_id, active_agent="billing")
+    runner = Runner(store, make_registry(model, model))
+    result = await runner.run_turn(session_id, UserInput("INV-1"))
+    assert [r.text for r in result.replies] == ["Sorry, let me try again later."]
+    sent = api.bodies[1]["messages"]
+    assert sent[2] == {"role": "assistant", "content": None, "tool_calls": [bad_json, unknown]}
+    assert sent[3]["tool_call_id"] == "c1"
+    assert sent[3]["content"].startswith(
+        "error: invalid arguments for lookup_invoice: Expecting ',' delimiter"
+    )
+    assert sent[4] == tool_result("c2", "error: unknown tool 'delete_everything'")
+
+
+async def test_openai_429_then_success_honours_retry_after(
+    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel, sleeps: Sleeps
+) -> None:
+    api, _ = fake
+    rate_limited = {"error": {"message": "slow down", "type": "rate_limit"}}
+    api.answer(rate_limited, status=429, **{"Retry-After": "7"})
+    api.answer({"error": {"message": "oops"}}, status=503)
+    api.answer(completion("finally"))
+    response = await model.complete([ModelMessage("user", "hi")], [])
+    assert response.text == "finally"
+    assert sleeps.delays == [7.0, 1.0]  # Retry-After, then the backoff of the second try
+    assert len(api.bodies) == 3
+    assert api.bodies[0] == api.bodies[2]
+
+
+async def test_openai_gives_up_after_retries_without_leaking_the_key(
+    fake: tuple[FakeOpenAI, TestServer],
+    model: OpenAIModel,
+    sleeps: Sleeps,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api, _ = fake
+    for _ in range(4):
+        api.answer({"error": {"message": "busy"}}, status=500)
+    with caplog.at_level(logging.DEBUG), pytest.raises(ModelBackendError) as caught:
+        await model.complete([ModelMessage("user", "hi")], [])
+    assert str(caught.value) == "model backend 'fake': gave up after 4 tries: HTTP 500"
+    assert sleeps.delays == [0.5, 1.0, 2.0]
+    assert KEY not in caplog.text
+    assert KEY not in repr(model)
+
+
+async def test_openai_client_error_is_not_retried(
+    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel, sleeps: Sleeps
+) -> None:
+    api, _ = fake
+    api.answer({"error": {"message": "model not found"}}, status=404)
+    with pytest.raises(ModelBackendError, match="HTTP 404: model not found") as caught:
+        await model.complete([ModelMessage("user", "hi")], [])
+    assert caught.value.status == 404
+    assert sleeps.delays == []
+
+
+async def test_openai_not_a_completion_is_an_error(
+    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel
+) -> None:
+    api, _ = fake
+    api.answer({"choices": []})
+    with pytest.raises(ModelBackendError, match="without choices"):
+        await model.complete([ModelMessage("user", "hi")], [])
+
+
+async def test_openai_request_timeout_is_retried_then_fails(
+    fake: tuple[FakeOpenAI, TestServer], sleeps: Sleeps
+) -> None:
+    api, test_server = fake
+    api.answer("hang")
+    config = OpenAIModelConfig(
+        base_url=str(test_server.make_url("/v1")), model="m", timeout=0.05, max_retries=0
+    )
+    backend = OpenAIModel("slow", config, sleep=sleeps)
+    try:
+        with pytest.raises(ModelBackendError, match="gave up after 1 tries: TimeoutError"):
+            await backend.complete([ModelMessage("user", "hi")], [])
+    finally:
+        api.hang.set()
+        await backend.aclose()
+    assert "Authorization" not in api.headers[0]
+
+
+async def test_openai_arguments_sent_as_object_are_accepted(
+    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel
+) -> None:
+    api, _ = fake
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
+    api.answer(completion(None, call))
+    response = await model.complete([ModelMessage("user", "hi")], [])
+    assert response.tool_calls[0].arguments == '{"a": 1}'
+
+
+async def test_openai_registry_reads_key_from_named_variable(
+    fake: tuple[FakeOpenAI, TestServer],
+) -> None:
+    api, test_server = fake
+    api.answer(completion("ok"))
+    config = AgentsConfig.model_validate(
+        {
+            "starting_agent": "a",
+            "models": {
+                "local": {
+                    "base_url": str(test_server.make_url("/v1")),
+                    "model": "llama",
+                    "api_key_env": "MY_KEY",
+                }
+            },
+            "list": [{"name": "a", "model": "local"}],
+        }
+    )
+    registry = build_registry(config, environ={"MY_KEY": KEY})
+    try:
+        agent = registry.starting_agent
+        await registry.model_for(agent).complete([ModelMessage("user", "x")], [])
+    finally:
+        await registry.aclose()
+    assert api.headers[0]["Authorization"] == f"Bearer {KEY}"
+    assert api.bodies[0]["model"] == "llama"
