@@ -32,7 +32,7 @@ def build_payloads(message: OutboundMessage) -> list[Payload]:
     text = (message.text or "").strip()
     bodies: list[Payload] = []
     if message.media is not None:
-        media_body, text = _media(message.media, text)
+        media_body, text = _media(message.media, text, text_as_caption=not message.buttons)
         bodies.append(media_body)
     if message.buttons:
         bodies += _interactive(text, message.buttons)
@@ -56,8 +56,8 @@ def _text(body: str) -> Payload:
     return {"type": "text", "text": {"body": body, "preview_url": False}}
 
 
-def _media(media: OutboundMedia, text: str) -> tuple[Payload, str]:
-    """The media body, and the text still to send after it (used as caption where it fits)."""
+def _media(media: OutboundMedia, text: str, *, text_as_caption: bool) -> tuple[Payload, str]:
+    """The media body, and the text still to send after it (the caption, where it fits)."""
     if media.id:
         obj: dict[str, str] = {"id": media.id}
     elif media.url:
@@ -67,7 +67,7 @@ def _media(media: OutboundMedia, text: str) -> tuple[Payload, str]:
     caption = media.caption
     if media.kind not in _CAPTIONED or (caption and len(caption) > CAPTION_LIMIT):
         text = "\n\n".join(filter(None, [caption, text]))  # goes out as text after the media
-    elif caption is None and text and len(text) <= CAPTION_LIMIT:
+    elif caption is None and text_as_caption and text and len(text) <= CAPTION_LIMIT:
         obj["caption"], text = text, ""
     elif caption:
         obj["caption"] = caption
