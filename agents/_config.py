@@ -29,11 +29,6 @@ class RuleConfig(_Section):
     handoff: str | None = None
     buttons: tuple[str, ...] = ()
 
-    @model_validator(mode="after")
-    def _valid_rule(self) -> Self:
-        self.to_rule()  # raises ValueError naming the fault
-        return self
-
     def to_rule(self) -> Rule:
         return Rule(**self.model_dump())
 
@@ -125,7 +120,11 @@ def _agent_problems(agent: AgentConfig) -> list[str]:
         problems.append("needs a model ('rules' or a name under [agents.models])")
     if agent.rules and agent.model != RULES:
         problems.append("rules need model = 'rules'")
-    for rule in agent.rules:
+    for index, rule in enumerate(agent.rules):
+        try:
+            rule.to_rule()
+        except ValueError as exc:
+            problems.append(f"rules[{index}]: {exc}")
         if rule.handoff and rule.handoff not in agent.handoffs:
             problems.append(f"rule hands off to {rule.handoff!r}, which is not in its handoffs")
     if agent.name in agent.handoffs:

@@ -1,0 +1,208 @@
+"""Agents from config or a module; validation at start names the agent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from agents import (
+    Agent,
+    AgentConfigError,
+    AgentsConfig,
+    Registry,
+    RulesModel,
+    Tool,
+    build_registry,
+)
+from agents.testing import ScriptedModel
+
+
+def config(*agents: dict[str, Any], **top: Any) -> dict[str, Any]:
+    return {"starting_agent": "triage", **top, "list": list(agents)}
+
+
+TRIAGE = {"name": "triage", "model": "rules", "rules": [{"reply": "hi"}]}
+
+
+def error_text(raw: dict[str, Any]) -> str:
+    with pytest.raises(ValidationError) as caught:
+        AgentsConfig.model_validate(raw)
+    return str(caught.value)
+
+
+def test_config_defaults_without_agents_stay_valid() -> None:
+    parsed = AgentsConfig.model_validate({"max_turns": 5})
+    assert parsed.agents == ()
+    assert (parsed.max_steps, parsed.max_handoffs, parsed.turn_timeout) == (8, 3, 60.0)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (config(TRIAGE, TRIAGE), "agent 'triage': declared more than once"),
+        (
+            config({**TRIAGE, "handoffs": ["billing"]}),
+            "agent 'triage': handoff target 'billing' is not declared",
+        ),
+        (
+            config({**TRIAGE, "name": "other"}),
+            "agent 'triage': named by starting_agent but not declared",
+        ),
+        (
+            config({"name": "triage", "model": "gpt"}),
+            "agent 'triage': model 'gpt' is not declared",
+        ),
+        (config({**TRIAGE, "model": "gpt"}), "agent 'triage': rules need model = 'rules'"),
+        (config({"name": "triage"}), "agent 'triage': needs a model"),
+        (config({**TRIAGE, "kind": "human"}), "agent 'triage': a human agent has no model"),
+        (config({**TRIAGE, "model": None}), "agent 'triage': needs a model"),
+        (
+            config({**TRIAGE, "rules": [{"handoff": "x"}]}),
+            "agent 'triage': rule hands off to 'x', which is not in its handoffs",
+        ),
+        (config({**TRIAGE, "handoffs": ["triage"]}), "agent 'triage': cannot hand off to itself"),
+        (
+            config({**TRIAGE, "rules": [{"match": "(", "reply": "x"}]}),
+            "agent 'triage': rules[0]: bad pattern '('",
+        ),
+        (
+            config({**TRIAGE, "rules": [{"match": "x"}]}),
+            "agent 'triage': rules[0]: a rule needs a reply, a tool or a handoff",
+        ),
+        (config({**TRIAGE, "name": "no spaces"}), "String should match pattern"),
+        (config(TRIAGE, models={"rules": {"model": "x"}}), "built-in rules backend"),
+    ],
+)
+def test_config_rejects_with_the_agent_named(raw: dict[str, Any], message: str) -> None:
+    assert message in error_text(raw)
+
+
+def test_config_module_defers_name_checks_to_the_registry() -> None:
+    parsed = AgentsConfig.model_validate(
+        config({"name": "helper", "model": "rules", "handoffs": ["coder"]}, module="x")
+    )
+    assert parsed.module == "x"
+
+
+def test_registry_from_config_imports_tools() -> None:
+    parsed = AgentsConfig.model_validate(
+        config(
+            {**TRIAGE, "handoffs": ["billing"]},
+            {
+                "name": "billing",
+                "model": "rules",
+                "tools": ["agents.demo.lookup_invoice"],
+                "rules": [
+                    {
+                        "match": "(?P<n>INV-1)",
+                        "tool": "lookup_invoice",
+                        "arguments": {"number": "{n}"},
+                    }
+                ],
+            },
+        )
+    )
+    registry = build_registry(parsed)
+    billing = registry.get("billing")
+    assert billing is not None
+    assert isinstance(billing.model, RulesModel)
+    assert [t.name for t in billing.tools] == ["lookup_invoice"]
+    assert [s.name for s in registry.tool_specs(billing)] == ["lookup_invoice"]
+    assert registry.get("gone") is None
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("agents.demo.no_such_tool", "agents.demo has no callable 'no_such_tool'"),
+        ("no_such_module_xyz.tool", "No module named 'no_such_module_xyz'"),
+        ("lonely", "expected a dotted path such as package.module.function"),
+    ],
+)
+def test_registry_tool_import_failure_names_agent(path: str, reason: str) -> None:
+    parsed = AgentsConfig.model_validate(config({**TRIAGE, "tools": [path]}))
+    with pytest.raises(AgentConfigError) as caught:
+        build_registry(parsed)
+    assert caught.value.agent == "triage"
+    assert str(caught.value) == f"agent 'triage': tool {path!r} cannot be imported: {reason}"
+
+
+def test_registry_rule_calling_missing_tool_names_agent() -> None:
+    parsed = AgentsConfig.model_validate(config({**TRIAGE, "rules": [{"tool": "lookup"}]}))
+    with pytest.raises(AgentConfigError, match="agent 'triage': a rule calls tool 'lookup'"):
+        build_registry(parsed)
+
+
+def test_registry_from_module_agents_and_list_together() -> None:
+    parsed = AgentsConfig.model_validate(
+        config({**TRIAGE, "handoffs": ["coder"]}, module="tests.agents.sample_module")
+    )
+    registry = build_registry(parsed)
+    assert registry.names == ["triage", "coder"]
+    coder = registry.get("coder")
+    assert coder is not None
+    assert isinstance(coder.tools[0], Tool)
+
+
+def test_registry_module_unknown_handoff_names_agent() -> None:
+    parsed = AgentsConfig.model_validate(
+        config({**TRIAGE, "handoffs": ["nobody"]}, module="tests.agents.sample_module")
+    )
+    with pytest.raises(AgentConfigError, match="agent 'triage': handoff target 'nobody'"):
+        build_registry(parsed)
+
+
+@pytest.mark.parametrize(
+    ("module", "message"),
+    [
+        ("no_such_module_xyz", "agents.module 'no_such_module_xyz' cannot be imported"),
+        ("agents.demo", "agents.module 'agents.demo' must define AGENTS"),
+    ],
+)
+def test_registry_bad_module(module: str, message: str) -> None:
+    parsed = AgentsConfig.model_validate(config(TRIAGE, module=module))
+    with pytest.raises(AgentConfigError, match=message):
+        build_registry(parsed)
+
+
+def test_registry_missing_api_key_variable_names_it() -> None:
+    parsed = AgentsConfig.model_validate(
+        config(
+            {"name": "triage", "model": "gpt"},
+            models={"gpt": {"model": "gpt-4o-mini", "api_key_env": "OPENAI_API_KEY"}},
+        )
+    )
+    with pytest.raises(AgentConfigError, match="OPENAI_API_KEY") as caught:
+        build_registry(parsed, environ={})
+    assert "agents.models.gpt" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("agents", "starting", "message"),
+    [
+        ([Agent("a", model=ScriptedModel())], "b", "agent 'b': named by starting_agent"),
+        ([Agent("a", model=ScriptedModel())] * 2, "a", "agent 'a': declared more than once"),
+        ([Agent("a", handoffs=["z"], model=ScriptedModel())], "a", "agent 'a': handoff target"),
+        ([Agent("a")], "a", "agent 'a': needs a model"),
+        ([Agent("a", model="gpt")], "a", "agent 'a': model 'gpt' is not declared"),
+        ([Agent("h", kind="human", model=ScriptedModel())], "h", "agent 'h': a human agent"),
+        ([Agent("a b", model=ScriptedModel())], "a b", "agent 'a b': name must match"),
+    ],
+)
+def test_registry_rejects_python_agents(agents: list[Agent], starting: str, message: str) -> None:
+    with pytest.raises(AgentConfigError, match=message):
+        Registry(agents, starting)
+
+
+async def test_registry_aclose_closes_each_backend_once() -> None:
+    shared = ScriptedModel()
+    registry = Registry(
+        [Agent("a", handoffs=["b"], model=shared), Agent("b", model="named")],
+        "a",
+        models={"named": shared},
+    )
+    assert registry.model_for(registry.starting_agent) is shared
+    await registry.aclose()
+    assert shared.closed
