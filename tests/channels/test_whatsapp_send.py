@@ -55,8 +55,14 @@ async def server(aiohttp_server: Any, fake: FakeGraph) -> AsyncIterator[TestServ
 @pytest.fixture
 async def adapter(server: TestServer) -> AsyncIterator[WhatsAppAdapter]:
     async with aiohttp.ClientSession() as session:
-        cfg = config(str(server.make_url("/")), request_timeout=0.5)
-        yield WhatsAppAdapter(cfg, session)
+        yield WhatsAppAdapter(config(str(server.make_url("/"))), session)
+
+
+@pytest.fixture
+async def impatient(server: TestServer) -> AsyncIterator[WhatsAppAdapter]:
+    """An adapter whose requests time out quickly, for the hanging-server tests."""
+    async with WhatsAppAdapter(config(str(server.make_url("/")), request_timeout=0.2)) as adapter:
+        yield adapter
 
 
 def reply(text: str | None = "Hello", account: str = NUMBER_A, **fields: Any) -> OutboundMessage:
@@ -292,18 +298,20 @@ async def test_send_scrubs_the_token_if_the_graph_echoes_it(
 
 
 async def test_send_timeout_after_the_request_was_sent_is_uncertain(
-    adapter: WhatsAppAdapter, fake: FakeGraph
+    impatient: WhatsAppAdapter, fake: FakeGraph
 ) -> None:
     fake.answers.append(HANG)
     with pytest.raises(UncertainDelivery, match="may have gone out"):
-        await adapter.send(reply())
+        await impatient.send(reply())
     assert len(fake.requests) == 1  # the Graph API did receive it
 
 
-async def test_mark_as_read_timeout_is_retryable(adapter: WhatsAppAdapter, fake: FakeGraph) -> None:
+async def test_mark_as_read_timeout_is_retryable(
+    impatient: WhatsAppAdapter, fake: FakeGraph
+) -> None:
     fake.answers.append(HANG)
     with pytest.raises(RetryableSendError, match="timed out"):
-        await adapter.mark_as_read(NUMBER_A, "wamid.in")
+        await impatient.mark_as_read(NUMBER_A, "wamid.in")
 
 
 @pytest.mark.parametrize(
