@@ -179,8 +179,11 @@ def append_message(
     conn: sqlite3.Connection, session_id: str, new: dict[str, Any], now: float
 ) -> Message:
     """Append after the head and move the head to the new message."""
-    session = require_session(conn, session_id)
-    message = insert_message(conn, session_id, session.head_id, new)
+    row = conn.execute("SELECT head_id FROM sessions WHERE session_id = ?", (session_id,))
+    head = row.fetchone()
+    if head is None:
+        raise SessionNotFound(session_id)
+    message = insert_message(conn, session_id, head[0], new)
     conn.execute(
         "UPDATE sessions SET head_id = ?, updated_at = ? WHERE session_id = ?",
         (message.id, now, session_id),
