@@ -151,7 +151,7 @@ def _guard(
 def _message(
     raw: object,
     account: str,
-    contacts: Sequence[WireContact],
+    contacts: _Contacts,
     value_errors: tuple[PlatformError, ...],
 ) -> InboundMessage:
     if not isinstance(raw, dict):
@@ -227,27 +227,37 @@ def _status(
     )
 
 
-def _contacts(raw: object) -> tuple[WireContact, ...]:
+@dataclass(frozen=True, slots=True)
+class _Contacts:
+    """``value.contacts``, indexed: a batch of 1,000 messages must not scan 1,000 contacts each."""
+
+    items: tuple[WireContact, ...] = ()
+    by_wa_id: dict[str, WireContact] = field(default_factory=dict)
+    by_user_id: dict[str, WireContact] = field(default_factory=dict)
+
+
+def _contacts(raw: object) -> _Contacts:
     if not isinstance(raw, list):
-        return ()
-    contacts = []
+        return _Contacts()
+    items = []
     for item in raw:
         try:
-            contacts.append(WireContact.model_validate(item))
+            items.append(WireContact.model_validate(item))
         except ValidationError:
             continue  # a contact only adds a name; the message still has its own sender ids
-    return tuple(contacts)
+    by_wa_id = {c.wa_id: c for c in reversed(items) if c.wa_id}
+    by_user_id = {c.user_id: c for c in reversed(items) if c.user_id}
+    return _Contacts(tuple(items), by_wa_id, by_user_id)
 
 
-def _contact_for(
-    contacts: Sequence[WireContact], from_: str | None, user_id: str | None
-) -> WireContact | None:
+def _contact_for(contacts: _Contacts, from_: str | None, user_id: str | None) -> WireContact | None:
     """The contact that names this message's sender; the only one, if it does not contradict."""
-    agreeing = [c for c in contacts if _agrees(c, from_, user_id)]
-    for contact in agreeing:
-        if (from_ and contact.wa_id == from_) or (user_id and contact.user_id == user_id):
-            return contact
-    return agreeing[0] if len(contacts) == 1 and agreeing else None
+    candidates = [
+        contacts.by_wa_id.get(from_) if from_ else None,
+        contacts.by_user_id.get(user_id) if user_id else None,
+        contacts.items[0] if len(contacts.items) == 1 else None,
+    ]
+    return next((c for c in candidates if c and _agrees(c, from_, user_id)), None)
 
 
 def _agrees(contact: WireContact, from_: str | None, user_id: str | None) -> bool:

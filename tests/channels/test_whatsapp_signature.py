@@ -7,10 +7,18 @@ import json
 import pytest
 from multidict import CIMultiDict
 
-from channels import BadSignature, BadVerifyToken, WebhookRejected
+from channels import ADAPTERS, BadSignature, BadVerifyToken, WebhookRejected
 from channels.whatsapp import SIGNATURE_HEADER, WhatsAppAdapter
 
-from .whatsapp_fakes import APP_SECRET, VERIFY_TOKEN, config, fixture_bytes, sign
+from .whatsapp_fakes import (
+    APP_SECRET,
+    NUMBER_A,
+    NUMBER_B,
+    VERIFY_TOKEN,
+    config,
+    fixture_bytes,
+    sign,
+)
 
 BODY = fixture_bytes("text_message.json")
 
@@ -145,3 +153,13 @@ def test_verify_subscription_with_an_empty_verify_token_rejects_everything() -> 
     adapter = WhatsAppAdapter(config(verify_token=""))
     with pytest.raises(BadVerifyToken, match="not configured"):
         adapter.verify_subscription({**SUBSCRIBE, "hub.verify_token": ""})
+
+
+def test_registry_builds_the_whatsapp_adapter() -> None:
+    adapter = ADAPTERS["whatsapp"](config(), None)
+    assert isinstance(adapter, WhatsAppAdapter)
+    assert adapter.name == "whatsapp"
+
+
+def test_adapter_knows_its_configured_numbers(adapter: WhatsAppAdapter) -> None:
+    assert adapter.accounts == {NUMBER_A, NUMBER_B}
