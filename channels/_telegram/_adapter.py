@@ -41,7 +41,8 @@ class TelegramAdapter:
 
     def __init__(self, config: TelegramConfig, *, clock: Callable[[], datetime] = _utc_now) -> None:
         self._clock = clock
-        self._redactor = TokenRedactor(b.token.get_secret_value() for b in config.bots)
+        secrets = (s.get_secret_value() for b in config.bots for s in (b.token, b.secret_token))
+        self._redactor = TokenRedactor(secrets)
         self._redactor.install()  # before the Bots exist: PTB logs its URL on construction
         self._bots: dict[str, BotHandle] = {
             b.name: build_bot(b, config.api_base_url, config.request_timeout) for b in config.bots

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
 from telegram import (
     Bot,
     CallbackQuery,
@@ -67,10 +68,20 @@ def parse_update(body: bytes, account: str, bot: Bot, now: Callable[[], datetime
     except ChannelError:
         raise
     except Exception as exc:  # PTB and pydantic raise many types on bad shapes
-        raise ChannelError(CHANNEL, f"{update_type}: {type(exc).__name__}: {exc}") from exc
+        raise ChannelError(CHANNEL, f"{update_type}: {_describe(exc)}") from exc
     if event is None:
         return ParseResult(ignored=(update_type,))
     return ParseResult(events=(event,))
+
+
+def _describe(exc: Exception) -> str:
+    # Name fields, not values: reasons are logged, and values may be a user's words.
+    if isinstance(exc, ValidationError):
+        fields = sorted({".".join(str(part) for part in error["loc"]) for error in exc.errors()})
+        return f"invalid {', '.join(fields)}"
+    if isinstance(exc, KeyError):
+        return f"missing field {exc.args[0]!r}" if exc.args else "missing field"
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
 def _load(body: bytes) -> dict[str, Any]:

@@ -16,7 +16,8 @@ async def set_webhook(
     bot: TelegramBotConfig, url: str, api_base_url: str, *, request_timeout: float = 15.0
 ) -> None:
     """Point the bot's webhook at ``url`` with its secret_token and ALLOWED_UPDATES."""
-    redactor = TokenRedactor([bot.token.get_secret_value()])
+    # PTB logs every call's parameters at DEBUG, the webhook secret among them.
+    redactor = TokenRedactor([bot.token.get_secret_value(), bot.secret_token.get_secret_value()])
     redactor.install()
     try:
         handle = build_bot(bot, api_base_url, request_timeout)
