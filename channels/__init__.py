@@ -38,6 +38,7 @@ from ._model import (
 )
 from ._protocol import ChannelAdapter
 from ._registry import ADAPTERS, AdapterFactory
+from ._telegram import TelegramAdapter
 from ._whatsapp import WhatsAppAdapter
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "SendError",
     "SendResult",
     "SystemNotice",
+    "TelegramAdapter",
     "TelegramBotConfig",
     "TelegramConfig",
     "UncertainDelivery",

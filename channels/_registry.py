@@ -9,6 +9,7 @@ from typing import Any, Final
 import aiohttp
 
 from ._protocol import ChannelAdapter
+from ._telegram import TelegramAdapter
 from ._whatsapp import WhatsAppAdapter
 
 # factory(config section of the channel, shared HTTP session or None) -> adapter
@@ -16,6 +17,7 @@ AdapterFactory = Callable[[Any, aiohttp.ClientSession | None], ChannelAdapter]
 
 ADAPTERS: Final[Mapping[str, AdapterFactory]] = MappingProxyType(
     {
+        "telegram": TelegramAdapter.from_config,
         "whatsapp": WhatsAppAdapter,
     }
 )

@@ -49,6 +49,16 @@ class TelegramAdapter:
         }
         self._closed = False
 
+    @classmethod
+    def from_config(cls, config: TelegramConfig, session: object | None = None) -> TelegramAdapter:
+        """The registry's factory; ``session`` is unused: PTB sends with its own httpx client."""
+        return cls(config)
+
+    @property
+    def accounts(self) -> frozenset[str]:
+        """The configured bot names."""
+        return frozenset(self._bots)
+
     async def __aenter__(self) -> Self:
         await self.start()
         return self

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from multidict import CIMultiDict
 
-from channels import BadSecretToken, UnknownAccount
+from channels import ADAPTERS, BadSecretToken, UnknownAccount
 from channels._telegram import _adapter
 from channels.telegram import SECRET_HEADER, TelegramAdapter
 from tests.channels.telegram_fakes import OTHER_SECRET, SECRET, config, fixture_bytes
@@ -97,3 +97,10 @@ def test_parse_of_a_reserialized_body_gives_the_same_events(adapter: TelegramAda
     assert compact != BODY != spaced
     results = [adapter.parse(body, "support") for body in (BODY, compact, spaced)]
     assert results[0] == results[1] == results[2]
+
+
+async def test_registry_builds_the_telegram_adapter() -> None:
+    adapter = ADAPTERS["telegram"](config(), None)
+    assert isinstance(adapter, TelegramAdapter)
+    assert (adapter.name, adapter.accounts) == ("telegram", frozenset({"support", "sales"}))
+    await adapter.aclose()
