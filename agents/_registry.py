@@ -33,6 +33,7 @@ class Registry:
 
     @property
     def names(self) -> list[str]:
+        """Every declared agent's name, in declaration order."""
         return list(self._agents)
 
     def get(self, name: str) -> Agent | None:

@@ -30,6 +30,7 @@ class ToolResult:
 
     @classmethod
     def error(cls, message: str) -> ToolResult:
+        """An error result; the text starts with ``error:``."""
         return cls(f"error: {message}", is_error=True)
 
 
@@ -54,6 +55,7 @@ class Tool:
         return schema
 
     def spec(self) -> ToolSpec:
+        """What a model is told about this tool."""
         return ToolSpec(self.name, self.description, self.parameters)
 
     async def invoke(self, arguments: str) -> ToolResult:
