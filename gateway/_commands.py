@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
+from agents import build_registry
 from store import Message, Session, Store, open_store
 
 from ._summary import summarize
@@ -37,8 +38,13 @@ def message_json(message: Message) -> dict[str, Any]:
 
 
 async def check_config(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
-    for line in summarize(settings):
-        print(f"  {line}", file=out)
+    registry = build_registry(settings.agents)  # imports tools, checks handoffs and keys
+    try:
+        for line in summarize(settings):
+            print(f"  {line}", file=out)
+        print(f"  agents declared: {', '.join(registry.names)}", file=out)
+    finally:
+        await registry.aclose()
     return 0
 
 

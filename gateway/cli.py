@@ -6,9 +6,10 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TextIO
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TextIO
 
+from agents import AgentError
 from channels import ChannelError
 from store import InvalidSessionId, StoreError
 
@@ -16,16 +17,14 @@ from . import _commands
 from .config import Settings, load_settings, resolve_config_path
 from .errors import ConfigError
 
-Handler = Callable[[Settings, argparse.Namespace, TextIO], Awaitable[int]]
+Handler = Callable[[Settings, argparse.Namespace, TextIO], Coroutine[Any, Any, int]]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gateway", description="Webhook bot gateway for WhatsApp Cloud API and Telegram."
     )
-    parser.add_argument(
-        "--config", help="config file (default: $GATEWAY_CONFIG, else config.toml)"
-    )
+    parser.add_argument("--config", help="config file (default: $GATEWAY_CONFIG, else config.toml)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add(commands, "serve", "migrate the store, recover interrupted runs, serve HTTP")
     _add(commands, "check-config", "validate the config and print a summary, secrets masked")
@@ -92,6 +91,6 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         print(f"config error in {path}: {exc}", file=sys.stderr)
     except InvalidSessionId as exc:
         print(f"invalid session id: {exc}", file=sys.stderr)
-    except (StoreError, ChannelError, ValueError) as exc:
+    except (StoreError, ChannelError, AgentError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
     return 1

@@ -136,6 +136,8 @@ def test_telegram_set_webhook_names_an_unknown_bot(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = str(config_with_store(tmp_path))
-    code, _ = cli("telegram", "set-webhook", "--bot", "nope", "--url", "https://x", "--config", config)
+    code, _ = cli(
+        "telegram", "set-webhook", "--bot", "nope", "--url", "https://x", "--config", config
+    )
     assert code == 1
     assert "no bot named 'nope'" in capsys.readouterr().err
