@@ -151,11 +151,13 @@ def _message(update: Update, context: _Context) -> InboundMessage:
 
 
 def _sender(message: Message, chat: Chat) -> tuple[str, str | None]:
+    # Channel posts and anonymous admins speak as a chat; `from` then holds a placeholder user.
+    if message.sender_chat is not None:
+        speaker = message.sender_chat
+        return _id(speaker.id, "sender_chat.id"), speaker.title or speaker.username
     if message.from_user is not None:
         return _user(message.from_user)
-    # Channel posts and anonymous group admins speak as a chat.
-    speaker = message.sender_chat or chat
-    return _id(speaker.id, "sender_chat.id"), speaker.title or speaker.username
+    return _id(chat.id, "chat.id"), chat.title or chat.username
 
 
 def _user(user: User) -> tuple[str, str | None]:

@@ -331,7 +331,15 @@ def parse_one(adapter: TelegramAdapter, **update: Any) -> InboundMessage:
 
 def test_parse_anonymous_group_admin_speaks_as_the_group(adapter: TelegramAdapter) -> None:
     group = {"id": -1001, "title": "Team", "type": "supergroup"}
-    event = parse_one(adapter, message=message(chat=group, sender_chat=group, text="hi"))
+    # Telegram fills `from` with the placeholder user @GroupAnonymousBot for compatibility.
+    placeholder = {
+        "id": 1087968824,
+        "is_bot": True,
+        "first_name": "Group",
+        "username": "GroupAnonymousBot",
+    }
+    anonymous = message(chat=group, sender_chat=group, text="hi", **{"from": placeholder})
+    event = parse_one(adapter, message=anonymous)
     assert (event.sender_id, event.sender_name, event.chat_id) == ("-1001", "Team", "-1001")
 
 
