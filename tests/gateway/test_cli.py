@@ -80,11 +80,20 @@ def test_config_defaults_to_the_environment_variable(tmp_path: Path) -> None:
 
 def test_check_config_masks_a_database_password(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
-    path.write_text('[store]\nurl = "postgresql://gw:hunter2@db:5432/gw"\n', encoding="utf-8")
+    agents = '[agents]\nstarting_agent = "a"\n[[agents.list]]\nname = "a"\nkind = "human"\n'
+    store = '[store]\nurl = "postgresql://gw:hunter2@db:5432/gw"\n'
+    path.write_text(store + agents, encoding="utf-8")
     code, out = cli("check-config", "--config", str(path))
     assert code == 0
     assert "hunter2" not in out
     assert "postgresql://gw:***@db:5432/gw" in out
+
+
+def test_check_config_names_an_undeclared_starting_agent(tmp_path: Path) -> None:
+    result = run_cli("check-config", "--config", str(config_with_store(tmp_path)))
+    assert result.returncode == 1
+    assert "agent 'triage'" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_sessions_list_on_a_new_store_is_empty(tmp_path: Path) -> None:
