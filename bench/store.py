@@ -170,6 +170,21 @@ async def run_store(
         return [single, batch_time, time.perf_counter() - started]
 
 
+async def race(path: Path, racers: int, rounds: int) -> float:
+    """Average number of winners when ``racers`` connections claim one new key at once."""
+    stores = [await SQLiteStore.open(path) for _ in range(racers)]
+    try:
+        winners = 0
+        for round_ in range(rounds):
+            key = f"race:{round_}"
+            results = await asyncio.gather(*(store.claim([key]) for store in stores))
+            winners += sum(key in result for result in results)
+        return winners / rounds
+    finally:
+        for store in stores:
+            await store.aclose()
+
+
 def one_repeat(
     paths: dict[str, Path], plan: Plan, rng: random.Random, index: int
 ) -> dict[str, list[float]]:
@@ -242,6 +257,11 @@ def main(argv: list[str] | None = None) -> None:
                 ):
                     series.append(seconds)
         print(*report(plan, store, raw), sep="\n")
+        winners = asyncio.run(race(paths["store"], 8, 50))
+        print(
+            "\n8 connections racing on one new key, 50 rounds:"
+            f" told 'new' {winners:.1f} times on average"
+        )
         print(f"\n{REFERENCE}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
