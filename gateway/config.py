@@ -23,9 +23,21 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+MIB = 1024 * 1024
+
+
 class ServerConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    max_body_whatsapp: int = Field(default=4 * MIB, gt=0)  # Meta's batches reach about 3 MB
+    max_body_telegram: int = Field(default=1 * MIB, gt=0)
+    read_timeout: float = Field(default=10.0, gt=0)  # seconds to receive a whole body
+    shutdown_timeout: float = Field(default=10.0, gt=0)  # running turns get this long to finish
+
+
+class IngestConfig(_Section):
+    window_ms: float = Field(default=2.0, ge=0)  # group commit: wait this long for company
+    max_batch: int = Field(default=256, gt=0)
 
 
 class StoreConfig(_Section):
@@ -34,6 +46,7 @@ class StoreConfig(_Section):
 
 class DedupConfig(_Section):
     ttl_hours: float = Field(default=192, gt=0)
+    purge_interval_seconds: float = Field(default=3600, gt=0)
 
 
 class AdminConfig(_Section):
@@ -46,10 +59,29 @@ class SandboxConfig(_Section):
 
 class DispatcherConfig(_Section):
     double_texting: Literal["merge", "enqueue"] = "merge"
+    max_concurrent_turns: int = Field(default=32, gt=0)
+    max_attempts: int = Field(default=3, gt=0)  # tries of a failing turn before dead letter
+    retry_base_seconds: float = Field(default=2.0, ge=0)
+    apology: str = "Sorry, something went wrong on our side. A person will look into it."
+    dead_letter_handoff: str = "human"  # agent to hand a dead-lettered session to; "" for none
+    typing_after_seconds: float = Field(default=1.0, ge=0)
+    typing_interval_seconds: float = Field(default=4.0, gt=0)
+
+
+class SenderConfig(_Section):
+    max_attempts: int = Field(default=8, gt=0)
+    backoff_base_seconds: float = Field(default=1.0, ge=0)
+    backoff_max_seconds: float = Field(default=300.0, gt=0)
+    telegram_chat_per_second: float = Field(default=1.0, gt=0)
+    telegram_bot_per_second: float = Field(default=30.0, gt=0)
+    whatsapp_number_per_second: float = Field(default=80.0, gt=0)
+    whatsapp_chat_per_second: float = Field(default=1.0, gt=0)
+    burst: int = Field(default=3, gt=0)  # messages a chat may get at once before pacing
 
 
 class Settings(_Section):
     server: ServerConfig = ServerConfig()
+    ingest: IngestConfig = IngestConfig()
     store: StoreConfig = StoreConfig()
     dedup: DedupConfig = DedupConfig()
     admin: AdminConfig = AdminConfig()
@@ -57,6 +89,7 @@ class Settings(_Section):
     telegram: TelegramConfig = TelegramConfig()
     whatsapp: WhatsAppConfig = WhatsAppConfig()
     dispatcher: DispatcherConfig = DispatcherConfig()
+    sender: SenderConfig = SenderConfig()
     agents: AgentsConfig = AgentsConfig()
 
 
