@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -16,6 +16,7 @@ from ._registry import Registry
 from ._resolver import resolve_agent
 
 T = TypeVar("T")
+BeforeCommit = Callable[[Turn, Sequence[Reply]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +76,23 @@ class Runner:
         )
 
     async def run_turn(
-        self, session_id: str, inbound: UserInput, *, cancel: asyncio.Event | None = None
+        self,
+        session_id: str,
+        inbound: UserInput,
+        *,
+        cancel: asyncio.Event | None = None,
+        before_commit: BeforeCommit | None = None,
     ) -> TurnResult:
-        """Answer ``inbound`` in ``session_id``; commit history and active agent once."""
+        """Answer ``inbound`` in ``session_id``; commit history and active agent once.
+
+        ``before_commit(turn, replies)`` runs inside the turn after the agents answered, so what
+        it buffers (outbox rows, finished inbox rows) commits with the turn or not at all.
+        """
         async with self._store.turn(session_id) as turn:
             before = turn.session.active_agent
             replies = await self._guarded(session_id, self._work(turn, inbound), cancel)
+            if before_commit is not None:
+                before_commit(turn, replies)
             after = turn.active_agent
         ids = tuple(message.id for message in turn.committed)
         return TurnResult(session_id, tuple(replies), before, after, ids)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -17,9 +19,9 @@ from agents import (
     UserInput,
 )
 from agents.testing import Hang, ScriptedModel, call, reply, tool_call, transfer
-from store import SQLiteStore, TurnActive
+from store import SQLiteStore, Turn, TurnActive
 
-from .conftest import make_registry
+from .conftest import dump_tables, make_registry
 
 
 async def test_runner_plain_reply_commits_user_and_assistant(
@@ -240,3 +242,34 @@ async def test_runner_rejects_non_positive_max_turns(store: SQLiteStore) -> None
 
 def test_runner_arguments_json_is_kept_verbatim() -> None:
     assert json.loads(call("x", {"a": 1}).tool_calls[0].arguments) == {"a": 1}
+
+
+async def test_runner_before_commit_writes_with_the_turn(
+    store: SQLiteStore, session_id: str
+) -> None:
+    seen: list[tuple[str, ...]] = []
+
+    def hook(turn: Turn, replies: Sequence[Reply]) -> None:
+        seen.append(tuple(r.text for r in replies))
+        turn.update_metadata({"answered": len(replies)})
+
+    runner = Runner(store, make_registry(ScriptedModel(reply("Hello!"))))
+    await runner.run_turn(session_id, UserInput("hi"), before_commit=hook)
+    assert seen == [("Hello!",)]
+    session = await store.get_session(session_id)
+    assert session is not None
+    assert session.metadata["answered"] == 1
+
+
+async def test_runner_before_commit_failure_rolls_the_turn_back(
+    store: SQLiteStore, session_id: str, db_path: Path
+) -> None:
+    def hook(turn: Turn, replies: Sequence[Reply]) -> None:
+        turn.update_metadata({"answered": True})
+        raise RuntimeError("outbox refused")
+
+    before = dump_tables(db_path)
+    runner = Runner(store, make_registry(ScriptedModel(reply("Hello!"))))
+    with pytest.raises(RuntimeError, match="outbox refused"):
+        await runner.run_turn(session_id, UserInput("hi"), before_commit=hook)
+    assert dump_tables(db_path) == before
