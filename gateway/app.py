@@ -1,20 +1,20 @@
-"""The aiohttp application: one cleanup context per owned resource."""
+"""The aiohttp application: one cleanup context per owned resource, torn down in reverse."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from store import Store, open_store
+from store import open_store
 
+from ._keys import INTAKE_WAKE, METRICS, SENDER_WAKE, SETTINGS, STOPPING, STORE
+from ._metrics import Metrics
 from .config import Settings
 
 log = logging.getLogger("gateway")
-
-SETTINGS = web.AppKey("settings", Settings)
-STORE = web.AppKey("store", Store)
 
 
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -44,12 +44,21 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready"})
 
 
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(text=request.app[METRICS].render(), content_type="text/plain")
+
+
 def build_app(settings: Settings) -> web.Application:
     app = web.Application()
     app[SETTINGS] = settings
+    app[METRICS] = Metrics()
+    app[STOPPING] = asyncio.Event()
+    app[INTAKE_WAKE] = asyncio.Event()
+    app[SENDER_WAKE] = asyncio.Event()
     app.cleanup_ctx.append(_store_ctx)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
     return app
 
 
