@@ -14,7 +14,7 @@ HELP = {
     "gateway_webhooks_quarantined_total": "Authenticated deliveries that could not be parsed.",
     "gateway_updates_ignored_total": "Update types acknowledged but not handled, by channel.",
     "gateway_turns_total": "Turns by outcome (committed, failed, dead, cancelled, deleted).",
-    "gateway_outbox_total": "Outbound messages by outcome (sent, retried, failed, dead, uncertain).",
+    "gateway_outbox_total": "Replies by outcome (sent, retried, failed, dead, uncertain).",
 }
 
 
