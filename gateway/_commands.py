@@ -90,13 +90,16 @@ async def _delete_session(store: Store, session_id: str, out: TextIO) -> int:
     return 0
 
 
-async def telegram(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+async def telegram_command(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
     from channels.telegram import set_webhook
 
     bots = {bot.name: bot for bot in settings.telegram.bots}
     if args.bot not in bots:
         known = ", ".join(sorted(bots)) or "none configured"
         raise ValueError(f"telegram.bots: no bot named {args.bot!r} (known: {known})")
-    await set_webhook(bots[args.bot], args.url, settings.telegram.api_base_url)
+    telegram = settings.telegram
+    await set_webhook(
+        bots[args.bot], args.url, telegram.api_base_url, request_timeout=telegram.request_timeout
+    )
     print(f"webhook of bot {args.bot} set to {args.url}", file=out)
     return 0

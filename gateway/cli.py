@@ -68,7 +68,7 @@ HANDLERS: dict[str, Handler] = {
     "check-config": _commands.check_config,
     "purge": _commands.purge,
     "sessions": _commands.sessions,
-    "telegram": _commands.telegram,
+    "telegram": _commands.telegram_command,
 }
 
 
@@ -76,6 +76,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     """Run one command; return the process exit status."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Bot API call is noise
     path = resolve_config_path(args.config)
     try:
         settings = load_settings(path)
