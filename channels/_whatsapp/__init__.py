@@ -1,10 +1,10 @@
 """WhatsApp Cloud API channel (Meta Graph API)."""
 
+from .._split import split_text
 from ._adapter import WhatsAppAdapter
 from ._outbound import TEXT_LIMIT, build_payloads
 from ._parse import parse_delivery
 from ._signature import SIGNATURE_HEADER
-from ._split import split_text
 
 __all__ = [
     "SIGNATURE_HEADER",

@@ -7,7 +7,7 @@ from typing import Any
 
 from .._errors import PermanentSendError
 from .._model import Button, OutboundMedia, OutboundMessage
-from ._split import split_text
+from .._split import split_text
 
 CHANNEL = "whatsapp"
 TEXT_LIMIT = 4096
