@@ -38,6 +38,19 @@ class ChannelAdapter(Protocol):
                 that fails among good ones is reported in ``ParseResult.failures`` instead.
         """
 
+    def delivery_keys(self, body: bytes, account: str | None = None) -> list[str]:
+        """The dedup keys ``parse`` would put on this delivery's events, computed cheaply.
+
+        Runs before the webhook is acknowledged, so no pydantic models or platform objects:
+        ``json.loads`` and a walk. Parts ``parse`` would drop or fail give no key, and parts of
+        accounts that are not configured are skipped; ``[]`` means nothing to record.
+
+        Raises:
+            ChannelError: the body is not JSON or not the platform's shape (or nothing in it
+                is usable and some part is broken): the delivery goes to quarantine.
+            UnknownAccount: ``account`` is not configured.
+        """
+
     async def send(self, message: OutboundMessage) -> SendResult:
         """Send one reply.
 

@@ -22,6 +22,7 @@ from .._errors import (
 from .._model import OutboundMessage, ParseResult, SendResult
 from ._bots import BotHandle, build_bot
 from ._call import CHANNEL, call_api
+from ._keys import update_keys
 from ._parse import parse_update
 from ._redact import TokenRedactor
 from ._send import plan
@@ -94,6 +95,10 @@ class TelegramAdapter:
         """Parse one Update; raises ChannelError and nothing else."""
         handle = self._handle(account)
         return parse_update(body, handle.name, handle.bot, self._clock)
+
+    def delivery_keys(self, body: bytes, account: str | None = None) -> list[str]:
+        """The dedup key ``parse`` would give (none for ignored updates), without PTB objects."""
+        return update_keys(body, self._handle(account).name)
 
     async def send(self, message: OutboundMessage) -> SendResult:
         """Send one reply, split over several messages where it is too long."""

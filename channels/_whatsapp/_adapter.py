@@ -14,6 +14,7 @@ from .._config import WhatsAppConfig
 from .._errors import ChannelError, FatalSendError, PermanentSendError, UncertainDelivery
 from .._model import OutboundMessage, ParseResult, SendResult
 from ._graph import GraphClient
+from ._keys import delivery_keys
 from ._outbound import build_payloads
 from ._parse import parse_delivery
 from ._signature import check_signature, check_subscription
@@ -63,6 +64,10 @@ class WhatsAppAdapter:
             # goes to quarantine and can be replayed once the bug is fixed.
             log.exception("whatsapp parser failed on an authenticated delivery")
             raise ChannelError(CHANNEL, f"parser error: {type(exc).__name__}") from exc
+
+    def delivery_keys(self, body: bytes, account: str | None = None) -> list[str]:
+        """The dedup keys ``parse`` would give, cheaply; values of unconfigured numbers skipped."""
+        return delivery_keys(body, self._tokens)
 
     async def send(self, message: OutboundMessage) -> SendResult:
         """Send one reply as one or more Graph API messages; returns every wamid in order."""

@@ -166,3 +166,6 @@ _CONVERTERS: dict[str, Callable[[str, Any], Content]] = {
     "order": _order,
     "system": _system,
 }
+
+# Types whose own object the parser validates (``_keys`` checks its container cheaply).
+CONVERTED_TYPES: frozenset[str] = frozenset(_CONVERTERS)

@@ -1,0 +1,162 @@
+"""delivery_keys: the same keys parse gives, over every fixture and under random mutation."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from channels import ChannelError, UnknownAccount, WhatsAppNumberConfig
+from channels.telegram import TelegramAdapter
+from channels.whatsapp import WhatsAppAdapter
+
+from . import telegram_fakes as tg
+from . import whatsapp_fakes as wa
+from .test_whatsapp_fuzz import _mutate, json_values
+
+WHATSAPP = WhatsAppAdapter(wa.config())  # no request is made: nothing to close
+TELEGRAM = TelegramAdapter(tg.config())
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def parsed_keys(
+    adapter: WhatsAppAdapter | TelegramAdapter, body: bytes, account: str | None
+) -> Any:
+    """The event keys of parse, or the ChannelError it raises."""
+    try:
+        result = adapter.parse(body, account)
+    except ChannelError as exc:
+        return exc
+    return result, list(dict.fromkeys(event.dedup_key for event in result.events))
+
+
+@pytest.mark.parametrize("name", wa.fixture_names())
+def test_whatsapp_delivery_keys_equal_parse_keys_on_every_fixture(name: str) -> None:
+    body = wa.fixture_bytes(name)
+    result, keys = parsed_keys(WHATSAPP, body, None)
+    if not keys and result.failures:
+        with pytest.raises(ChannelError):
+            WHATSAPP.delivery_keys(body)
+    else:
+        assert WHATSAPP.delivery_keys(body) == keys
+
+
+@pytest.mark.parametrize("name", tg.fixture_names())
+def test_telegram_delivery_keys_equal_parse_keys_on_every_fixture(name: str) -> None:
+    body = tg.fixture_bytes(name)
+    _, keys = parsed_keys(TELEGRAM, body, "support")
+    assert TELEGRAM.delivery_keys(body, "support") == keys
+
+
+def test_whatsapp_delivery_keys_skip_unconfigured_numbers() -> None:
+    only_b = WhatsAppAdapter(
+        wa.config(numbers=(WhatsAppNumberConfig(phone_number_id=wa.NUMBER_B, access_token="t"),))
+    )
+    assert WHATSAPP.delivery_keys(wa.fixture_bytes("image_with_caption.json"))
+    assert only_b.delivery_keys(wa.fixture_bytes("image_with_caption.json")) == []
+
+
+def test_whatsapp_delivery_keys_keep_good_parts_beside_broken_ones() -> None:
+    keys = WHATSAPP.delivery_keys(wa.fixture_bytes("mixed_good_and_broken.json"))
+    assert keys == ["whatsapp:wamid.good1", "whatsapp:wamid.good2"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b"\xff\xfe", b"[1, 2]", b'{"object": "page", "entry": []}', b'{"object": 1}'],
+)
+def test_whatsapp_delivery_keys_refuse_what_is_not_the_envelope(body: bytes) -> None:
+    with pytest.raises(ChannelError):
+        WHATSAPP.delivery_keys(body)
+
+
+def test_whatsapp_delivery_keys_refuse_a_delivery_with_only_broken_parts() -> None:
+    body = wa.fixture_json("text_message.json")
+    body["entry"][0]["changes"][0]["value"]["messages"][0]["timestamp"] = "yesterday"
+    with pytest.raises(ChannelError, match="no usable part"):
+        WHATSAPP.delivery_keys(json.dumps(body).encode())
+
+
+def test_whatsapp_delivery_keys_of_other_fields_are_empty() -> None:
+    body = {"object": "whatsapp_business_account", "entry": [{"changes": [{"field": "calls"}]}]}
+    assert WHATSAPP.delivery_keys(json.dumps(body).encode()) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"nope", b"[]", b'{"message": {}}', b'{"update_id": "1", "message": {}}', b'{"update_id": 1}'],
+)
+def test_telegram_delivery_keys_refuse_what_is_not_an_update(body: bytes) -> None:
+    with pytest.raises(ChannelError):
+        TELEGRAM.delivery_keys(body, "support")
+
+
+def test_telegram_delivery_keys_of_an_unknown_bot_raise_unknown_account() -> None:
+    with pytest.raises(UnknownAccount):
+        TELEGRAM.delivery_keys(tg.fixture_bytes("01_private_text.json"), "nobody")
+
+
+def test_telegram_delivery_keys_name_the_bot() -> None:
+    body = tg.fixture_bytes("01_private_text.json")
+    update_id = json.loads(body)["update_id"]
+    assert TELEGRAM.delivery_keys(body, "sales") == [f"telegram:sales:{update_id}"]
+
+
+def keys_or_error(
+    adapter: WhatsAppAdapter | TelegramAdapter, body: bytes, account: str | None
+) -> Any:
+    try:
+        return adapter.delivery_keys(body, account)
+    except ChannelError as exc:
+        return exc
+
+
+def assert_consistent(
+    adapter: WhatsAppAdapter | TelegramAdapter, body: bytes, account: str | None
+) -> None:
+    """Every event parse gives has its key claimed; a refusal means parse has no event either."""
+    parsed = parsed_keys(adapter, body, account)
+    keys = keys_or_error(adapter, body, account)
+    event_keys = [] if isinstance(parsed, ChannelError) else parsed[1]
+    if isinstance(keys, ChannelError):
+        assert event_keys == []
+    else:
+        assert set(event_keys) <= set(keys)
+
+
+WA_FIXTURES = {name: wa.fixture_json(name) for name in wa.fixture_names()}
+TG_FIXTURES = {name: json.loads(tg.fixture_bytes(name)) for name in tg.fixture_names()}
+
+
+@SETTINGS
+@given(data=st.data(), name=st.sampled_from(sorted(WA_FIXTURES)))
+def test_whatsapp_delivery_keys_cover_every_event_of_mutated_fixtures(
+    data: st.DataObject, name: str
+) -> None:
+    body = copy.deepcopy(WA_FIXTURES[name])
+    for _ in range(data.draw(st.integers(min_value=1, max_value=3), label="mutations")):
+        body = _mutate(data, body)
+    assert_consistent(WHATSAPP, json.dumps(body).encode(), None)
+
+
+@SETTINGS
+@given(data=st.data(), name=st.sampled_from(sorted(TG_FIXTURES)))
+def test_telegram_delivery_keys_cover_every_event_of_mutated_fixtures(
+    data: st.DataObject, name: str
+) -> None:
+    body = copy.deepcopy(TG_FIXTURES[name])
+    for _ in range(data.draw(st.integers(min_value=1, max_value=3), label="mutations")):
+        body = _mutate(data, body)
+    assert_consistent(TELEGRAM, json.dumps(body).encode(), "support")
+
+
+@SETTINGS
+@given(value=json_values)
+def test_delivery_keys_on_random_json_raise_only_channel_error(value: Any) -> None:
+    body = json.dumps(value).encode()
+    assert_consistent(WHATSAPP, body, None)
+    assert_consistent(TELEGRAM, body, "support")
