@@ -1,8 +1,14 @@
-"""Persistent state: sessions, their history DAG, turns and the dedup guard."""
+"""Persistent state: sessions, their history DAG, turns, the dedup guard and the pipeline."""
 
 from ._errors import (
+    DeliveryNotFound,
+    InboxNotFound,
+    InboxNotPending,
     InvalidSessionId,
     MessageNotFound,
+    OutboxNotFound,
+    OutboxNotPending,
+    QuarantineNotFound,
     RunActive,
     SchemaTooNewError,
     SessionDeletedError,
@@ -12,6 +18,24 @@ from ._errors import (
     TurnActive,
 )
 from ._ids import make_session_id, validate_session_id
+from ._pipeline_types import (
+    DELIVERY_STATES,
+    INBOX_STATES,
+    OUTBOX_FAILED_STATES,
+    OUTBOX_STATES,
+    Delivery,
+    DeliveryIn,
+    InboxIn,
+    InboxItem,
+    IngestResult,
+    MembershipIn,
+    OutboxIn,
+    OutboxItem,
+    ParsedDelivery,
+    QuarantineIn,
+    QuarantineItem,
+    StatusIn,
+)
 from ._protocol import Store, Turn
 from ._sqlite import SQLiteStore
 from ._sqlite_turn import CommitHook, SQLiteTurn
@@ -19,13 +43,34 @@ from ._types import ROLES, SESSION_STATUSES, Message, NewMessage, Role, Session,
 from ._url import open_store
 
 __all__ = [
+    "DELIVERY_STATES",
+    "INBOX_STATES",
+    "OUTBOX_FAILED_STATES",
+    "OUTBOX_STATES",
     "ROLES",
     "SESSION_STATUSES",
     "CommitHook",
+    "Delivery",
+    "DeliveryIn",
+    "DeliveryNotFound",
+    "InboxIn",
+    "InboxItem",
+    "InboxNotFound",
+    "InboxNotPending",
+    "IngestResult",
     "InvalidSessionId",
+    "MembershipIn",
     "Message",
     "MessageNotFound",
     "NewMessage",
+    "OutboxIn",
+    "OutboxItem",
+    "OutboxNotFound",
+    "OutboxNotPending",
+    "ParsedDelivery",
+    "QuarantineIn",
+    "QuarantineItem",
+    "QuarantineNotFound",
     "Role",
     "RunActive",
     "SQLiteStore",
@@ -36,6 +81,7 @@ __all__ = [
     "SessionEvent",
     "SessionExistsError",
     "SessionNotFound",
+    "StatusIn",
     "Store",
     "StoreError",
     "Turn",

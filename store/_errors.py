@@ -8,6 +8,12 @@
   + MessageNotFound               (code ``unknown_message``) not a message of that session
   + RunActive                     (code ``run_active``) a HEAD move while a turn runs
   + TurnActive                    (code ``turn_active``) a second concurrent turn of one session
+  + DeliveryNotFound              (code ``unknown_delivery``)
+  + InboxNotFound                 (code ``unknown_inbox``) inbox rows that do not exist
+  + InboxNotPending               (code ``inbox_not_pending``) inbox rows already done or dead
+  + OutboxNotFound                (code ``unknown_outbox``)
+  + OutboxNotPending              (code ``outbox_not_pending``) already sent, failed, dead...
+  + QuarantineNotFound            (code ``unknown_quarantine``)
 * InvalidSessionId(ValueError)    (code ``invalid_session_id``)
 """
 
@@ -79,6 +85,55 @@ class TurnActive(StoreError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id!r} already has a turn open in this process")
         self.session_id = session_id
+
+
+class DeliveryNotFound(StoreError):
+    code = "unknown_delivery"
+
+    def __init__(self, delivery_id: int) -> None:
+        super().__init__(f"no delivery {delivery_id} (already parsed?)")
+        self.delivery_id = delivery_id
+
+
+class InboxNotFound(StoreError):
+    code = "unknown_inbox"
+
+    def __init__(self, ids: tuple[int, ...]) -> None:
+        super().__init__(f"no inbox rows {list(ids)}")
+        self.ids = ids
+
+
+class InboxNotPending(StoreError):
+    code = "inbox_not_pending"
+
+    def __init__(self, ids: tuple[int, ...]) -> None:
+        super().__init__(f"inbox rows {list(ids)} are not pending; nothing was written")
+        self.ids = ids
+
+
+class OutboxNotFound(StoreError):
+    code = "unknown_outbox"
+
+    def __init__(self, outbox_id: int) -> None:
+        super().__init__(f"no outbox row {outbox_id}")
+        self.outbox_id = outbox_id
+
+
+class OutboxNotPending(StoreError):
+    code = "outbox_not_pending"
+
+    def __init__(self, outbox_id: int, state: str) -> None:
+        super().__init__(f"outbox row {outbox_id} is {state}, not pending")
+        self.outbox_id = outbox_id
+        self.state = state
+
+
+class QuarantineNotFound(StoreError):
+    code = "unknown_quarantine"
+
+    def __init__(self, quarantine_id: int) -> None:
+        super().__init__(f"no quarantine row {quarantine_id}")
+        self.quarantine_id = quarantine_id
 
 
 class InvalidSessionId(ValueError):

@@ -6,6 +6,17 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
+from ._pipeline_types import (
+    Delivery,
+    DeliveryIn,
+    InboxItem,
+    IngestResult,
+    OutboxIn,
+    OutboxItem,
+    ParsedDelivery,
+    QuarantineIn,
+    QuarantineItem,
+)
 from ._types import Message, NewMessage, Role, Session, SessionEvent, SessionStatus
 
 
@@ -44,9 +55,23 @@ class Turn(Protocol):
     def record_event(self, kind: str, detail: dict[str, Any]) -> None:
         """Record a session event when the turn commits."""
 
+    def complete_inbox(self, ids: Sequence[int]) -> None:
+        """Mark these pending inbox rows of the session done when the turn commits.
+
+        A row that is then not pending (done, dead, gone) makes the commit raise
+        InboxNotPending or InboxNotFound, and the turn writes nothing.
+        """
+
+    def add_outbox(self, item: OutboxIn) -> None:
+        """Insert an outbox row (a reply to send) when the turn commits."""
+
     @property
     def committed(self) -> Sequence[Message]:
         """After commit: the appended messages with their ids."""
+
+    @property
+    def committed_outbox(self) -> Sequence[OutboxItem]:
+        """After commit: the outbox rows inserted, in the order they were added."""
 
 
 class Store(Protocol):
@@ -137,3 +162,71 @@ class Store(Protocol):
 
     async def purge(self, chunk_size: int = 1000) -> int:
         """Delete expired dedup rows in chunks; return how many went."""
+
+    # pipeline: ingest and intake
+    async def ingest(self, items: Sequence[DeliveryIn | QuarantineIn]) -> list[IngestResult]:
+        """Claim keys, store new deliveries and quarantine rows in ONE transaction, in order."""
+
+    async def unparsed_deliveries(self, limit: int = 100) -> list[Delivery]:
+        """Stored deliveries awaiting parse, oldest first."""
+
+    async def record_parsed(
+        self, delivery_id: int | None, parsed: ParsedDelivery, *, starting_agent: str
+    ) -> list[str]:
+        """Apply a parsed delivery and delete it in one transaction; sessions with new inbox rows.
+
+        ``delivery_id=None`` (a quarantine replay) applies ``parsed`` and deletes nothing.
+        """
+
+    # inbox
+    async def pending_sessions(self) -> list[str]:
+        """Sessions with pending inbox rows, by their oldest pending row."""
+
+    async def pending_inbox(self, session_id: str, limit: int = 100) -> list[InboxItem]:
+        """A session's pending inbox rows, oldest first ([] for an unknown session)."""
+
+    async def fail_inbox(
+        self, ids: Sequence[int], error: str, *, next_attempt_at: float, dead: bool
+    ) -> None:
+        """Record a failed try of pending rows: attempts + 1, error, retry time or dead."""
+
+    async def list_dead_inbox(self, limit: int = 50, offset: int = 0) -> list[InboxItem]:
+        """Dead inbox rows, newest first."""
+
+    # outbox
+    async def enqueue_outbox(self, item: OutboxIn) -> OutboxItem:
+        """Insert an outbox row outside a turn (operator replies, apologies)."""
+
+    async def due_outbox(self, now: float, limit: int = 100) -> list[OutboxItem]:
+        """Pending rows with ``next_attempt_at <= now``, in id order."""
+
+    async def next_outbox_due(self) -> float | None:
+        """The earliest ``next_attempt_at`` of pending rows, or None."""
+
+    async def outbox_sent(self, outbox_id: int, platform_ids: Sequence[str]) -> None:
+        """Mark a pending row sent with the platform's ids (one UPDATE)."""
+
+    async def outbox_retry(self, outbox_id: int, *, next_attempt_at: float, error: str) -> None:
+        """Record a retryable failure: attempts + 1, stays pending until ``next_attempt_at``."""
+
+    async def outbox_failed(self, outbox_id: int, *, error: str, state: str) -> None:
+        """End a pending row as ``failed``, ``dead`` or ``uncertain``; attempts + 1."""
+
+    async def list_outbox(self, session_id: str) -> list[OutboxItem]:
+        """A session's outbox rows in id order."""
+
+    async def list_dead_outbox(self, limit: int = 50, offset: int = 0) -> list[OutboxItem]:
+        """Dead outbox rows, newest first."""
+
+    # quarantine
+    async def list_quarantine(self, limit: int = 50, offset: int = 0) -> list[QuarantineItem]:
+        """Quarantined deliveries, newest first."""
+
+    async def get_quarantine(self, quarantine_id: int) -> QuarantineItem | None:
+        """One quarantined delivery, or None."""
+
+    async def mark_replayed(self, quarantine_id: int) -> None:
+        """Record that a quarantined delivery was replayed (sets ``replayed_at``)."""
+
+    async def purge_finished(self, older_than_seconds: float, chunk_size: int = 1000) -> int:
+        """Delete done inbox rows and sent outbox rows older than the cutoff, in chunks."""

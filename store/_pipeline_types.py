@@ -1,0 +1,154 @@
+"""Rows of the gateway pipeline: deliveries, quarantine, inbox and outbox (see docs/store.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+INBOX_STATES = ("pending", "done", "dead")
+OUTBOX_STATES = ("pending", "sent", "failed", "dead", "uncertain")
+OUTBOX_FAILED_STATES = ("failed", "dead", "uncertain")  # the states outbox_failed() may set
+DELIVERY_STATES = ("sent", "delivered", "read", "failed")  # what a platform status reports
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryIn:
+    """A verified delivery, before parsing."""
+
+    channel: str
+    account: str | None  # Telegram bot name; None for WhatsApp (accounts are in the body)
+    body: bytes
+    keys: tuple[str, ...]  # its dedup keys
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineIn:
+    """An authenticated delivery that could not be read at all."""
+
+    channel: str
+    account: str | None
+    body: bytes
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What ``ingest`` made of one item, in input order."""
+
+    delivery_id: int | None  # None: nothing new (all keys seen) or a quarantine item
+    new_keys: frozenset[str]
+    quarantine_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A stored delivery awaiting parse; ``keys`` are the keys it claimed."""
+
+    id: int
+    channel: str
+    account: str | None
+    body: bytes
+    keys: frozenset[str]
+    received_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class InboxIn:
+    """One inbound message; its session is ``make_session_id(channel, account, chat_id)``."""
+
+    channel: str
+    account: str
+    chat_id: str
+    dedup_key: str
+    event: dict[str, Any]  # InboundMessage.model_dump(mode="json")
+
+
+@dataclass(frozen=True, slots=True)
+class StatusIn:
+    """A platform's delivery status of one of our messages."""
+
+    channel: str
+    account: str
+    platform_message_id: str
+    state: str  # sent / delivered / read / failed
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipIn:
+    """The user blocked or unblocked the bot."""
+
+    channel: str
+    account: str
+    chat_id: str
+    blocked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedDelivery:
+    """What the intake made of one delivery."""
+
+    inbox: tuple[InboxIn, ...] = ()
+    statuses: tuple[StatusIn, ...] = ()
+    memberships: tuple[MembershipIn, ...] = ()
+    failure: str | None = None  # reasons of the parts that failed (quarantined whole)
+
+
+@dataclass(frozen=True, slots=True)
+class InboxItem:
+    """A stored inbound message of a session."""
+
+    id: int
+    session_id: str
+    dedup_key: str
+    event: dict[str, Any]
+    state: str  # pending / done / dead
+    attempts: int
+    error: str | None
+    next_attempt_at: float
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxIn:
+    """A reply to send."""
+
+    session_id: str
+    channel: str
+    account: str
+    chat_id: str
+    payload: dict[str, Any]  # OutboundMessage.model_dump(mode="json")
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxItem:
+    """A stored reply and what became of it."""
+
+    id: int
+    session_id: str | None
+    channel: str
+    account: str
+    chat_id: str
+    payload: dict[str, Any]
+    state: str  # pending / sent / failed / dead / uncertain
+    attempts: int
+    next_attempt_at: float
+    error: str | None
+    platform_ids: tuple[str, ...]
+    delivery_state: str | None
+    created_at: datetime
+    sent_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineItem:
+    """A stored delivery that could not be parsed, kept whole for a later replay."""
+
+    id: int
+    channel: str
+    account: str | None
+    body: bytes
+    reason: str
+    received_at: datetime
+    replayed_at: datetime | None
