@@ -58,6 +58,19 @@ class ChannelAdapter(Protocol):
             SendError: with a disposition saying whether and when to try again.
         """
 
+    async def send_typing(self, account: str, chat_id: str, message_id: str | None = None) -> None:
+        """Show that the bot is typing, while a reply is being prepared.
+
+        Args:
+            account: the bot or number that will answer.
+            chat_id: the chat to show it in.
+            message_id: the user's message being answered, where the platform ties the
+                indicator to one (WhatsApp marks it read); ignored elsewhere.
+
+        Raises:
+            SendError: the indicator could not be shown (callers treat it as cosmetic).
+        """
+
     async def download_media(self, account: str, media_id: str) -> bytes:
         """Fetch the bytes of an inbound media item."""
 

@@ -109,8 +109,8 @@ class TelegramAdapter:
             ids.append(str(sent.message_id))
         return SendResult(message_ids=tuple(ids))
 
-    async def send_typing(self, account: str, chat_id: str) -> None:
-        """Show "typing…" in the chat for about five seconds."""
+    async def send_typing(self, account: str, chat_id: str, message_id: str | None = None) -> None:
+        """Show "typing…" in the chat for about five seconds; ``message_id`` is not needed."""
         await self._call(
             self._sender(account), lambda bot: bot.send_chat_action(chat_id, ChatAction.TYPING)
         )
