@@ -66,7 +66,83 @@ _V1 = (
     "CREATE INDEX processed_messages_seen_at ON processed_messages (seen_at)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+# The gateway pipeline (docs/store.md "Pipeline tables").
+_V2 = (
+    """
+    CREATE TABLE deliveries (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        channel     TEXT NOT NULL,
+        account     TEXT,
+        body        BLOB NOT NULL,
+        keys        TEXT NOT NULL CHECK (json_valid(keys)),
+        received_at REAL NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE quarantine (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        channel     TEXT NOT NULL,
+        account     TEXT,
+        body        BLOB NOT NULL,
+        reason      TEXT NOT NULL,
+        received_at REAL NOT NULL,
+        replayed_at REAL
+    )
+    """,
+    """
+    CREATE TABLE inbox (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id      TEXT NOT NULL REFERENCES sessions (session_id) ON DELETE CASCADE,
+        dedup_key       TEXT NOT NULL UNIQUE,
+        event           TEXT NOT NULL CHECK (json_valid(event)),
+        state           TEXT NOT NULL DEFAULT 'pending'
+                        CHECK (state IN ('pending', 'done', 'dead')),
+        attempts        INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+        error           TEXT,
+        next_attempt_at REAL NOT NULL,
+        created_at      REAL NOT NULL,
+        finished_at     REAL
+    )
+    """,
+    "CREATE INDEX inbox_session ON inbox (session_id, state, id)",
+    "CREATE INDEX inbox_due ON inbox (state, next_attempt_at)",
+    """
+    CREATE TABLE outbox (
+        id              INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id      TEXT REFERENCES sessions (session_id) ON DELETE CASCADE,
+        channel         TEXT NOT NULL,
+        account         TEXT NOT NULL,
+        chat_id         TEXT NOT NULL,
+        payload         TEXT NOT NULL CHECK (json_valid(payload)),
+        state           TEXT NOT NULL DEFAULT 'pending'
+                        CHECK (state IN ('pending', 'sent', 'failed', 'dead', 'uncertain')),
+        attempts        INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+        next_attempt_at REAL NOT NULL,
+        error           TEXT,
+        platform_ids    TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(platform_ids)),
+        delivery_state  TEXT CHECK (delivery_state IN ('sent', 'delivered', 'read', 'failed')),
+        created_at      REAL NOT NULL,
+        sent_at         REAL
+    )
+    """,
+    "CREATE INDEX outbox_due ON outbox (state, next_attempt_at)",
+    "CREATE INDEX outbox_session ON outbox (session_id, id)",
+    # Status webhooks name a platform message id; this makes their match one index lookup.
+    # Telegram message ids repeat across chats, so the key includes channel and account and a
+    # later row takes an id over (statuses come from WhatsApp, whose ids are global).
+    """
+    CREATE TABLE outbox_platform_ids (
+        channel     TEXT NOT NULL,
+        account     TEXT NOT NULL,
+        platform_id TEXT NOT NULL,
+        outbox_id   INTEGER NOT NULL REFERENCES outbox (id) ON DELETE CASCADE,
+        PRIMARY KEY (channel, account, platform_id)
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX outbox_platform_ids_outbox ON outbox_platform_ids (outbox_id)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 LATEST = len(MIGRATIONS)
 
 

@@ -13,32 +13,24 @@ from typing import Any, Self
 
 from . import _sql_dedup as dedup
 from . import _sql_sessions as sql
+from ._checks import MAX_LIST_LIMIT, check_agent, check_int, session_values
 from ._conn import Connection
 from ._errors import SessionExistsError, StoreError
-from ._ids import make_session_id, validate_session_id
+from ._ids import validate_session_id
 from ._rows import dump_json
+from ._sqlite_pipeline import PipelineMethods
 from ._sqlite_turn import SQLiteTurn, TurnScope
 from ._types import ROLES, SESSION_STATUSES, Message, Role, Session, SessionEvent, SessionStatus
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DEDUP_TTL_HOURS = 192.0
-MAX_LIST_LIMIT = 1000
 
 
 def _check_ttl(hours: float) -> float:
     if isinstance(hours, bool) or not isinstance(hours, int | float) or not hours > 0:
         raise ValueError(f"dedup_ttl_hours must be a positive number, got {hours!r}")
     return float(hours) * 3600.0
-
-
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {type(value).__name__}")
-    if value < low or (high is not None and value > high):
-        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise ValueError(f"{name} must be {bound}, got {value}")
-    return value
 
 
 def _filters(channel: str | None, status: str | None, agent: str | None) -> sql.Filters:
@@ -48,14 +40,8 @@ def _filters(channel: str | None, status: str | None, agent: str | None) -> sql.
     return {column: value for column, value in pairs.items() if value is not None}
 
 
-def _check_agent(name: object) -> str:
-    if not isinstance(name, str) or not name:
-        raise ValueError("agent name must be a non-empty string")
-    return name
-
-
-class SQLiteStore:
-    """Sessions, history and the dedup guard in one SQLite file (or ``:memory:``)."""
+class SQLiteStore(PipelineMethods):
+    """Sessions, history, the dedup guard and the pipeline in one SQLite file (or ``:memory:``)."""
 
     def __init__(
         self,
@@ -131,7 +117,7 @@ class SQLiteStore:
         metadata: dict[str, Any] | None = None,
     ) -> Session:
         """Create the session of a chat; SessionExistsError if it exists."""
-        values = self._new_session(channel, account, chat_id, active_agent, metadata)
+        values = session_values(channel, account, chat_id, active_agent, metadata)
         session = await self._db.write(partial(sql.insert_session, values=values, now=self._now()))
         if session is None:
             raise SessionExistsError(values["session_id"])
@@ -141,7 +127,7 @@ class SQLiteStore:
         self, channel: str, account: str, chat_id: str, active_agent: str
     ) -> Session:
         """The session of a chat, created first if needed, in one transaction."""
-        values = self._new_session(channel, account, chat_id, active_agent, None)
+        values = session_values(channel, account, chat_id, active_agent, None)
         now = self._now()
 
         def run(conn: sqlite3.Connection) -> Session:
@@ -149,26 +135,6 @@ class SQLiteStore:
             return created or sql.require_session(conn, values["session_id"])
 
         return await self._db.write(run)
-
-    def _new_session(
-        self,
-        channel: str,
-        account: str,
-        chat_id: str,
-        active_agent: str,
-        metadata: dict[str, Any] | None,
-    ) -> dict[str, Any]:
-        for name, part in (("channel", channel), ("account", account), ("chat_id", chat_id)):
-            if not isinstance(part, str):
-                raise ValueError(f"{name} must be a string, got {type(part).__name__}")
-        return {
-            "session_id": make_session_id(channel, account, chat_id),
-            "channel": channel,
-            "account": account,
-            "chat_id": chat_id,
-            "active_agent": _check_agent(active_agent),
-            "metadata": dump_json(metadata or {}),
-        }
 
     async def get_session(self, session_id: str) -> Session | None:
         """The session, or None."""
@@ -185,7 +151,7 @@ class SQLiteStore:
         """Set the active agent and/or merge metadata keys; SessionNotFound if missing."""
         validate_session_id(session_id)
         if active_agent is not None:
-            _check_agent(active_agent)
+            check_agent(active_agent)
         if metadata is not None:
             dump_json(metadata)
         run = partial(
@@ -212,8 +178,8 @@ class SQLiteStore:
         agent: str | None = None,
     ) -> list[Session]:
         """A page of sessions, most recently updated first."""
-        _check_int("limit", limit, 1, MAX_LIST_LIMIT)
-        _check_int("offset", offset, 0)
+        check_int("limit", limit, 1, MAX_LIST_LIMIT)
+        check_int("offset", offset, 0)
         filters = _filters(channel, status, agent)
         run = partial(sql.list_sessions, filters=filters, limit=limit, offset=offset)
         return await self._db.read(run)
@@ -239,7 +205,7 @@ class SQLiteStore:
         """The current branch (or the one ending at ``head_id``), oldest first."""
         validate_session_id(session_id)
         if head_id is not None:
-            _check_int("head_id", head_id, 1)
+            check_int("head_id", head_id, 1)
         return await self._db.read(partial(sql.branch_of, session_id=session_id, head_id=head_id))
 
     async def append_message(
@@ -269,7 +235,7 @@ class SQLiteStore:
     async def set_active_head(self, session_id: str, message_id: int) -> Session:
         """Move the head to one of the session's messages (rewind); RunActive while running."""
         validate_session_id(session_id)
-        _check_int("message_id", message_id, 1)
+        check_int("message_id", message_id, 1)
         run = partial(
             sql.set_active_head, session_id=session_id, message_id=message_id, now=self._now()
         )
@@ -325,7 +291,7 @@ class SQLiteStore:
 
     async def purge(self, chunk_size: int = 1000) -> int:
         """Delete expired dedup rows, each chunk its own short transaction; return the count."""
-        _check_int("chunk_size", chunk_size, 1)
+        check_int("chunk_size", chunk_size, 1)
         cutoff = self._now() - self._ttl
         total = 0
         while True:

@@ -14,8 +14,12 @@ from functools import partial
 from types import TracebackType
 from typing import Any
 
+from . import _sql_inbox as inbox_sql
+from . import _sql_outbox as outbox_sql
+from ._checks import check_ids, outbox_values
 from ._conn import Connection
 from ._errors import RunActive, SessionDeletedError, StoreError, TurnActive
+from ._pipeline_types import OutboxIn, OutboxItem
 from ._rows import dump_json, load_json
 from ._sql_sessions import insert_event, insert_message, require_session, select_branch
 from ._sql_sessions import set_status as set_status_sql
@@ -25,6 +29,7 @@ CommitHook = Callable[[sqlite3.Connection, Sequence[Message]], None]
 """Extra rows of a turn: called inside the commit transaction with the committed messages."""
 
 Clock = Callable[[], float]
+_Written = tuple[list[Message], list[OutboxItem]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +53,10 @@ class SQLiteTurn:
         self._metadata: dict[str, Any] = {}
         self._events: list[tuple[str, str, float]] = []
         self._hooks: list[CommitHook] = []
+        self._inbox_done: dict[int, None] = {}  # an ordered set
+        self._outbox: list[dict[str, Any]] = []
         self._committed: tuple[Message, ...] = ()
+        self._committed_outbox: tuple[OutboxItem, ...] = ()
         self._open = True
 
     @property
@@ -70,6 +78,10 @@ class SQLiteTurn:
     @property
     def committed(self) -> Sequence[Message]:
         return self._committed
+
+    @property
+    def committed_outbox(self) -> Sequence[OutboxItem]:
+        return self._committed_outbox
 
     def append(self, message: NewMessage) -> None:
         """Buffer a message after the head and the earlier appends of this turn."""
@@ -106,6 +118,22 @@ class SQLiteTurn:
             raise ValueError("event kind must be a non-empty string")
         self._events.append((kind, dump_json(detail), self._clock()))
 
+    def complete_inbox(self, ids: Sequence[int]) -> None:
+        """Mark these pending inbox rows of the session done when the turn commits."""
+        self._check_open()
+        self._inbox_done.update(dict.fromkeys(check_ids("ids", ids)))
+
+    def add_outbox(self, item: OutboxIn) -> None:
+        """Insert an outbox row of this session when the turn commits."""
+        self._check_open()
+        values = outbox_values(item)
+        if values["session_id"] != self._session.session_id:
+            raise ValueError(
+                f"OutboxIn.session_id {item.session_id!r} is not this turn's session"
+                f" {self._session.session_id!r}"
+            )
+        self._outbox.append(values)
+
     def add_commit_hook(self, hook: CommitHook) -> None:
         """Run ``hook`` inside the commit transaction, after the messages are inserted."""
         self._check_open()
@@ -115,7 +143,7 @@ class SQLiteTurn:
         if not self._open:
             raise StoreError("the turn has ended; its writes can no longer change")
 
-    def _write(self, conn: sqlite3.Connection, snapshot: _Snapshot, now: float) -> list[Message]:
+    def _write(self, conn: sqlite3.Connection, snapshot: _Snapshot, now: float) -> _Written:
         """Everything the turn buffered, in the caller's transaction."""
         sid = self._session.session_id
         row = conn.execute(
@@ -137,9 +165,12 @@ class SQLiteTurn:
         )
         for kind, detail, at in self._events:
             insert_event(conn, sid, kind, detail, at)
+        if self._inbox_done:
+            inbox_sql.complete(conn, sid, list(self._inbox_done), now)
+        outbox = [outbox_sql.insert(conn, values, now) for values in self._outbox]
         for hook in self._hooks:
             hook(conn, committed)
-        return committed
+        return committed, outbox
 
     def _close(self) -> None:
         self._open = False
@@ -196,12 +227,13 @@ class TurnScope:
         assert self._snapshot is not None
         write = partial(turn._write, snapshot=self._snapshot, now=self._clock())
         try:
-            committed = await self._conn.write(write)
+            committed, outbox = await self._conn.write(write)
         except BaseException:
             # A cancelled caller does not stop the commit; then this finds nothing to undo.
             await self._conn.write(self._restore)
             raise
         turn._committed = tuple(committed)
+        turn._committed_outbox = tuple(outbox)
 
     def _begin(self, conn: sqlite3.Connection) -> tuple[Session, list[Message]]:
         session = require_session(conn, self._sid)

@@ -1,0 +1,116 @@
+"""Record what the intake parsed out of one delivery, in the caller's single transaction."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from . import _sql_inbox as inbox
+from . import _sql_outbox as outbox
+from ._checks import check_text, json_object, session_values
+from ._errors import DeliveryNotFound
+from ._ids import make_session_id
+from ._pipeline_types import (
+    DELIVERY_STATES,
+    InboxIn,
+    MembershipIn,
+    ParsedDelivery,
+    StatusIn,
+)
+from ._sql_quarantine import insert_many as insert_quarantine
+from ._sql_sessions import insert_session
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """A ParsedDelivery checked and turned into rows, before the transaction opens."""
+
+    sessions: dict[str, dict[str, Any]]  # session id -> its row, should it be new
+    inbox: list[tuple[object, ...]]
+    statuses: list[dict[str, Any]]
+    memberships: list[tuple[object, ...]]
+    failure: str | None
+
+
+def _inbox_row(item: InboxIn, now: float) -> tuple[object, ...]:
+    if not isinstance(item, InboxIn):
+        raise ValueError(f"parsed.inbox holds InboxIn items, got {type(item).__name__}")
+    check_text("InboxIn.dedup_key", item.dedup_key)
+    sid = make_session_id(item.channel, item.account, item.chat_id)
+    return (sid, item.dedup_key, json_object("InboxIn.event", item.event), now)
+
+
+def _status_row(item: StatusIn) -> dict[str, Any]:
+    if not isinstance(item, StatusIn):
+        raise ValueError(f"parsed.statuses holds StatusIn items, got {type(item).__name__}")
+    if item.state not in DELIVERY_STATES:
+        raise ValueError(f"StatusIn.state must be one of {DELIVERY_STATES}, got {item.state!r}")
+    return {
+        "channel": check_text("StatusIn.channel", item.channel),
+        "account": check_text("StatusIn.account", item.account),
+        "platform_id": check_text("StatusIn.platform_message_id", item.platform_message_id),
+        "state": item.state,
+        "error": item.error,
+        "rank": outbox.STATUS_RANK[item.state],
+    }
+
+
+def _membership_row(item: MembershipIn, now: float) -> tuple[object, ...]:
+    if not isinstance(item, MembershipIn) or not isinstance(item.blocked, bool):
+        raise ValueError("parsed.memberships holds MembershipIn items with a bool 'blocked'")
+    sid = make_session_id(item.channel, item.account, item.chat_id)
+    return ("true" if item.blocked else "false", now, sid)
+
+
+def prepare(parsed: ParsedDelivery, starting_agent: str, now: float) -> Rows:
+    """Check ``parsed`` and build its rows; ValueError naming the field at fault."""
+    if not isinstance(parsed, ParsedDelivery):
+        raise ValueError(f"parsed must be a ParsedDelivery, got {type(parsed).__name__}")
+    if parsed.failure is not None:
+        check_text("parsed.failure", parsed.failure)
+    inbox_rows = [_inbox_row(item, now) for item in parsed.inbox]
+    membership_rows = [_membership_row(item, now) for item in parsed.memberships]
+    sessions: dict[str, dict[str, Any]] = {}
+    chats: list[InboxIn | MembershipIn] = [*parsed.inbox, *parsed.memberships]
+    for chat in chats:
+        values = session_values(chat.channel, chat.account, chat.chat_id, starting_agent, None)
+        sessions.setdefault(values["session_id"], values)
+    return Rows(
+        sessions=sessions,
+        inbox=inbox_rows,
+        statuses=[_status_row(item) for item in parsed.statuses],
+        memberships=membership_rows,
+        failure=parsed.failure,
+    )
+
+
+def record(conn: sqlite3.Connection, delivery_id: int | None, rows: Rows, now: float) -> list[str]:
+    """Apply ``rows``, quarantine the body on failure, delete the delivery."""
+    source = None
+    if delivery_id is not None:
+        source = conn.execute(
+            "SELECT channel, account, body, received_at FROM deliveries WHERE id = ?",
+            (delivery_id,),
+        ).fetchone()
+        if source is None:
+            raise DeliveryNotFound(delivery_id)
+    for values in rows.sessions.values():
+        insert_session(conn, values, now)  # get-or-create: an existing session is kept as is
+    fresh: dict[str, None] = {}  # an ordered set
+    for row in rows.inbox:
+        sid = inbox.insert(conn, row)
+        if sid is not None:
+            fresh[sid] = None
+    outbox.apply_statuses(conn, rows.statuses)
+    conn.executemany(
+        "UPDATE sessions SET metadata = json_set(metadata, '$.blocked', json(?)),"
+        " updated_at = ? WHERE session_id = ?",
+        rows.memberships,
+    )
+    if source is not None:
+        if rows.failure is not None:
+            channel, account, body, received_at = source
+            insert_quarantine(conn, [(channel, account, body, rows.failure, received_at)])
+        conn.execute("DELETE FROM deliveries WHERE id = ?", (delivery_id,))
+    return list(fresh)

@@ -1,0 +1,136 @@
+"""Outbox statements: replies to send, and what became of them."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from ._errors import OutboxNotFound, OutboxNotPending, SessionNotFound
+from ._pipeline_rows import OUTBOX_COLUMNS, dump_list, to_outbox
+from ._pipeline_types import DELIVERY_STATES, OutboxItem
+
+# A status only moves a row forward (statuses can arrive out of order); "failed" is final.
+STATUS_RANK = {state: rank for rank, state in enumerate(DELIVERY_STATES, start=1)}
+_RANK_OF_CURRENT = (
+    "CASE delivery_state "
+    + " ".join(f"WHEN '{state}' THEN {rank}" for state, rank in STATUS_RANK.items())
+    + " ELSE 0 END"
+)
+_APPLY_STATUS = (
+    "UPDATE outbox SET delivery_state = :state,"
+    " error = CASE WHEN :state = 'failed' THEN coalesce(:error, 'delivery failed') ELSE error END"
+    " WHERE id = (SELECT outbox_id FROM outbox_platform_ids"
+    "   WHERE channel = :channel AND account = :account AND platform_id = :platform_id)"
+    f" AND {_RANK_OF_CURRENT} < :rank"
+)
+
+
+def insert(conn: sqlite3.Connection, values: dict[str, Any], now: float) -> OutboxItem:
+    """Insert one row of a session that exists; SessionNotFound otherwise."""
+    row = conn.execute(
+        "INSERT INTO outbox (session_id, channel, account, chat_id, payload, next_attempt_at,"
+        " created_at) SELECT :session_id, :channel, :account, :chat_id, :payload, :now, :now"
+        " WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = :session_id)"
+        f" RETURNING {OUTBOX_COLUMNS}",
+        {**values, "now": now},
+    ).fetchone()
+    if row is None:
+        raise SessionNotFound(values["session_id"])
+    return to_outbox(row)
+
+
+def apply_statuses(conn: sqlite3.Connection, statuses: Sequence[dict[str, Any]]) -> None:
+    """Set ``delivery_state`` of the rows that sent these platform ids; others are ignored."""
+    conn.executemany(_APPLY_STATUS, statuses)
+
+
+def _refusal(conn: sqlite3.Connection, outbox_id: int) -> OutboxNotFound | OutboxNotPending:
+    row = conn.execute("SELECT state FROM outbox WHERE id = ?", (outbox_id,)).fetchone()
+    return OutboxNotFound(outbox_id) if row is None else OutboxNotPending(outbox_id, row[0])
+
+
+def sent(conn: sqlite3.Connection, outbox_id: int, platform_ids: Sequence[str], now: float) -> None:
+    """Mark a pending row sent: one UPDATE, then the id lookup rows."""
+    row = conn.execute(
+        "UPDATE outbox SET state = 'sent', sent_at = ?, platform_ids = ?,"
+        " attempts = attempts + 1, error = NULL"
+        " WHERE id = ? AND state = 'pending' RETURNING channel, account",
+        (now, dump_list(list(platform_ids)), outbox_id),
+    ).fetchone()
+    if row is None:
+        raise _refusal(conn, outbox_id)
+    conn.executemany(
+        "INSERT INTO outbox_platform_ids (channel, account, platform_id, outbox_id)"
+        " VALUES (?, ?, ?, ?) ON CONFLICT (channel, account, platform_id)"
+        " DO UPDATE SET outbox_id = excluded.outbox_id",
+        [(row[0], row[1], platform_id, outbox_id) for platform_id in platform_ids],
+    )
+
+
+def retry(conn: sqlite3.Connection, outbox_id: int, next_attempt_at: float, error: str) -> None:
+    """Count a failed try; the row stays pending until ``next_attempt_at``."""
+    cursor = conn.execute(
+        "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?, error = ?"
+        " WHERE id = ? AND state = 'pending'",
+        (next_attempt_at, error, outbox_id),
+    )
+    if cursor.rowcount == 0:
+        raise _refusal(conn, outbox_id)
+
+
+def failed(conn: sqlite3.Connection, outbox_id: int, error: str, state: str) -> None:
+    """End a pending row in ``state`` (failed, dead or uncertain)."""
+    cursor = conn.execute(
+        "UPDATE outbox SET state = ?, attempts = attempts + 1, error = ?"
+        " WHERE id = ? AND state = 'pending'",
+        (state, error, outbox_id),
+    )
+    if cursor.rowcount == 0:
+        raise _refusal(conn, outbox_id)
+
+
+def due(conn: sqlite3.Connection, now: float, limit: int) -> list[OutboxItem]:
+    """Pending rows due by ``now``, in id order."""
+    rows = conn.execute(
+        f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?"
+        " ORDER BY id LIMIT ?",
+        (now, limit),
+    ).fetchall()
+    return [to_outbox(row) for row in rows]
+
+
+def next_due(conn: sqlite3.Connection) -> float | None:
+    """The earliest ``next_attempt_at`` of pending rows."""
+    value: float | None = conn.execute(
+        "SELECT min(next_attempt_at) FROM outbox WHERE state = 'pending'"
+    ).fetchone()[0]
+    return value
+
+
+def of_session(conn: sqlite3.Connection, session_id: str) -> list[OutboxItem]:
+    """A session's rows in id order."""
+    rows = conn.execute(
+        f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE session_id = ? ORDER BY id", (session_id,)
+    ).fetchall()
+    return [to_outbox(row) for row in rows]
+
+
+def list_dead(conn: sqlite3.Connection, limit: int, offset: int) -> list[OutboxItem]:
+    """Dead rows, newest first."""
+    rows = conn.execute(
+        f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE state = 'dead' ORDER BY id DESC"
+        " LIMIT ? OFFSET ?",
+        (limit, offset),
+    ).fetchall()
+    return [to_outbox(row) for row in rows]
+
+
+def purge_sent_chunk(conn: sqlite3.Connection, cutoff: float, chunk_size: int) -> int:
+    """Delete up to ``chunk_size`` rows sent before ``cutoff``; return the count."""
+    cursor = conn.execute(
+        "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox"
+        " WHERE state = 'sent' AND sent_at < ? ORDER BY id LIMIT ?)",
+        (cutoff, chunk_size),
+    )
+    return cursor.rowcount

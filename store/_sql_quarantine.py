@@ -1,0 +1,46 @@
+"""Quarantine statements: deliveries kept whole because they could not be parsed."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from ._errors import QuarantineNotFound
+from ._pipeline_rows import QUARANTINE_COLUMNS, to_quarantine
+from ._pipeline_types import QuarantineItem
+from ._sql_insert import inserted_ids
+
+_INSERT = (
+    "INSERT INTO quarantine (channel, account, body, reason, received_at) VALUES (?, ?, ?, ?, ?)"
+)
+
+
+def insert_many(conn: sqlite3.Connection, rows: Sequence[tuple[object, ...]]) -> list[int]:
+    """Insert ``(channel, account, body, reason, received_at)`` rows; their ids in order."""
+    return inserted_ids(conn, "quarantine", _INSERT, rows)
+
+
+def list_page(conn: sqlite3.Connection, limit: int, offset: int) -> list[QuarantineItem]:
+    """Quarantined deliveries, newest first."""
+    rows = conn.execute(
+        f"SELECT {QUARANTINE_COLUMNS} FROM quarantine ORDER BY id DESC LIMIT ? OFFSET ?",
+        (limit, offset),
+    ).fetchall()
+    return [to_quarantine(row) for row in rows]
+
+
+def get(conn: sqlite3.Connection, quarantine_id: int) -> QuarantineItem | None:
+    """One quarantined delivery, or None."""
+    row = conn.execute(
+        f"SELECT {QUARANTINE_COLUMNS} FROM quarantine WHERE id = ?", (quarantine_id,)
+    ).fetchone()
+    return None if row is None else to_quarantine(row)
+
+
+def mark_replayed(conn: sqlite3.Connection, quarantine_id: int, now: float) -> None:
+    """Set ``replayed_at``; QuarantineNotFound if there is no such row."""
+    cursor = conn.execute(
+        "UPDATE quarantine SET replayed_at = ? WHERE id = ?", (now, quarantine_id)
+    )
+    if cursor.rowcount == 0:
+        raise QuarantineNotFound(quarantine_id)
