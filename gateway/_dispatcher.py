@@ -1,0 +1,278 @@
+"""The dispatcher: one lane per session, its inbox rows in order, one turn at a time.
+
+A lane is a task that lives while its session has pending inbox rows. Turns of all lanes share
+a semaphore (``max_concurrent_turns``); a lane waiting for a slot holds nothing but its task.
+Every inbox row ends in exactly one committed turn (the turn's commit marks it done) or, after
+``max_attempts`` failed turns, in the dead state with an apology to the user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
+
+from agents import Reply, Runner
+from channels import ChannelAdapter
+from store import (
+    InboxItem,
+    OutboxIn,
+    RunActive,
+    SessionDeletedError,
+    SessionNotFound,
+    Store,
+    StoreError,
+    Turn,
+    TurnActive,
+)
+
+from . import _convert as convert
+from ._metrics import Metrics
+from ._typing import Typing
+from ._wait import wait_event
+from .config import DispatcherConfig
+
+log = logging.getLogger("gateway.dispatcher")
+
+TURNS = "gateway_turns_total"
+BUSY_RETRY_SECONDS = 0.5  # a session whose turn runs elsewhere is tried again this soon
+MAX_ERROR = 500
+
+Clock = Callable[[], float]
+
+
+class Dispatcher:
+    """Runs the turns of every session with pending inbox rows."""
+
+    def __init__(
+        self,
+        store: Store,
+        runner: Runner,
+        config: DispatcherConfig,
+        *,
+        metrics: Metrics,
+        adapters: Mapping[str, ChannelAdapter] | None = None,
+        on_outbox: Callable[[], None] = lambda: None,
+        handoff_agent: str | None = None,
+        clock: Clock = time.time,
+        max_lanes: int | None = None,
+    ) -> None:
+        self._store = store
+        self._runner = runner
+        self._config = config
+        self._metrics = metrics
+        self._adapters = dict(adapters or {})
+        self._on_outbox = on_outbox
+        self._handoff = handoff_agent
+        self._clock = clock
+        self._max_lanes = max_lanes or 8 * config.max_concurrent_turns
+        self._slots = asyncio.Semaphore(config.max_concurrent_turns)
+        self._lanes: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()  # woken while running: look for rows once more
+        self._overflow = False  # sessions were left out because every lane was taken
+        self._poll_now = asyncio.Event()
+        self._stop = asyncio.Event()
+        self.running_turns = 0
+
+    @property
+    def lanes(self) -> frozenset[str]:
+        """Sessions that have a lane now."""
+        return frozenset(self._lanes)
+
+    async def start(self) -> None:
+        """Reconcile interrupted runs, then give every session with pending rows a lane."""
+        interrupted = await self._store.interrupt_running()
+        if interrupted:
+            log.warning("%d session(s) were running at start: now interrupted", len(interrupted))
+        await self.poll()
+
+    async def poll(self) -> None:
+        """Look for sessions with pending rows (rows from another process, or left out)."""
+        self._overflow = False
+        self.wake(await self._store.pending_sessions())
+
+    def wake(self, session_ids: Iterable[str]) -> None:
+        """These sessions got inbox rows: start their lanes, or tell running ones to look again."""
+        for sid in session_ids:
+            if self._stop.is_set():
+                return
+            if sid in self._lanes:
+                self._again.add(sid)
+            elif len(self._lanes) >= self._max_lanes:
+                self._overflow = True  # picked up by poll() when lanes free up
+            else:
+                self._lanes[sid] = asyncio.create_task(self._lane(sid), name=f"lane {sid}")
+
+    async def run(self, poll_seconds: float = 5.0) -> None:
+        """Poll now and then until ``drain`` (call ``start()`` first)."""
+        while not self._stop.is_set():
+            await wait_event(self._poll_now, poll_seconds)
+            self._poll_now.clear()
+            if self._stop.is_set():
+                break
+            try:
+                await self.poll()
+            except StoreError as exc:
+                log.warning("dispatcher poll failed: %s", exc)
+
+    async def wait_session(self, session_id: str) -> None:
+        """Until the session's lane (if any) has ended (tests)."""
+        lane = self._lanes.get(session_id)
+        if lane is not None:
+            await asyncio.wait({lane})
+
+    async def wait_idle(self) -> None:
+        """Until no lane is left (tests, benchmarks)."""
+        while self._lanes:
+            await asyncio.wait(list(self._lanes.values()))
+
+    async def drain(self, grace: float) -> None:
+        """Start no more turns; give running ones ``grace`` seconds, then roll them back."""
+        self._stop.set()
+        self._poll_now.set()
+        lanes = list(self._lanes.values())
+        if not lanes:
+            return
+        _, late = await asyncio.wait(lanes, timeout=grace)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        if late:
+            log.warning("rolled back %d turn(s) still running at shutdown", len(late))
+
+    # one lane
+
+    async def _lane(self, sid: str) -> None:
+        try:
+            while not self._stop.is_set():
+                self._again.discard(sid)
+                wait = await self._next_turn(sid)
+                if wait is None:
+                    if sid in self._again:
+                        continue
+                    return
+                if wait > 0:
+                    await wait_event(self._stop, wait)
+        except Exception:
+            log.exception("lane of session %s stopped", sid)
+        finally:
+            if self._lanes.get(sid) is asyncio.current_task():
+                del self._lanes[sid]
+            if self._overflow:
+                self._poll_now.set()
+
+    async def _next_turn(self, sid: str) -> float | None:
+        """Run the next turn; return None when nothing is pending, else seconds to wait first."""
+        async with self._slots:
+            if self._stop.is_set():
+                return 0.0
+            rows = await self._store.pending_inbox(sid)
+            if not rows:
+                return None
+            wait = rows[0].next_attempt_at - self._clock()
+            if wait > 0:
+                return wait  # a retry in backoff; later rows wait behind it
+            batch = rows[:1] if self._config.double_texting == "enqueue" else rows
+            return await self._turn(sid, batch)
+
+    async def _turn(self, sid: str, batch: Sequence[InboxItem]) -> float:
+        typing = self._typing(batch[-1])
+        self.running_turns += 1
+        try:
+            typing.start()
+            await self._runner.run_turn(
+                sid,
+                convert.user_input([row.event for row in batch]),
+                before_commit=partial(_before_commit, [row.id for row in batch], typing),
+            )
+        except (SessionDeletedError, SessionNotFound):
+            log.info("session %s was deleted during its turn; nothing written", sid)
+            self._metrics.inc(TURNS, outcome="deleted")
+            return 0.0
+        except (RunActive, TurnActive):
+            return max(BUSY_RETRY_SECONDS, self._config.retry_base_seconds)
+        except Exception as exc:
+            await self._failed(sid, batch, exc)
+            return 0.0
+        finally:
+            self.running_turns -= 1
+            await typing.aclose()  # before the sender may send the reply
+        self._metrics.inc(TURNS, outcome="committed")
+        self._on_outbox()
+        return 0.0
+
+    def _typing(self, row: InboxItem) -> Typing:
+        event = row.event
+        channel, account, chat_id = (
+            str(event.get(k, "")) for k in ("channel", "account", "chat_id")
+        )
+        message_id = event.get("message_id")
+        return Typing(
+            self._adapters.get(channel),
+            account,
+            chat_id,
+            message_id if isinstance(message_id, str) else None,
+            after=self._config.typing_after_seconds,
+            interval=self._config.typing_interval_seconds,
+        )
+
+    # failures
+
+    async def _failed(self, sid: str, batch: Sequence[InboxItem], exc: Exception) -> None:
+        error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR]
+        ids = [row.id for row in batch]
+        attempts = max(row.attempts for row in batch) + 1
+        dead = attempts >= self._config.max_attempts
+        delay = self._config.retry_base_seconds * 2 ** (attempts - 1)
+        log.warning("turn of session %s failed (try %d): %s", sid, attempts, error)
+        try:
+            await self._store.fail_inbox(
+                ids, error, next_attempt_at=self._clock() + (0 if dead else delay), dead=dead
+            )
+            self._metrics.inc(TURNS, outcome="dead" if dead else "failed")
+            if dead:
+                await self._dead_letter(sid)
+        except StoreError as store_exc:
+            # The rows stay pending and the lane tries again; the attempt is not counted.
+            log.error("could not record the failed turn of %s: %s", sid, store_exc)
+
+    async def _dead_letter(self, sid: str) -> None:
+        """Apologise to the user and, if configured, hand the session to a person."""
+        session = await self._store.get_session(sid)
+        if session is None:
+            return
+        if self._config.apology:
+            chat = convert.reply_target(session.chat_id, session.metadata)
+            message = convert.text_message(
+                session.channel, session.account, chat, self._config.apology
+            )
+            await self._store.enqueue_outbox(
+                OutboxIn(sid, session.channel, session.account, chat, convert.payload(message))
+            )
+            self._on_outbox()
+        target = self._handoff
+        if target and session.active_agent != target:
+            await self._store.update_session(sid, active_agent=target)
+            detail = {"from": session.active_agent, "to": target, "reason": "dead_letter"}
+            await self._store.record_event(sid, "handoff", detail)
+
+
+def _before_commit(ids: list[int], typing: Typing, turn: Turn, replies: Sequence[Reply]) -> None:
+    """Inside the turn's transaction: finish the inbox rows, queue one outbox row per reply."""
+    typing.stop()
+    turn.complete_inbox(ids)
+    session = turn.session
+    chat = convert.reply_target(session.chat_id, session.metadata)
+    for reply in replies:
+        message = convert.outbound(session.channel, session.account, chat, reply)
+        turn.add_outbox(
+            OutboxIn(
+                session.session_id,
+                session.channel,
+                session.account,
+                chat,
+                convert.payload(message),
+            )
+        )

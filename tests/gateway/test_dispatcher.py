@@ -1,0 +1,383 @@
+"""The dispatcher on a real SQLite store with scripted models: lanes, order, merge, retries."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents import ModelBackendError, ModelMessage, ModelResponse, Runner, ToolSpec
+from agents.testing import Hang, ScriptedModel, reply
+from gateway._dispatcher import TURNS, Dispatcher
+from gateway._metrics import Metrics
+from gateway.config import DispatcherConfig
+from store import SQLiteStore
+
+from .pipeline_helpers import RecordingAdapter, add_inbox, inbound, registry, rows
+
+Step = Callable[[Sequence[ModelMessage], Sequence[ToolSpec]], Awaitable[ModelResponse]]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "gateway.db"
+
+
+@pytest.fixture
+async def store(db: Path) -> AsyncIterator[SQLiteStore]:
+    async with SQLiteStore(db) as opened:
+        yield opened
+
+
+class Harness:
+    """A dispatcher over ``store`` whose triage agent plays ``model``."""
+
+    def __init__(
+        self,
+        store: SQLiteStore,
+        model: ScriptedModel,
+        adapters: dict[str, Any] | None = None,
+        **config: Any,
+    ) -> None:
+        self.store = store
+        self.model = model
+        self.metrics = Metrics()
+        self.config = DispatcherConfig(**{"retry_base_seconds": 0, **config})
+        self.outbox_wakes = 0
+        self.dispatcher = Dispatcher(
+            store,
+            Runner(store, registry(model)),
+            self.config,
+            metrics=self.metrics,
+            adapters=adapters,
+            on_outbox=self._woken,
+            handoff_agent="human",
+        )
+
+    def _woken(self) -> None:
+        self.outbox_wakes += 1
+
+    async def feed(self, *texts: str, chat_id: str = "42", first: int = 1) -> str:
+        items = [inbound(t, n=first + i, chat_id=chat_id) for i, t in enumerate(texts)]
+        [sid] = await add_inbox(self.store, *items)
+        self.dispatcher.wake([sid])
+        return sid
+
+    async def run(self, *texts: str, chat_id: str = "42") -> str:
+        sid = await self.feed(*texts, chat_id=chat_id)
+        await asyncio.wait_for(self.dispatcher.wait_idle(), 10)
+        return sid
+
+    def turns(self, outcome: str) -> float:
+        return self.metrics.value(TURNS, outcome=outcome)
+
+    async def user_texts(self, sid: str) -> list[str | None]:
+        return [m.text for m in await self.store.get_branch(sid) if m.role == "user"]
+
+    async def replies(self, sid: str) -> list[str]:
+        return [row.payload["text"] for row in await self.store.list_outbox(sid)]
+
+
+def last_user(messages: Sequence[ModelMessage]) -> str:
+    return next(m.text or "" for m in reversed(messages) if m.role == "user")
+
+
+def echo() -> Step:
+    async def step(messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]) -> ModelResponse:
+        return reply(f"re: {last_user(messages)}")
+
+    return step
+
+
+def inbox_states(db: Path) -> list[tuple[str, int]]:
+    return [(r[0], r[1]) for r in rows(db, "SELECT state, attempts FROM inbox ORDER BY id")]
+
+
+async def test_dispatcher_enqueue_runs_one_turn_per_message_in_order(
+    store: SQLiteStore, db: Path
+) -> None:
+    harness = Harness(store, ScriptedModel(echo(), echo(), echo()), double_texting="enqueue")
+    sid = await harness.run("one", "two", "three")
+    assert await harness.user_texts(sid) == ["one", "two", "three"]
+    assert await harness.replies(sid) == ["re: one", "re: two", "re: three"]
+    assert inbox_states(db) == [("done", 0)] * 3
+    assert harness.turns("committed") == 3
+    assert harness.outbox_wakes == 3
+    harness.model.assert_done()
+
+
+async def test_dispatcher_merge_answers_the_rows_pending_at_turn_start_in_one_turn(
+    store: SQLiteStore, db: Path
+) -> None:
+    harness = Harness(store, ScriptedModel(echo()), double_texting="merge")
+    sid = await harness.run("one", "two", "three")
+    assert await harness.user_texts(sid) == ["one\ntwo\nthree"]
+    assert await harness.replies(sid) == ["re: one\ntwo\nthree"]
+    [user] = [m for m in await store.get_branch(sid) if m.role == "user"]
+    keys = [ref["dedup_key"] for ref in user.data["messages"]]
+    assert keys == [f"telegram:support:42:{n}" for n in (1, 2, 3)]
+    assert inbox_states(db) == [("done", 0)] * 3
+
+
+async def test_dispatcher_merge_joins_messages_that_arrive_while_a_turn_runs(
+    store: SQLiteStore,
+) -> None:
+    hang = Hang()
+    harness = Harness(store, ScriptedModel(hang, echo()), double_texting="merge")
+    sid = await harness.feed("one")
+    await asyncio.wait_for(hang.started.wait(), 5)
+    await harness.feed("two", first=2)
+    await harness.feed("three", first=3)
+    hang.release.set()
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert await harness.user_texts(sid) == ["one", "two\nthree"]
+    assert await harness.replies(sid) == ["re: two\nthree"]  # the hung step said nothing
+
+
+async def test_dispatcher_runs_one_turn_at_a_time_per_session(store: SQLiteStore) -> None:
+    hang = Hang()
+    harness = Harness(store, ScriptedModel(hang, echo()), double_texting="enqueue")
+    sid = await harness.feed("one", "two")
+    await asyncio.wait_for(hang.started.wait(), 5)
+    harness.dispatcher.wake([sid])  # a second wake-up must not start a second turn
+    assert harness.dispatcher.running_turns == 1
+    assert len(harness.model.calls) == 1
+    hang.release.set()
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert await harness.user_texts(sid) == ["one", "two"]
+
+
+async def test_dispatcher_a_slow_session_does_not_hold_up_another(store: SQLiteStore) -> None:
+    release = asyncio.Event()
+
+    async def step(messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]) -> ModelResponse:
+        if last_user(messages) == "slow":
+            await release.wait()
+        return reply(last_user(messages))
+
+    harness = Harness(store, ScriptedModel(step, step))
+    slow = await harness.feed("slow", chat_id="1")
+    fast = await harness.feed("fast", chat_id="2")
+    await asyncio.wait_for(harness.dispatcher.wait_session(fast), 5)
+    assert await harness.replies(fast) == ["fast"]
+    assert await harness.replies(slow) == []
+    release.set()
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert await harness.replies(slow) == ["slow"]
+
+
+async def test_dispatcher_bounds_the_turns_running_at_once(store: SQLiteStore) -> None:
+    second_started = asyncio.Event()
+    order: list[str] = []
+
+    async def step(messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]) -> ModelResponse:
+        text = last_user(messages)
+        order.append(f"start {text}")
+        if text == "first":
+            try:  # the bound holds the second turn back, so this wait runs out
+                await asyncio.wait_for(second_started.wait(), 0.3)
+            except TimeoutError:
+                pass
+        else:
+            second_started.set()
+        order.append(f"end {text}")
+        return reply(text)
+
+    harness = Harness(store, ScriptedModel(step, step), max_concurrent_turns=1)
+    await harness.feed("first", chat_id="1")
+    await harness.feed("second", chat_id="2")
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert order == ["start first", "end first", "start second", "end second"]
+
+
+async def test_dispatcher_retries_a_failing_turn_then_commits_it_once(
+    store: SQLiteStore, db: Path
+) -> None:
+    boom = ModelBackendError("scripted", "HTTP 502")
+    harness = Harness(store, ScriptedModel(boom, boom, echo()), max_attempts=3)
+    sid = await harness.run("hello")
+    assert await harness.user_texts(sid) == ["hello"]  # the failed tries left no trace
+    assert await harness.replies(sid) == ["re: hello"]
+    assert inbox_states(db) == [("done", 2)]
+    assert (harness.turns("failed"), harness.turns("committed")) == (2, 1)
+
+
+async def test_dispatcher_keeps_inbox_order_across_a_retry(store: SQLiteStore) -> None:
+    boom = ModelBackendError("scripted", "timeout")
+    harness = Harness(store, ScriptedModel(boom, echo(), echo()), double_texting="enqueue")
+    sid = await harness.run("one", "two")
+    assert await harness.user_texts(sid) == ["one", "two"]
+    assert await harness.replies(sid) == ["re: one", "re: two"]
+
+
+async def test_dispatcher_dead_letters_after_max_attempts_with_apology_and_handoff(
+    store: SQLiteStore, db: Path
+) -> None:
+    boom = ModelBackendError("scripted", "HTTP 500")
+    harness = Harness(store, ScriptedModel(boom, boom, boom), max_attempts=3, apology="Sorry!")
+    sid = await harness.run("hello")
+    [dead] = await store.list_dead_inbox()
+    assert (dead.session_id, dead.attempts, dead.state) == (sid, 3, "dead")
+    assert "HTTP 500" in (dead.error or "")
+    assert await harness.replies(sid) == ["Sorry!"]
+    session = await store.get_session(sid)
+    assert session is not None
+    assert session.active_agent == "human"
+    [event] = [e for e in await store.list_events(sid) if e.kind == "handoff"]
+    assert event.detail == {"from": "triage", "to": "human", "reason": "dead_letter"}
+    assert (harness.turns("failed"), harness.turns("dead")) == (2, 1)
+    assert await harness.user_texts(sid) == []
+
+
+async def test_dispatcher_with_a_human_agent_active_stores_the_message_without_a_reply(
+    store: SQLiteStore, db: Path
+) -> None:
+    harness = Harness(store, ScriptedModel())
+    sid = await harness.feed("hello")
+    await store.update_session(sid, active_agent="human")
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert await harness.user_texts(sid) == ["hello"]
+    assert await harness.replies(sid) == []
+    assert inbox_states(db) == [("done", 0)]
+    assert harness.model.calls == []
+
+
+async def test_dispatcher_a_session_in_backoff_does_not_slow_the_others(
+    store: SQLiteStore, db: Path
+) -> None:
+    failed = asyncio.Event()
+
+    async def fail(messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]) -> ModelResponse:
+        failed.set()
+        raise ModelBackendError("scripted", "HTTP 503")
+
+    harness = Harness(store, ScriptedModel(fail, echo()), retry_base_seconds=3600)
+    failing = await harness.feed("first", chat_id="1")
+    await asyncio.wait_for(failed.wait(), 5)
+    other = await harness.feed("second", chat_id="2")
+    await asyncio.wait_for(harness.dispatcher.wait_session(other), 5)
+    assert await harness.replies(other) == ["re: second"]
+    assert failing in harness.dispatcher.lanes  # waiting out its backoff
+    assert [r.state for r in await store.pending_inbox(failing)] == ["pending"]
+    await harness.dispatcher.drain(1.0)
+    assert inbox_states(db) == [("pending", 1), ("done", 0)]
+
+
+async def test_dispatcher_start_reconciles_running_sessions_and_runs_pending_rows(
+    store: SQLiteStore, db: Path
+) -> None:
+    harness = Harness(store, ScriptedModel(echo()))
+    [sid] = await add_inbox(store, inbound("left over", n=1))
+    _set_status(db, sid, "running")  # as a process killed mid-turn leaves it
+    await harness.dispatcher.start()
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert await harness.replies(sid) == ["re: left over"]
+    assert rows(db, "SELECT status FROM sessions") == [("idle",)]
+
+
+def _set_status(db: Path, sid: str, status: str) -> None:
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute("UPDATE sessions SET status = ? WHERE session_id = ?", (status, sid))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+async def test_dispatcher_drops_quietly_a_turn_whose_session_was_deleted(
+    store: SQLiteStore, db: Path
+) -> None:
+    sid_holder: list[str] = []
+
+    async def step(messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]) -> ModelResponse:
+        await store.delete_session(sid_holder[0])  # an operator erases the session meanwhile
+        return reply("too late")
+
+    harness = Harness(store, ScriptedModel(step))
+    sid = await harness.feed("hello")
+    sid_holder.append(sid)
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert harness.turns("deleted") == 1
+    assert harness.turns("failed") == 0
+    assert rows(db, "SELECT count(*) FROM outbox") == [(0,)]
+    assert rows(db, "SELECT count(*) FROM inbox") == [(0,)]
+
+
+async def test_dispatcher_drain_rolls_back_a_turn_past_the_grace_and_a_restart_runs_it(
+    store: SQLiteStore, db: Path
+) -> None:
+    hang = Hang()
+    harness = Harness(store, ScriptedModel(hang))
+    sid = await harness.feed("hello")
+    await asyncio.wait_for(hang.started.wait(), 5)
+    await harness.dispatcher.drain(0.05)
+    assert rows(db, "SELECT status FROM sessions") == [("idle",)]
+    assert await harness.user_texts(sid) == []
+    assert inbox_states(db) == [("pending", 0)]
+    again = Harness(store, ScriptedModel(echo()))
+    await again.dispatcher.start()
+    await asyncio.wait_for(again.dispatcher.wait_idle(), 10)
+    assert await again.user_texts(sid) == ["hello"]
+    assert await again.replies(sid) == ["re: hello"]
+
+
+async def test_dispatcher_shows_telegram_typing_while_a_slow_turn_runs_and_stops_before_commit(
+    store: SQLiteStore, db: Path
+) -> None:
+    adapter = RecordingAdapter("telegram", db=db)
+
+    async def step(messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]) -> ModelResponse:
+        while len(adapter.typing) < 3:  # renewed while the turn runs
+            adapter.typed.clear()
+            await asyncio.wait_for(adapter.typed.wait(), 5)
+        return reply("done")
+
+    harness = Harness(
+        store,
+        ScriptedModel(step),
+        {"telegram": adapter},
+        typing_after_seconds=0,
+        typing_interval_seconds=1e-6,
+    )
+    sid = await harness.run("slow one")
+    shown = len(adapter.typing)
+    assert shown >= 3
+    assert adapter.typing[0] == ("support", "42", "m1")
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "typing"]
+    assert await harness.replies(sid) == ["done"]
+    assert len(adapter.typing) == shown
+    assert adapter.after_reply == 0  # stopped inside the turn, before its commit
+
+
+async def test_dispatcher_shows_whatsapp_typing_once_on_the_last_message(
+    store: SQLiteStore,
+) -> None:
+    adapter = RecordingAdapter("whatsapp")
+
+    async def step(messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]) -> ModelResponse:
+        await asyncio.wait_for(adapter.typed.wait(), 5)
+        return reply("done")
+
+    harness = Harness(
+        store,
+        ScriptedModel(step),
+        {"whatsapp": adapter},
+        typing_after_seconds=0,
+        typing_interval_seconds=0.01,
+    )
+    items = [inbound(t, n=n, channel="whatsapp", account="100") for n, t in ((1, "a"), (2, "b"))]
+    [sid] = await add_inbox(store, *items)
+    harness.dispatcher.wake([sid])
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert adapter.typing == [("100", "42", "m2")]
+
+
+async def test_dispatcher_shows_no_typing_for_a_quick_turn(store: SQLiteStore) -> None:
+    adapter = RecordingAdapter("telegram")
+    harness = Harness(store, ScriptedModel(echo()), {"telegram": adapter}, typing_after_seconds=30)
+    await harness.run("quick")
+    assert adapter.typing == []
