@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from store import NewMessage, SchemaTooNewError, SQLiteStore, StoreError
+from store import DeliveryIn, NewMessage, OutboxIn, SchemaTooNewError, SQLiteStore, StoreError
 from store._schema import LATEST, MIGRATIONS
 
-from .conftest import FakeClock, raw_rows
+from .conftest import START, FakeClock, raw_rows
 
 SID = "telegram-support-1"
 
@@ -118,3 +118,95 @@ async def test_turn_on_closed_connection_raises_store_error(db_path: Path) -> No
     await store.aclose()
     with pytest.raises(StoreError, match="closed"):
         await scope.__aenter__()
+
+
+def make_v1_file(path: Path) -> None:
+    """A file as the gateway of schema version 1 left it, with a session and its history."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("BEGIN")
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO sessions (session_id, channel, account, chat_id, active_agent,"
+            " metadata, created_at, updated_at)"
+            " VALUES (?, 'telegram', 'support', '1', 'triage', '{\"lang\":\"en\"}', 1.0, 2.0)",
+            (SID,),
+        )
+        conn.execute(
+            "INSERT INTO messages (session_id, role, text, data, created_at)"
+            " VALUES (?, 'user', 'hi', '{}', 1.5)",
+            (SID,),
+        )
+        conn.execute("UPDATE sessions SET head_id = 1 WHERE session_id = ?", (SID,))
+        conn.execute("INSERT INTO processed_messages (key, seen_at) VALUES ('tg:1', ?)", (START,))
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+async def test_migration_1_to_2_keeps_data_and_adds_the_pipeline(
+    db_path: Path, clock: FakeClock
+) -> None:
+    make_v1_file(db_path)
+    before = raw_rows(db_path, "SELECT * FROM sessions") + raw_rows(
+        db_path, "SELECT * FROM messages"
+    )
+    async with SQLiteStore(db_path, clock=clock) as store:
+        assert raw_rows(db_path, "PRAGMA user_version") == [(2,)]
+        after = raw_rows(db_path, "SELECT * FROM sessions")
+        assert after + raw_rows(db_path, "SELECT * FROM messages") == before
+        assert [m.text for m in await store.get_branch(SID)] == ["hi"]
+        assert await store.claim(["tg:1"]) == set()
+        await store.enqueue_outbox(OutboxIn(SID, "telegram", "support", "1", {"text": "x"}))
+        [result] = await store.ingest([DeliveryIn("telegram", "support", b"{}", ("tg:2",))])
+        assert result.delivery_id is not None
+    tables = {row[0] for row in raw_rows(db_path, "SELECT name FROM sqlite_master")}
+    expected = {"deliveries", "quarantine", "inbox", "outbox", "outbox_platform_ids"}
+    assert expected <= tables
+    assert {"inbox_session", "inbox_due", "outbox_due", "outbox_session"} <= tables
+
+
+@pytest.mark.parametrize(
+    ("sql", "params"),
+    [
+        (
+            "INSERT INTO inbox (session_id, dedup_key, event, state, next_attempt_at, created_at)"
+            " VALUES (?, 'k', '{}', 'running', 0, 0)",
+            (SID,),
+        ),
+        (
+            "INSERT INTO outbox (session_id, channel, account, chat_id, payload, state,"
+            " next_attempt_at, created_at) VALUES (?, 'c', 'a', '1', '{}', 'lost', 0, 0)",
+            (SID,),
+        ),
+        (
+            "INSERT INTO outbox (session_id, channel, account, chat_id, payload,"
+            " delivery_state, next_attempt_at, created_at)"
+            " VALUES (?, 'c', 'a', '1', '{}', 'seen', 0, 0)",
+            (SID,),
+        ),
+        (
+            "INSERT INTO inbox (session_id, dedup_key, event, next_attempt_at, created_at)"
+            " VALUES ('telegram-support-nobody', 'k', '{}', 0, 0)",
+            (),
+        ),
+        (
+            "INSERT INTO inbox (session_id, dedup_key, event, next_attempt_at, created_at)"
+            " VALUES (?, 'k', 'not json', 0, 0)",
+            (SID,),
+        ),
+    ],
+)
+async def test_pipeline_tables_check_states_and_sessions(
+    file_store: SQLiteStore, sql: str, params: tuple[str, ...]
+) -> None:
+    await file_store.create_session("telegram", "support", "1", "triage")
+
+    def insert(conn: sqlite3.Connection) -> None:
+        conn.execute(sql, params)
+
+    with pytest.raises(sqlite3.IntegrityError):
+        await file_store._db.write(insert)

@@ -63,7 +63,7 @@ async def test_turn_commits_everything_together(seeded: SQLiteStore, clock: Fake
         _fill(turn)
         assert [m.text for m in turn.pending] == ["one", "two"]
         assert turn.active_agent == "billing"
-        assert turn.committed == ()
+        assert not turn.committed
     session = await seeded.get_session(SID)
     assert session is not None
     assert session.status == "idle"

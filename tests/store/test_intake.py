@@ -1,0 +1,226 @@
+"""record_parsed: one transaction turns a stored delivery into inbox rows, statuses and more."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from store import (
+    DeliveryNotFound,
+    InboxIn,
+    MembershipIn,
+    ParsedDelivery,
+    SQLiteStore,
+    StatusIn,
+)
+
+from .conftest import FakeClock
+from .pipeline import (
+    ACCOUNT,
+    AGENT,
+    CHANNEL,
+    PIPELINE_TABLES,
+    add_trigger,
+    count,
+    delivery,
+    message,
+    sid,
+    table_dump,
+)
+
+
+async def stored(store: SQLiteStore, *keys: str, body: bytes = b"{}") -> int:
+    [result] = await store.ingest([delivery(*keys, body=body)])
+    assert result.delivery_id is not None
+    return result.delivery_id
+
+
+async def test_record_parsed_creates_sessions_with_the_starting_agent(
+    store: SQLiteStore,
+) -> None:
+    await store.create_session(CHANNEL, ACCOUNT, "old", "billing")
+    delivery_id = await stored(store, "k1", "k2", "k3")
+    parsed = ParsedDelivery(
+        inbox=(message("new", "k1"), message("old", "k2"), message("new", "k3"))
+    )
+    sessions = await store.record_parsed(delivery_id, parsed, starting_agent=AGENT)
+    assert sessions == [sid("new"), sid("old")]
+    new = await store.get_session(sid("new"))
+    assert new is not None
+    assert new.active_agent == AGENT
+    assert new.chat_id == "new"
+    old = await store.get_session(sid("old"))
+    assert old is not None
+    assert old.active_agent == "billing"
+
+
+async def test_record_parsed_keeps_the_original_chat_id(store: SQLiteStore) -> None:
+    delivery_id = await stored(store, "k")
+    item = InboxIn(CHANNEL, ACCOUNT, "US.1349", "k", {"text": "hi"})
+    assert await store.record_parsed(
+        delivery_id, ParsedDelivery(inbox=(item,)), starting_agent=AGENT
+    ) == [sid("US_1349")]
+    session = await store.get_session(sid("US_1349"))
+    assert session is not None
+    assert session.chat_id == "US.1349"
+
+
+async def test_record_parsed_inserts_inbox_rows_once(store: SQLiteStore, clock: FakeClock) -> None:
+    first = await stored(store, "k1")
+    parsed = ParsedDelivery(inbox=(message("a", "k1", "hello"),))
+    assert await store.record_parsed(first, parsed, starting_agent=AGENT) == [sid("a")]
+    [row] = await store.pending_inbox(sid("a"))
+    assert (row.dedup_key, row.event, row.state, row.attempts, row.error) == (
+        "k1",
+        {"text": "hello", "chat_id": "a"},
+        "pending",
+        0,
+        None,
+    )
+    assert row.next_attempt_at == clock.now
+    assert row.created_at.timestamp() == clock.now
+    second = await stored(store, "other-key")  # e.g. the same event after the dedup TTL
+    assert await store.record_parsed(second, parsed, starting_agent=AGENT) == []
+    assert await store.pending_inbox(sid("a")) == [row]
+
+
+async def test_record_parsed_deletes_the_delivery(file_store: SQLiteStore, db_path: Path) -> None:
+    delivery_id = await stored(file_store, "k1")
+    await file_store.record_parsed(delivery_id, ParsedDelivery(), starting_agent=AGENT)
+    assert count(db_path, "deliveries") == 0
+    assert await file_store.unparsed_deliveries() == []
+    with pytest.raises(DeliveryNotFound, match=str(delivery_id)) as caught:
+        await file_store.record_parsed(delivery_id, ParsedDelivery(), starting_agent=AGENT)
+    assert caught.value.delivery_id == delivery_id
+    assert caught.value.code == "unknown_delivery"
+
+
+async def test_record_parsed_failure_quarantines_the_whole_body(
+    file_store: SQLiteStore, db_path: Path, clock: FakeClock
+) -> None:
+    body = b'{"entry": [{"ok": 1}, {"broken": true}]}'
+    delivery_id = await stored(file_store, "k1", body=body)
+    received = clock.now
+    clock.advance(5)
+    parsed = ParsedDelivery(inbox=(message("a", "k1"),), failure="entry[1]: unknown type")
+    assert await file_store.record_parsed(delivery_id, parsed, starting_agent=AGENT) == [sid("a")]
+    [item] = await file_store.list_quarantine()
+    assert (item.channel, item.account, item.body, item.reason) == (
+        CHANNEL,
+        None,
+        body,
+        "entry[1]: unknown type",
+    )
+    assert item.received_at.timestamp() == received
+    assert item.replayed_at is None
+    assert count(db_path, "deliveries") == 0
+    assert len(await file_store.pending_inbox(sid("a"))) == 1
+
+
+async def test_record_parsed_memberships_set_blocked_in_metadata(store: SQLiteStore) -> None:
+    await store.create_session(CHANNEL, ACCOUNT, "a", "billing", {"lang": "de"})
+    first = await stored(store, "k1")
+    parsed = ParsedDelivery(
+        memberships=(
+            MembershipIn(CHANNEL, ACCOUNT, "a", True),
+            MembershipIn(CHANNEL, ACCOUNT, "b", True),
+        )
+    )
+    assert await store.record_parsed(first, parsed, starting_agent=AGENT) == []
+    a, b = await store.get_session(sid("a")), await store.get_session(sid("b"))
+    assert a is not None
+    assert a.metadata == {"lang": "de", "blocked": True}
+    assert b is not None
+    assert b.metadata == {"blocked": True}
+    assert b.active_agent == AGENT
+    second = await stored(store, "k2")
+    unblock = ParsedDelivery(memberships=(MembershipIn(CHANNEL, ACCOUNT, "a", False),))
+    await store.record_parsed(second, unblock, starting_agent=AGENT)
+    a = await store.get_session(sid("a"))
+    assert a is not None
+    assert a.metadata == {"lang": "de", "blocked": False}
+
+
+async def test_record_parsed_without_delivery_applies_and_deletes_nothing(
+    file_store: SQLiteStore, db_path: Path
+) -> None:
+    await stored(file_store, "other")
+    parsed = ParsedDelivery(inbox=(message("a", "replayed"),))
+    assert await file_store.record_parsed(None, parsed, starting_agent=AGENT) == [sid("a")]
+    assert count(db_path, "deliveries") == 1
+    with pytest.raises(ValueError, match="delivery_id"):
+        await file_store.record_parsed(
+            None, ParsedDelivery(failure="still broken"), starting_agent=AGENT
+        )
+
+
+async def test_record_parsed_is_one_transaction(file_store: SQLiteStore, db_path: Path) -> None:
+    delivery_id = await stored(file_store, "k1", "k2")
+    add_trigger(db_path, "quarantine")
+    before = table_dump(db_path, *PIPELINE_TABLES, "sessions")
+    parsed = ParsedDelivery(
+        inbox=(message("a", "k1"),),
+        memberships=(MembershipIn(CHANNEL, ACCOUNT, "b", True),),
+        failure="part 2 failed",
+    )
+    with pytest.raises(sqlite3.IntegrityError, match="injected failure"):
+        await file_store.record_parsed(delivery_id, parsed, starting_agent=AGENT)
+    assert table_dump(db_path, *PIPELINE_TABLES, "sessions") == before
+
+
+@pytest.mark.parametrize(
+    ("parsed", "field"),
+    [
+        (ParsedDelivery(inbox=(message("a", ""),)), "InboxIn.dedup_key"),
+        (
+            ParsedDelivery(inbox=(InboxIn(CHANNEL, ACCOUNT, "a", "k", {"x": {1, 2}}),)),
+            "InboxIn.event",
+        ),
+        (ParsedDelivery(inbox=(InboxIn(CHANNEL, ACCOUNT, "", "k", {}),)), "InboxIn.chat_id"),
+        (
+            ParsedDelivery(memberships=(MembershipIn(CHANNEL, "", "a", True),)),
+            "MembershipIn.account",
+        ),
+        (ParsedDelivery(inbox=("k",)), "parsed.inbox"),  # type: ignore[arg-type]
+        (
+            ParsedDelivery(statuses=(StatusIn(CHANNEL, ACCOUNT, "w1", "seen", None),)),
+            "StatusIn.state",
+        ),
+        (
+            ParsedDelivery(statuses=(StatusIn(CHANNEL, ACCOUNT, "", "read", None),)),
+            "StatusIn.platform_message_id",
+        ),
+        (
+            ParsedDelivery(memberships=(MembershipIn(CHANNEL, ACCOUNT, "a", 1),)),  # type: ignore[arg-type]
+            "blocked",
+        ),
+        (ParsedDelivery(failure=""), "parsed.failure"),
+        ({"inbox": ()}, "ParsedDelivery"),
+    ],
+)
+async def test_record_parsed_rejects_bad_input_and_writes_nothing(
+    file_store: SQLiteStore, db_path: Path, parsed: ParsedDelivery, field: str
+) -> None:
+    delivery_id = await stored(file_store, "k")
+    before = table_dump(db_path, *PIPELINE_TABLES, "sessions")
+    with pytest.raises(ValueError, match=field):
+        await file_store.record_parsed(delivery_id, parsed, starting_agent=AGENT)
+    assert table_dump(db_path, *PIPELINE_TABLES, "sessions") == before
+
+
+async def test_record_parsed_rejects_bad_delivery_id_and_agent(store: SQLiteStore) -> None:
+    with pytest.raises(ValueError, match="delivery_id"):
+        await store.record_parsed(0, ParsedDelivery(), starting_agent=AGENT)
+    with pytest.raises(ValueError, match="agent"):
+        await store.record_parsed(None, ParsedDelivery(), starting_agent="")
+
+
+async def test_record_parsed_session_ids_follow_first_appearance(store: SQLiteStore) -> None:
+    delivery_id = await stored(store, "k")
+    items = tuple(message(chat, f"k-{i}") for i, chat in enumerate("cabca"))
+    sessions = await store.record_parsed(
+        delivery_id, ParsedDelivery(inbox=items), starting_agent=AGENT
+    )
+    assert sessions == [sid("c"), sid("a"), sid("b")]

@@ -1,0 +1,352 @@
+"""The outbox: replies to send, their transitions, delivery statuses and dead letters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from store import (
+    NewMessage,
+    OutboxIn,
+    OutboxItem,
+    OutboxNotFound,
+    OutboxNotPending,
+    ParsedDelivery,
+    SessionNotFound,
+    SQLiteStore,
+    StatusIn,
+)
+
+from .conftest import FakeClock, raw_rows
+from .pipeline import (
+    ACCOUNT,
+    AGENT,
+    CHANNEL,
+    PIPELINE_TABLES,
+    delivery,
+    sid,
+    statements_of,
+    table_dump,
+)
+
+
+def reply(chat_id: str, text: str = "hello", account: str = ACCOUNT) -> OutboxIn:
+    return OutboxIn(sid(chat_id, account), CHANNEL, account, chat_id, {"text": text})
+
+
+async def queued(store: SQLiteStore, chat_id: str = "a", count: int = 1) -> list[OutboxItem]:
+    await store.get_or_create_session(CHANNEL, ACCOUNT, chat_id, AGENT)
+    return [await store.enqueue_outbox(reply(chat_id, f"m{i}")) for i in range(count)]
+
+
+async def statuses(store: SQLiteStore, *items: StatusIn) -> None:
+    [result] = await store.ingest([delivery(f"status-{id(items)}-{len(items)}")])
+    assert result.delivery_id is not None
+    parsed = ParsedDelivery(statuses=items)
+    await store.record_parsed(result.delivery_id, parsed, starting_agent=AGENT)
+
+
+def status(platform_id: str, state: str, error: str | None = None) -> StatusIn:
+    return StatusIn(CHANNEL, ACCOUNT, platform_id, state, error)
+
+
+async def test_enqueue_outbox_returns_the_pending_row(store: SQLiteStore, clock: FakeClock) -> None:
+    [item] = await queued(store)
+    assert (item.session_id, item.channel, item.account, item.chat_id) == (
+        sid("a"),
+        CHANNEL,
+        ACCOUNT,
+        "a",
+    )
+    assert (item.payload, item.state, item.attempts, item.error) == (
+        {"text": "m0"},
+        "pending",
+        0,
+        None,
+    )
+    assert (item.platform_ids, item.delivery_state, item.sent_at) == ((), None, None)
+    assert item.next_attempt_at == clock.now
+    assert item.created_at.timestamp() == clock.now
+    assert await store.list_outbox(sid("a")) == [item]
+
+
+async def test_enqueue_outbox_for_unknown_session_raises(store: SQLiteStore) -> None:
+    with pytest.raises(SessionNotFound, match=sid("nobody")):
+        await store.enqueue_outbox(reply("nobody"))
+
+
+@pytest.mark.parametrize(
+    ("item", "field"),
+    [
+        (OutboxIn("bad id!", CHANNEL, ACCOUNT, "a", {}), "session id"),
+        (OutboxIn(sid("a"), "", ACCOUNT, "a", {}), "OutboxIn.channel"),
+        (OutboxIn(sid("a"), CHANNEL, "", "a", {}), "OutboxIn.account"),
+        (OutboxIn(sid("a"), CHANNEL, ACCOUNT, "", {}), "OutboxIn.chat_id"),
+        (OutboxIn(sid("a"), CHANNEL, ACCOUNT, "a", {"x": float("inf")}), "OutboxIn.payload"),
+        (OutboxIn(sid("a"), CHANNEL, ACCOUNT, "a", []), "OutboxIn.payload"),  # type: ignore[arg-type]
+        ({"text": "hi"}, "OutboxIn"),
+    ],
+)
+async def test_enqueue_outbox_rejects_bad_items(
+    store: SQLiteStore, item: OutboxIn, field: str
+) -> None:
+    await store.get_or_create_session(CHANNEL, ACCOUNT, "a", AGENT)
+    with pytest.raises(ValueError, match=field):
+        await store.enqueue_outbox(item)
+    assert await store.list_outbox(sid("a")) == []
+
+
+async def test_due_outbox_respects_next_attempt_and_state(
+    store: SQLiteStore, clock: FakeClock
+) -> None:
+    first, second, third = await queued(store, count=3)
+    await store.outbox_retry(second.id, next_attempt_at=clock.now + 10, error="429")
+    await store.outbox_sent(third.id, ["w3"])
+    assert [i.id for i in await store.due_outbox(clock.now)] == [first.id]
+    assert [i.id for i in await store.due_outbox(clock.now + 10)] == [first.id, second.id]
+    assert [i.id for i in await store.due_outbox(clock.now + 10, limit=1)] == [first.id]
+    assert await store.next_outbox_due() == clock.now
+
+
+async def test_next_outbox_due_is_the_earliest_pending(
+    store: SQLiteStore, clock: FakeClock
+) -> None:
+    assert await store.next_outbox_due() is None
+    first, second = await queued(store, count=2)
+    await store.outbox_retry(first.id, next_attempt_at=clock.now + 30, error="5xx")
+    await store.outbox_retry(second.id, next_attempt_at=clock.now + 20, error="5xx")
+    assert await store.next_outbox_due() == clock.now + 20
+    await store.outbox_failed(second.id, error="gone", state="failed")
+    assert await store.next_outbox_due() == clock.now + 30
+
+
+async def test_outbox_sent_records_ids_and_time(store: SQLiteStore, clock: FakeClock) -> None:
+    [item] = await queued(store)
+    await store.outbox_retry(item.id, next_attempt_at=clock.now, error="timeout")
+    clock.advance(3)
+    await store.outbox_sent(item.id, ["w1", "w2"])
+    [sent] = await store.list_outbox(sid("a"))
+    assert (sent.state, sent.platform_ids, sent.attempts, sent.error) == (
+        "sent",
+        ("w1", "w2"),
+        2,
+        None,
+    )
+    assert sent.sent_at is not None
+    assert sent.sent_at.timestamp() == clock.now
+    assert await store.due_outbox(clock.now + 100) == []
+
+
+async def test_outbox_sent_is_one_update_statement(file_store: SQLiteStore) -> None:
+    [item] = await queued(file_store)
+    seen = await statements_of(file_store, lambda: file_store.outbox_sent(item.id, ["w1"]))
+    assert [s.split()[0] for s in seen] == ["BEGIN", "UPDATE", "INSERT", "COMMIT"]
+
+
+async def test_outbox_transitions_refuse_rows_not_pending(
+    file_store: SQLiteStore, db_path: Path, clock: FakeClock
+) -> None:
+    [item] = await queued(file_store)
+    await file_store.outbox_sent(item.id, ["w1"])
+    before = table_dump(db_path, *PIPELINE_TABLES)
+    calls = [
+        file_store.outbox_sent(item.id, ["w9"]),
+        file_store.outbox_retry(item.id, next_attempt_at=clock.now, error="x"),
+        file_store.outbox_failed(item.id, error="x", state="dead"),
+    ]
+    for call in calls:
+        with pytest.raises(OutboxNotPending, match=f"{item.id} is sent") as caught:
+            await call
+        assert (caught.value.outbox_id, caught.value.state) == (item.id, "sent")
+    assert table_dump(db_path, *PIPELINE_TABLES) == before
+
+
+async def test_outbox_transitions_of_unknown_row_raise(
+    store: SQLiteStore, clock: FakeClock
+) -> None:
+    calls = [
+        store.outbox_sent(77, ["w"]),
+        store.outbox_retry(77, next_attempt_at=clock.now, error="x"),
+        store.outbox_failed(77, error="x", state="uncertain"),
+    ]
+    for call in calls:
+        with pytest.raises(OutboxNotFound, match="77") as caught:
+            await call
+        assert caught.value.outbox_id == 77
+
+
+async def test_outbox_retry_counts_and_stays_pending(store: SQLiteStore, clock: FakeClock) -> None:
+    [item] = await queued(store)
+    await store.outbox_retry(item.id, next_attempt_at=clock.now + 5, error="429 retry_after=5")
+    await store.outbox_retry(item.id, next_attempt_at=clock.now + 9, error="503")
+    [row] = await store.list_outbox(sid("a"))
+    assert (row.state, row.attempts, row.next_attempt_at, row.error) == (
+        "pending",
+        2,
+        clock.now + 9,
+        "503",
+    )
+
+
+@pytest.mark.parametrize("state", ["failed", "dead", "uncertain"])
+async def test_outbox_failed_ends_the_row(store: SQLiteStore, clock: FakeClock, state: str) -> None:
+    [item] = await queued(store)
+    await store.outbox_failed(item.id, error="blocked by user", state=state)
+    [row] = await store.list_outbox(sid("a"))
+    assert (row.state, row.attempts, row.error) == (state, 1, "blocked by user")
+    assert await store.due_outbox(clock.now + 1e6) == []
+    assert await store.next_outbox_due() is None
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda s: s.outbox_failed(1, error="x", state="pending"), "state"),
+        (lambda s: s.outbox_failed(1, error="x", state="sent"), "state"),
+        (lambda s: s.outbox_failed(1, error="", state="dead"), "error"),
+        (lambda s: s.outbox_failed(0, error="x", state="dead"), "outbox_id"),
+        (lambda s: s.outbox_retry(1, next_attempt_at=float("inf"), error="x"), "next_attempt_at"),
+        (lambda s: s.outbox_retry(1, next_attempt_at=1.0, error=""), "error"),
+        (lambda s: s.outbox_sent(1, "w1"), "platform_ids"),
+        (lambda s: s.outbox_sent(1, [""]), "platform_ids"),
+        (lambda s: s.outbox_sent(True, ["w"]), "outbox_id"),
+        (lambda s: s.due_outbox("now"), "now"),
+        (lambda s: s.due_outbox(1.0, limit=0), "limit"),
+        (lambda s: s.list_dead_outbox(0), "limit"),
+        (lambda s: s.list_dead_outbox(1, -1), "offset"),
+        (lambda s: s.list_outbox(""), "session id"),
+        (lambda s: s.purge_finished(-1), "older_than_seconds"),
+        (lambda s: s.purge_finished(1, chunk_size=0), "chunk_size"),
+    ],
+)
+async def test_outbox_calls_reject_bad_arguments(
+    store: SQLiteStore, call: object, field: str
+) -> None:
+    [item] = await queued(store)
+    with pytest.raises(ValueError, match=field):
+        await call(store)  # type: ignore[operator]
+    assert await store.list_outbox(sid("a")) == [item]
+
+
+async def test_list_outbox_of_unknown_session_raises(store: SQLiteStore) -> None:
+    with pytest.raises(SessionNotFound, match=sid("nobody")):
+        await store.list_outbox(sid("nobody"))
+
+
+async def test_list_dead_outbox_newest_first(store: SQLiteStore) -> None:
+    items = await queued(store, count=4)
+    for item in items[:3]:
+        await store.outbox_failed(item.id, error=f"e{item.id}", state="dead")
+    await store.outbox_failed(items[3].id, error="x", state="failed")
+    dead = await store.list_dead_outbox()
+    assert [d.id for d in dead] == [items[2].id, items[1].id, items[0].id]
+    assert [d.id for d in await store.list_dead_outbox(1, 1)] == [items[1].id]
+
+
+async def test_statuses_update_the_matching_row(store: SQLiteStore) -> None:
+    first, second = await queued(store, count=2)
+    await store.outbox_sent(first.id, ["w1a", "w1b"])
+    await store.outbox_sent(second.id, ["w2"])
+    await statuses(store, status("w1b", "delivered"), status("unknown", "read"))
+    by_id = {i.id: i for i in await store.list_outbox(sid("a"))}
+    assert by_id[first.id].delivery_state == "delivered"
+    assert by_id[second.id].delivery_state is None
+
+
+async def test_statuses_only_move_forward(store: SQLiteStore) -> None:
+    [item] = await queued(store)
+    await store.outbox_sent(item.id, ["w1"])
+    await statuses(store, status("w1", "read"), status("w1", "delivered"), status("w1", "sent"))
+    [row] = await store.list_outbox(sid("a"))
+    assert row.delivery_state == "read"
+
+
+async def test_failed_status_sets_the_error(store: SQLiteStore) -> None:
+    first, second = await queued(store, count=2)
+    await store.outbox_sent(first.id, ["w1"])
+    await store.outbox_sent(second.id, ["w2"])
+    await statuses(store, status("w1", "failed", "131047: re-engagement"), status("w2", "failed"))
+    await statuses(store, status("w1", "read"))  # nothing comes after a failure
+    rows = await store.list_outbox(sid("a"))
+    assert [(r.delivery_state, r.error) for r in rows] == [
+        ("failed", "131047: re-engagement"),
+        ("failed", "delivery failed"),
+    ]
+
+
+async def test_statuses_match_channel_and_account(store: SQLiteStore) -> None:
+    await store.get_or_create_session(CHANNEL, "other", "a", AGENT)
+    [mine] = await queued(store)
+    theirs = await store.enqueue_outbox(reply("a", account="other"))
+    await store.outbox_sent(mine.id, ["same-id"])
+    await store.outbox_sent(theirs.id, ["same-id"])  # ids of two accounts may collide
+    await statuses(store, status("same-id", "read"))
+    assert [r.delivery_state for r in await store.list_outbox(sid("a"))] == ["read"]
+    assert [r.delivery_state for r in await store.list_outbox(sid("a", "other"))] == [None]
+
+
+async def test_platform_id_reused_in_another_chat_moves_to_the_newer_row(
+    store: SQLiteStore,
+) -> None:
+    [old] = await queued(store, "a")
+    [new] = await queued(store, "b")
+    await store.outbox_sent(old.id, ["17"])  # Telegram message ids count per chat
+    await store.outbox_sent(new.id, ["17"])
+    await statuses(store, status("17", "delivered"))
+    assert [r.delivery_state for r in await store.list_outbox(sid("a"))] == [None]
+    assert [r.delivery_state for r in await store.list_outbox(sid("b"))] == ["delivered"]
+
+
+async def test_turn_add_outbox_commits_with_the_turn(store: SQLiteStore, clock: FakeClock) -> None:
+    await store.get_or_create_session(CHANNEL, ACCOUNT, "a", AGENT)
+    clock.advance(7)
+    async with store.turn(sid("a")) as turn:
+        turn.append(NewMessage("assistant", "one"))
+        turn.add_outbox(reply("a", "one"))
+        turn.add_outbox(reply("a", "two"))
+        assert await store.list_outbox(sid("a")) == []  # buffered until the commit
+    assert [i.payload["text"] for i in turn.committed_outbox] == ["one", "two"]
+    assert await store.list_outbox(sid("a")) == list(turn.committed_outbox)
+    assert [i.id for i in await store.due_outbox(clock.now)] == [
+        i.id for i in turn.committed_outbox
+    ]
+
+
+async def test_turn_add_outbox_rejects_another_session_and_bad_items(store: SQLiteStore) -> None:
+    await store.get_or_create_session(CHANNEL, ACCOUNT, "a", AGENT)
+    async with store.turn(sid("a")) as turn:
+        with pytest.raises(ValueError, match="session_id"):
+            turn.add_outbox(reply("b"))
+        with pytest.raises(ValueError, match="OutboxIn.payload"):
+            turn.add_outbox(OutboxIn(sid("a"), CHANNEL, ACCOUNT, "a", {"x": object()}))
+    assert turn.committed_outbox == ()
+    assert await store.list_outbox(sid("a")) == []
+
+
+async def test_delete_session_removes_its_outbox_and_platform_ids(
+    file_store: SQLiteStore, db_path: Path
+) -> None:
+    [a] = await queued(file_store, "a")
+    [b] = await queued(file_store, "b")
+    await file_store.outbox_sent(a.id, ["wa"])
+    await file_store.outbox_sent(b.id, ["wb"])
+    assert await file_store.delete_session(sid("a"))
+    assert raw_rows(db_path, "SELECT id FROM outbox") == [(b.id,)]
+    assert raw_rows(db_path, "SELECT platform_id FROM outbox_platform_ids") == [("wb",)]
+    with pytest.raises(OutboxNotFound):
+        await file_store.outbox_retry(a.id, next_attempt_at=0.0, error="x")
+
+
+async def test_purge_finished_deletes_old_sent_rows_only(
+    file_store: SQLiteStore, db_path: Path, clock: FakeClock
+) -> None:
+    items = await queued(file_store, count=4)
+    for item in items[:3]:
+        await file_store.outbox_sent(item.id, [f"w{item.id}"])
+    clock.advance(50)
+    await file_store.outbox_failed(items[3].id, error="x", state="dead")
+    assert await file_store.purge_finished(51) == 0
+    assert await file_store.purge_finished(49, chunk_size=2) == 3
+    assert raw_rows(db_path, "SELECT id, state FROM outbox") == [(items[3].id, "dead")]
+    assert raw_rows(db_path, "SELECT count(*) FROM outbox_platform_ids") == [(0,)]
