@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from aiohttp import web
 
+from channels import AdapterFactory, ChannelAdapter
 from store import Store
 
 from ._metrics import Metrics
+from ._writer import GroupCommitWriter
 from .config import Settings
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -19,3 +22,8 @@ STOPPING = web.AppKey("stopping", asyncio.Event)
 # wake-up (or a row written by another process, e.g. `gateway quarantine replay`) only delays.
 INTAKE_WAKE = web.AppKey("intake_wake", asyncio.Event)  # new deliveries were committed
 SENDER_WAKE = web.AppKey("sender_wake", asyncio.Event)  # new outbox rows were committed
+ADAPTERS = web.AppKey("adapters", Mapping[str, ChannelAdapter])  # by channel name
+# Factories the adapters are built with; channels.ADAPTERS unless a test substitutes one.
+FACTORIES = web.AppKey("adapter_factories", Mapping[str, AdapterFactory])
+WRITER = web.AppKey("writer", GroupCommitWriter)  # the group-commit ingest writer
+AGENT_NAMES = web.AppKey("agent_names", frozenset[str])  # declared agents, for admin handoffs

@@ -1,0 +1,128 @@
+"""Group commit: webhooks that arrive within a few milliseconds share one store transaction.
+
+One task owns the writes. ``submit`` queues an item and waits; the task takes what is queued
+(waiting up to ``window`` for company, or until ``max_batch`` items are there), calls
+``store.ingest`` once, and resolves every waiter with its result or with the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+
+from store import DeliveryIn, IngestResult, QuarantineIn, Store
+
+log = logging.getLogger("gateway.writer")
+
+Item = DeliveryIn | QuarantineIn
+_Waiting = tuple[Item, "asyncio.Future[IngestResult]"]
+
+
+class WriterClosed(Exception):
+    """The writer is shutting down and takes no more items."""
+
+
+class GroupCommitWriter:
+    """Batches ``submit``-ted items into one ``store.ingest`` call each."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        window: float,
+        max_batch: int,
+        on_delivery: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._store = store
+        self._window = window
+        self._max_batch = max_batch
+        self._on_delivery = on_delivery
+        self._queue: list[_Waiting] = []
+        self._ready = asyncio.Event()  # something is queued (or we are closing)
+        self._full = asyncio.Event()  # max_batch items are queued
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self.batches = 0  # ingest calls made, for tests and the benchmark
+        self.items = 0
+
+    def start(self) -> None:
+        """Start the writer task."""
+        self._task = asyncio.create_task(self._run(), name="group-commit-writer")
+
+    async def aclose(self) -> None:
+        """Take no more items, commit what is queued, then stop."""
+        self._closing = True
+        self._ready.set()
+        self._full.set()
+        if self._task is not None:
+            await self._task
+
+    async def submit(self, item: Item) -> IngestResult:
+        """Queue ``item``; return its result once the batch holding it has committed."""
+        if self._closing or self._task is None or self._task.done():
+            raise WriterClosed("the ingest writer is not running")
+        future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
+        self._queue.append((item, future))
+        self._ready.set()
+        if len(self._queue) >= self._max_batch:
+            self._full.set()
+        return await future
+
+    async def _run(self) -> None:
+        try:
+            await self._loop()
+        finally:
+            for _, future in self._queue:  # only left when the task was cancelled
+                future.cancel()
+            self._queue.clear()
+
+    async def _loop(self) -> None:
+        while True:
+            await self._ready.wait()
+            if not self._queue:
+                if self._closing:
+                    return
+                self._ready.clear()
+                continue
+            await self._gather()
+            await self._commit(self._take())
+
+    async def _gather(self) -> None:
+        """Wait up to the window for more items, unless the batch is already full."""
+        if self._window <= 0 or self._closing or len(self._queue) >= self._max_batch:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._window):
+                await self._full.wait()
+
+    def _take(self) -> list[_Waiting]:
+        batch = self._queue[: self._max_batch]
+        del self._queue[: self._max_batch]
+        if len(self._queue) < self._max_batch and not self._closing:
+            self._full.clear()
+        return batch
+
+    async def _commit(self, batch: Sequence[_Waiting]) -> None:
+        try:
+            results = await self._store.ingest([item for item, _ in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"store.ingest gave {len(results)} results for {len(batch)}")
+        except Exception as exc:
+            log.warning("ingest of %d item(s) failed: %s", len(batch), type(exc).__name__)
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        except BaseException:
+            for _, future in batch:
+                future.cancel()
+            raise
+        self.batches += 1
+        self.items += len(batch)
+        for (_, future), result in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+        if any(result.delivery_id is not None for result in results):
+            self._on_delivery()
