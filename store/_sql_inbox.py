@@ -22,29 +22,35 @@ def insert(conn: sqlite3.Connection, row: tuple[object, ...]) -> str | None:
     return None if found is None else str(found[0])
 
 
-def _refusal(
-    conn: sqlite3.Connection, ids: Sequence[int], session_id: str | None
-) -> InboxNotFound | InboxNotPending:
-    """Why an update matched fewer rows than ``ids``: rows missing, else not pending."""
+def _check_all(
+    conn: sqlite3.Connection,
+    ids: Sequence[int],
+    updated: list[tuple[int]],
+    session_id: str | None,
+) -> None:
+    """Raise (so the caller's transaction rolls back) unless every id was updated."""
+    if len(updated) == len(ids):
+        return
+    done = {row[0] for row in updated}
+    refused = [i for i in ids if i not in done]
     rows = conn.execute(
-        f"SELECT id, state, session_id FROM inbox WHERE {_IDS}", (dump_ids(ids),)
+        f"SELECT id, session_id FROM inbox WHERE {_IDS}", (dump_ids(refused),)
     ).fetchall()
-    present = {row[0] for row in rows if session_id is None or row[2] == session_id}
-    missing = tuple(i for i in ids if i not in present)
+    present = {row[0] for row in rows if session_id is None or row[1] == session_id}
+    missing = tuple(i for i in refused if i not in present)
     if missing:
-        return InboxNotFound(missing)
-    return InboxNotPending(tuple(row[0] for row in rows if row[1] != "pending"))
+        raise InboxNotFound(missing)
+    raise InboxNotPending(tuple(refused))
 
 
 def complete(conn: sqlite3.Connection, session_id: str, ids: Sequence[int], now: float) -> None:
     """Mark pending rows of the session done; raise (and so roll back) if any is not."""
-    cursor = conn.execute(
+    updated = conn.execute(
         "UPDATE inbox SET state = 'done', finished_at = ?"
-        f" WHERE session_id = ? AND state = 'pending' AND {_IDS}",
+        f" WHERE session_id = ? AND state = 'pending' AND {_IDS} RETURNING id",
         (now, session_id, dump_ids(ids)),
-    )
-    if cursor.rowcount != len(ids):
-        raise _refusal(conn, ids, session_id)
+    ).fetchall()
+    _check_all(conn, ids, updated, session_id)
 
 
 def fail(
@@ -56,15 +62,14 @@ def fail(
     now: float,
 ) -> None:
     """Record a failed try of pending rows; raise (and so roll back) if any is not pending."""
-    cursor = conn.execute(
+    updated = conn.execute(
         "UPDATE inbox SET attempts = attempts + 1, error = ?, next_attempt_at = ?,"
         " state = CASE WHEN ? THEN 'dead' ELSE 'pending' END,"
         " finished_at = CASE WHEN ? THEN ? END"
-        f" WHERE state = 'pending' AND {_IDS}",
+        f" WHERE state = 'pending' AND {_IDS} RETURNING id",
         (error, next_attempt_at, dead, dead, now, dump_ids(ids)),
-    )
-    if cursor.rowcount != len(ids):
-        raise _refusal(conn, ids, None)
+    ).fetchall()
+    _check_all(conn, ids, updated, None)
 
 
 def pending_sessions(conn: sqlite3.Connection) -> list[str]:
@@ -95,10 +100,14 @@ def list_dead(conn: sqlite3.Connection, limit: int, offset: int) -> list[InboxIt
 
 
 def purge_done_chunk(conn: sqlite3.Connection, cutoff: float, chunk_size: int) -> int:
-    """Delete up to ``chunk_size`` rows done before ``cutoff``; return the count."""
+    """Delete up to ``chunk_size`` rows done before ``cutoff``; return the count.
+
+    No ORDER BY: the scan walks index ``inbox_due`` (state, next_attempt_at), where old rows
+    come first, and stops at the limit instead of sorting every done row.
+    """
     cursor = conn.execute(
         "DELETE FROM inbox WHERE id IN (SELECT id FROM inbox"
-        " WHERE state = 'done' AND finished_at < ? ORDER BY id LIMIT ?)",
+        " WHERE state = 'done' AND finished_at < ? LIMIT ?)",
         (cutoff, chunk_size),
     )
     return cursor.rowcount

@@ -36,7 +36,8 @@ class Rows:
 def _inbox_row(item: InboxIn, now: float) -> tuple[object, ...]:
     if not isinstance(item, InboxIn):
         raise ValueError(f"parsed.inbox holds InboxIn items, got {type(item).__name__}")
-    check_text("InboxIn.dedup_key", item.dedup_key)
+    for name in ("channel", "account", "chat_id", "dedup_key"):
+        check_text(f"InboxIn.{name}", getattr(item, name))
     sid = make_session_id(item.channel, item.account, item.chat_id)
     return (sid, item.dedup_key, json_object("InboxIn.event", item.event), now)
 
@@ -59,6 +60,8 @@ def _status_row(item: StatusIn) -> dict[str, Any]:
 def _membership_row(item: MembershipIn, now: float) -> tuple[object, ...]:
     if not isinstance(item, MembershipIn) or not isinstance(item.blocked, bool):
         raise ValueError("parsed.memberships holds MembershipIn items with a bool 'blocked'")
+    for name in ("channel", "account", "chat_id"):
+        check_text(f"MembershipIn.{name}", getattr(item, name))
     sid = make_session_id(item.channel, item.account, item.chat_id)
     return ("true" if item.blocked else "false", now, sid)
 

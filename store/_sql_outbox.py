@@ -127,10 +127,13 @@ def list_dead(conn: sqlite3.Connection, limit: int, offset: int) -> list[OutboxI
 
 
 def purge_sent_chunk(conn: sqlite3.Connection, cutoff: float, chunk_size: int) -> int:
-    """Delete up to ``chunk_size`` rows sent before ``cutoff``; return the count."""
+    """Delete up to ``chunk_size`` rows sent before ``cutoff``; return the count.
+
+    No ORDER BY: the scan walks index ``outbox_due`` and stops at the limit (see inbox).
+    """
     cursor = conn.execute(
         "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox"
-        " WHERE state = 'sent' AND sent_at < ? ORDER BY id LIMIT ?)",
+        " WHERE state = 'sent' AND sent_at < ? LIMIT ?)",
         (cutoff, chunk_size),
     )
     return cursor.rowcount
