@@ -1,0 +1,170 @@
+"""The intake: after the ack, parse the stored deliveries into inbox rows, statuses and the rest.
+
+The webhook handler stored the verified bytes and claimed their dedup keys. Here the full
+parser runs (pydantic, PTB), only the events whose keys that delivery claimed first are kept,
+and ``record_parsed`` writes them in one transaction and drops the delivery row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any
+
+from channels import (
+    ChannelAdapter,
+    ChannelError,
+    DeliveryStatus,
+    InboundMessage,
+    MembershipEvent,
+    ParseResult,
+    TelegramAdapter,
+)
+from store import (
+    Delivery,
+    InboxIn,
+    MembershipIn,
+    ParsedDelivery,
+    StatusIn,
+    Store,
+    StoreError,
+)
+
+from ._metrics import Metrics
+from ._wait import wait_event
+
+log = logging.getLogger("gateway.intake")
+
+IGNORED = "gateway_updates_ignored_total"
+QUARANTINED = "gateway_webhooks_quarantined_total"
+MAX_ERROR = 300
+
+
+def to_parsed(delivery: Delivery, result: ParseResult) -> ParsedDelivery:
+    """The parts of ``result`` this delivery owns: events whose keys it claimed first."""
+    inbox: list[InboxIn] = []
+    statuses: list[StatusIn] = []
+    memberships: list[MembershipIn] = []
+    for event in result.events:
+        if event.dedup_key not in delivery.keys:
+            continue  # a duplicate of an event another delivery carried
+        if isinstance(event, InboundMessage):
+            dump = event.model_dump(mode="json")
+            inbox.append(
+                InboxIn(event.channel, event.account, event.chat_id, event.dedup_key, dump)
+            )
+        elif isinstance(event, DeliveryStatus):
+            statuses.append(_status(event))
+        elif isinstance(event, MembershipEvent):
+            blocked = event.state == "blocked"
+            memberships.append(MembershipIn(event.channel, event.account, event.chat_id, blocked))
+    failure = "; ".join(result.failures)[: MAX_ERROR * 10] or None
+    return ParsedDelivery(tuple(inbox), tuple(statuses), tuple(memberships), failure)
+
+
+def _status(event: DeliveryStatus) -> StatusIn:
+    error = None
+    if event.errors:
+        first = event.errors[0]
+        parts = [str(first.code) if first.code is not None else None, first.title, first.message]
+        error = ": ".join(p for p in parts if p)[:MAX_ERROR] or "failed"
+    return StatusIn(event.channel, event.account, event.message_id, event.state, error)
+
+
+class Intake:
+    """Turns stored deliveries into inbox rows; wakes the dispatcher for their sessions."""
+
+    def __init__(
+        self,
+        store: Store,
+        adapters: Mapping[str, ChannelAdapter],
+        *,
+        starting_agent: str,
+        metrics: Metrics,
+        on_sessions: Callable[[Sequence[str]], None] = lambda ids: None,
+        batch: int = 100,
+    ) -> None:
+        self._store = store
+        self._adapters = adapters
+        self._starting_agent = starting_agent
+        self._metrics = metrics
+        self._on_sessions = on_sessions
+        self._batch = batch
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
+
+    async def run(self, wake: asyncio.Event, poll_seconds: float = 2.0) -> None:
+        """Parse whatever is stored, then wait for a wake-up or the next poll; until ``stop``."""
+        while not self._stopping:
+            wake.clear()
+            try:
+                done = await self.step()
+            except StoreError as exc:
+                log.warning("intake pass failed: %s", exc)
+                done = 0
+            if done < self._batch:
+                await wait_event(wake, poll_seconds)
+
+    async def stop(self) -> None:
+        """Finish the pass under way (its deliveries stay stored if cut) and the answers."""
+        self._stopping = True
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def step(self) -> int:
+        """Handle one batch of stored deliveries; return how many."""
+        deliveries = await self._store.unparsed_deliveries(self._batch)
+        for delivery in deliveries:
+            if self._stopping:
+                break
+            await self._handle(delivery)
+        return len(deliveries)
+
+    async def _handle(self, delivery: Delivery) -> None:
+        result = self._parse(delivery)
+        parsed = to_parsed(delivery, result)
+        sessions = await self._store.record_parsed(
+            delivery.id, parsed, starting_agent=self._starting_agent
+        )
+        if parsed.failure is not None:
+            self._metrics.inc(QUARANTINED, channel=delivery.channel)
+            log.warning(
+                "delivery %d of %s quarantined in part or whole", delivery.id, delivery.channel
+            )
+        for kind in result.ignored:
+            self._metrics.inc(IGNORED, channel=delivery.channel, type=kind)
+        if sessions:
+            self._on_sessions(sessions)
+        self._answer_callbacks(delivery, parsed.inbox)
+
+    def _parse(self, delivery: Delivery) -> ParseResult:
+        adapter = self._adapters.get(delivery.channel)
+        if adapter is None:
+            return ParseResult(failures=(f"no channel {delivery.channel!r} is configured",))
+        try:
+            return adapter.parse(delivery.body, delivery.account)
+        except ChannelError as exc:
+            return ParseResult(failures=(exc.reason[:MAX_ERROR],))
+
+    def _answer_callbacks(self, delivery: Delivery, inbox: Iterable[InboxIn]) -> None:
+        """Stop the spinner of each pressed Telegram button (best effort, in the background)."""
+        adapter = self._adapters.get(delivery.channel)
+        if not isinstance(adapter, TelegramAdapter):
+            return
+        for item in inbox:
+            query = item.event.get("callback_query_id")
+            if isinstance(query, str) and query:
+                self._spawn(_answer(adapter, item.account, query))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+async def _answer(adapter: TelegramAdapter, account: str, query_id: str) -> None:
+    try:
+        await adapter.answer_callback(account, query_id)
+    except ChannelError as exc:
+        log.info("callback query not answered: %s", exc.reason)

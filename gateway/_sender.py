@@ -1,0 +1,269 @@
+"""The sender: relays outbox rows to the platforms, paced, retried, and never sent twice on purpose.
+
+Each pass reads the due rows in id order and starts the sends the rate limits allow, one at a
+time per chat so a chat's replies arrive in order. The platform's answer is recorded with one
+statement (``outbox_sent``); a crash between the two is the documented window in which a reply
+can go out twice. A timeout after the request left is ``uncertain`` and never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from channels import (
+    ChannelAdapter,
+    ChatMigrated,
+    FatalSendError,
+    OutboundMessage,
+    RetryableSendError,
+    SendError,
+    UncertainDelivery,
+)
+from store import OutboxIn, OutboxItem, Store, StoreError
+
+from . import _convert as convert
+from ._metrics import Metrics
+from ._ratelimit import RateLimiter
+from ._wait import wait_event
+from .config import SenderConfig
+
+log = logging.getLogger("gateway.sender")
+
+OUTBOX = "gateway_outbox_total"
+ChatKey = tuple[str, str, str]  # channel, account, chat_id
+Clock = Callable[[], float]
+
+
+def configure_limits(limiter: RateLimiter, config: SenderConfig) -> None:
+    """The platform limits of ``[sender]``."""
+    limiter.configure(
+        "telegram",
+        chat_rate=config.telegram_chat_per_second,
+        account_rate=config.telegram_bot_per_second,
+        burst=config.burst,
+    )
+    limiter.configure(
+        "whatsapp",
+        chat_rate=config.whatsapp_chat_per_second,
+        account_rate=config.whatsapp_number_per_second,
+        burst=config.burst,
+    )
+
+
+class Sender:
+    """The outbox relay; ``run()`` until ``stop()``, or ``step()`` by hand in tests."""
+
+    def __init__(
+        self,
+        store: Store,
+        adapters: Mapping[str, ChannelAdapter],
+        config: SenderConfig,
+        *,
+        metrics: Metrics,
+        wake: asyncio.Event | None = None,
+        clock: Clock = time.time,
+        jitter: Callable[[], float] = random.random,
+        max_in_flight: int = 64,
+        batch: int = 200,
+        fatal_pause: float | None = None,
+    ) -> None:
+        self._store = store
+        self._adapters = adapters
+        self._config = config
+        self._metrics = metrics
+        self.wake = wake or asyncio.Event()
+        self._clock = clock
+        self._jitter = jitter
+        self._max_in_flight = max_in_flight
+        self._batch = batch
+        self._fatal_pause = config.backoff_max_seconds if fatal_pause is None else fatal_pause
+        self.limiter = RateLimiter(clock)
+        configure_limits(self.limiter, config)
+        self._in_flight: dict[int, asyncio.Task[None]] = {}
+        self._busy: set[ChatKey] = set()  # chats with a send in flight
+        self._held: dict[ChatKey, float] = {}  # chats whose earlier reply waits for a retry
+        self._paused: dict[tuple[str, str], float] = {}  # accounts with bad credentials
+        self._stopping = False
+
+    # the loop
+
+    async def run(self, poll_seconds: float = 2.0) -> None:
+        """Relay until ``stop()``; sleeps only until the next due row, a wake-up or a poll."""
+        while not self._stopping:
+            self.wake.clear()
+            try:
+                next_at = await self.step()
+            except StoreError as exc:
+                log.warning("sender pass failed: %s", exc)
+                next_at = None
+            pause = poll_seconds if next_at is None else next_at - self._clock()
+            await wait_event(self.wake, min(max(pause, 0.0), poll_seconds))
+
+    async def stop(self, grace: float) -> None:
+        """Start nothing more; let sends in flight finish for ``grace`` seconds."""
+        self._stopping = True
+        self.wake.set()
+        tasks = list(self._in_flight.values())
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=grace)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    async def flush(self) -> None:
+        """Wait for the sends in flight (tests)."""
+        while self._in_flight:
+            await asyncio.wait(list(self._in_flight.values()))
+
+    async def step(self) -> float | None:
+        """Start every due send the limits allow; return when to look again (clock time)."""
+        now = self._clock()
+        rows = await self._store.due_outbox(now, self._batch)
+        seen: set[ChatKey] = set()
+        next_at: float | None = None
+        for row in rows:
+            key: ChatKey = (row.channel, row.account, row.chat_id)
+            if key in seen or row.id in self._in_flight or key in self._busy:
+                seen.add(key)
+                continue
+            seen.add(key)  # later rows of this chat wait for this one: order within a chat
+            ready = self._ready_at(key, now)
+            if ready > now:
+                next_at = ready if next_at is None else min(next_at, ready)
+                continue
+            if len(self._in_flight) >= self._max_in_flight:
+                return now
+            self.limiter.take(*key)
+            self._start(row, key)
+        if len(rows) >= self._batch:
+            return now if next_at is None else min(now, next_at)
+        later = await self._store.next_outbox_due()
+        if later is not None and later > now:
+            next_at = later if next_at is None else min(next_at, later)
+        return next_at
+
+    def _ready_at(self, key: ChatKey, now: float) -> float:
+        """When this chat may get its next message: pauses, held retries and rate limits."""
+        paused = self._paused.get(key[:2], 0.0)
+        held = self._held.get(key, 0.0)
+        if held <= now:
+            self._held.pop(key, None)
+        return max(paused, held, now + self.limiter.wait(*key))
+
+    def _start(self, row: OutboxItem, key: ChatKey) -> None:
+        self._busy.add(key)
+        task = asyncio.create_task(self._send(row), name=f"send {row.id}")
+        self._in_flight[row.id] = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            self._in_flight.pop(row.id, None)
+            self._busy.discard(key)
+            self.wake.set()
+
+        task.add_done_callback(done)
+
+    # one send
+
+    async def _send(self, row: OutboxItem) -> None:
+        try:
+            await self._deliver(row)
+        except StoreError as exc:
+            # The row stays as it was: pending rows are tried again (and may then go twice).
+            log.error("could not record the outcome of outbox row %d: %s", row.id, exc)
+        except Exception:
+            log.exception("outbox row %d: unexpected error", row.id)
+
+    async def _deliver(self, row: OutboxItem) -> None:
+        adapter = self._adapters.get(row.channel)
+        if adapter is None:
+            await self._failed(row, "failed", f"no channel {row.channel!r} is configured")
+            return
+        try:
+            message = _message(row)
+        except ValidationError as exc:
+            await self._failed(
+                row, "failed", f"payload is not a message: {exc.error_count()} error(s)"
+            )
+            return
+        try:
+            result = await adapter.send(message)
+        except SendError as exc:
+            await self._send_error(row, exc)
+            return
+        await self._store.outbox_sent(row.id, result.message_ids)
+        self._metrics.inc(OUTBOX, outcome="sent", channel=row.channel)
+
+    async def _send_error(self, row: OutboxItem, exc: SendError) -> None:
+        if isinstance(exc, RetryableSendError):
+            await self._retry(row, exc.reason, exc.retry_after)
+        elif isinstance(exc, UncertainDelivery):
+            await self._failed(row, "uncertain", exc.reason)
+        elif isinstance(exc, ChatMigrated):
+            await self._migrate(row, exc.new_chat_id)
+        elif isinstance(exc, FatalSendError):
+            self._paused[(row.channel, row.account)] = self._clock() + self._fatal_pause
+            log.error("%s account paused for %gs: %s", row.channel, self._fatal_pause, exc.reason)
+            await self._failed(row, "failed", exc.reason)
+        else:
+            await self._failed(row, "failed", exc.reason)
+
+    async def _retry(self, row: OutboxItem, error: str, retry_after: float | None) -> None:
+        attempts = row.attempts + 1
+        if attempts >= self._config.max_attempts:
+            await self._failed(row, "dead", error)
+            return
+        now = self._clock()
+        due = now + max(retry_after or 0.0, self.backoff(attempts))
+        self._held[(row.channel, row.account, row.chat_id)] = due
+        await self._store.outbox_retry(row.id, next_attempt_at=due, error=error)
+        self._metrics.inc(OUTBOX, outcome="retried", channel=row.channel)
+        log.info("outbox row %d: retry in %.1fs (%s)", row.id, due - now, error)
+
+    def backoff(self, attempts: int) -> float:
+        """Exponential backoff with jitter: half fixed, half random, capped."""
+        base: float = self._config.backoff_base_seconds * 2 ** (attempts - 1)
+        capped = min(self._config.backoff_max_seconds, base)
+        return capped * (0.5 + self._jitter() / 2)
+
+    async def _failed(self, row: OutboxItem, state: str, error: str) -> None:
+        await self._store.outbox_failed(row.id, error=error, state=state)
+        self._metrics.inc(OUTBOX, outcome=state, channel=row.channel)
+        log.warning("outbox row %d %s: %s", row.id, state, error)
+        if row.session_id is not None:
+            detail: dict[str, Any] = {"outbox_id": row.id, "state": state, "error": error}
+            await self._event(row.session_id, "send_failed", detail)
+
+    async def _migrate(self, row: OutboxItem, new_chat_id: str) -> None:
+        """A Telegram group became a supergroup: the session follows, the reply goes there."""
+        payload = {**row.payload, "chat_id": new_chat_id}
+        moved = OutboxIn(row.session_id or "", row.channel, row.account, new_chat_id, payload)
+        if row.session_id is not None:
+            await self._store.update_session(
+                row.session_id, metadata={convert.MIGRATED_CHAT: new_chat_id}
+            )
+            await self._store.enqueue_outbox(moved)
+        await self._store.outbox_failed(
+            row.id, error=f"chat migrated to {new_chat_id}", state="failed"
+        )
+        self._metrics.inc(OUTBOX, outcome="retried", channel=row.channel)
+        if row.session_id is not None:
+            detail = {"from": row.chat_id, "to": new_chat_id}
+            await self._event(row.session_id, "chat_migrated", detail)
+
+    async def _event(self, session_id: str, kind: str, detail: dict[str, Any]) -> None:
+        try:
+            await self._store.record_event(session_id, kind, detail)
+        except StoreError as exc:  # e.g. the session was deleted meanwhile
+            log.info("no %s event for session %s: %s", kind, session_id, exc)
+
+
+def _message(row: OutboxItem) -> OutboundMessage:
+    message = OutboundMessage.model_validate(row.payload)
+    return message.model_copy(update={"chat_id": row.chat_id, "account": row.account})

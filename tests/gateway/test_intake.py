@@ -1,0 +1,256 @@
+"""The intake: stored deliveries -> inbox rows, statuses, memberships, quarantine (real store)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from pytest_aiohttp import AiohttpServer
+
+from channels import ChannelAdapter
+from channels.telegram import TelegramAdapter
+from channels.whatsapp import WhatsAppAdapter
+from gateway._intake import IGNORED, QUARANTINED, Intake
+from gateway._metrics import Metrics
+from store import DeliveryIn, OutboxIn, SQLiteStore, make_session_id
+from tests.channels import telegram_fakes as tg
+from tests.channels import whatsapp_fakes as wa
+
+from .pipeline_helpers import rows
+
+NUMBER = wa.NUMBER_A
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "gateway.db"
+
+
+@pytest.fixture
+async def store(db: Path) -> AsyncIterator[SQLiteStore]:
+    async with SQLiteStore(db) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def bot_api(aiohttp_server: AiohttpServer) -> AsyncIterator[tuple[tg.FakeBotApi, str]]:
+    fake = tg.FakeBotApi()
+    server = await aiohttp_server(fake.app())
+    yield fake, str(server.make_url("")).rstrip("/")
+    fake.release.set()
+
+
+@pytest.fixture
+async def adapters(
+    bot_api: tuple[tg.FakeBotApi, str],
+) -> AsyncIterator[dict[str, ChannelAdapter]]:
+    async with (
+        aiohttp.ClientSession() as session,
+        TelegramAdapter(tg.config(bot_api[1])) as telegram,
+    ):
+        yield {"telegram": telegram, "whatsapp": WhatsAppAdapter(wa.config(), session)}
+
+
+class Woken:
+    def __init__(self) -> None:
+        self.sessions: list[str] = []
+        self.event = asyncio.Event()
+
+    def __call__(self, ids: Sequence[str]) -> None:
+        self.sessions.extend(ids)
+        self.event.set()
+
+    async def until(self, count: int) -> None:
+        async with asyncio.timeout(5):
+            while len(self.sessions) < count:
+                self.event.clear()
+                await self.event.wait()
+
+
+def make_intake(
+    store: SQLiteStore, adapters: dict[str, ChannelAdapter]
+) -> tuple[Intake, Woken, Metrics]:
+    woken, metrics = Woken(), Metrics()
+    intake = Intake(store, adapters, starting_agent="triage", metrics=metrics, on_sessions=woken)
+    return intake, woken, metrics
+
+
+def wa_messages(*messages: tuple[str, str, str], statuses: Sequence[dict[str, Any]] = ()) -> bytes:
+    """A WhatsApp delivery of text messages ``(wamid, wa_id, text)`` and statuses."""
+    value: dict[str, Any] = {
+        "messaging_product": "whatsapp",
+        "metadata": {"display_phone_number": "15550001111", "phone_number_id": NUMBER},
+    }
+    if messages:
+        value["contacts"] = [{"profile": {"name": "Ann"}, "wa_id": m[1]} for m in messages]
+        value["messages"] = [
+            {
+                "from": user,
+                "id": wamid,
+                "timestamp": "1735689600",
+                "type": "text",
+                "text": {"body": t},
+            }
+            for wamid, user, t in messages
+        ]
+    if statuses:
+        value["statuses"] = list(statuses)
+    body = {
+        "object": "whatsapp_business_account",
+        "entry": [{"id": "1", "changes": [{"field": "messages", "value": value}]}],
+    }
+    return json.dumps(body).encode()
+
+
+async def store_delivery(
+    store: SQLiteStore, adapter: ChannelAdapter, body: bytes, account: str | None = None
+) -> frozenset[str]:
+    """Ingest as the webhook handler does; returns the keys this delivery claimed."""
+    keys = tuple(adapter.delivery_keys(body, account))
+    [result] = await store.ingest([DeliveryIn(adapter.name, account, body, keys)])
+    return result.new_keys
+
+
+def inbox(db: Path) -> list[tuple[str, str]]:
+    return [(r[0], r[1]) for r in rows(db, "SELECT session_id, dedup_key FROM inbox ORDER BY id")]
+
+
+async def test_intake_turns_a_whatsapp_delivery_into_inbox_rows_and_wakes_the_sessions(
+    store: SQLiteStore, db: Path, adapters: dict[str, ChannelAdapter]
+) -> None:
+    body = wa_messages(("wamid.1", "111", "hi"), ("wamid.2", "222", "hello"))
+    await store_delivery(store, adapters["whatsapp"], body)
+    intake, woken, _ = make_intake(store, adapters)
+    assert await intake.step() == 1
+    ann, bob = (
+        make_session_id("whatsapp", NUMBER, "111"),
+        make_session_id("whatsapp", NUMBER, "222"),
+    )
+    assert [sid for sid, _ in inbox(db)] == [ann, bob]
+    assert sorted(woken.sessions) == sorted([ann, bob])
+    [event] = [r.event for r in await store.pending_inbox(ann)]
+    assert (event["text"], event["message_id"], event["channel"]) == ("hi", "wamid.1", "whatsapp")
+    session = await store.get_session(ann)
+    assert session is not None
+    assert session.active_agent == "triage"
+    assert rows(db, "SELECT count(*) FROM deliveries") == [(0,)]  # its body is not kept
+    assert await intake.step() == 0
+
+
+async def test_intake_keeps_only_the_events_whose_keys_the_delivery_claimed_first(
+    store: SQLiteStore, db: Path, adapters: dict[str, ChannelAdapter]
+) -> None:
+    whatsapp = adapters["whatsapp"]
+    first = await store_delivery(store, whatsapp, wa_messages(("wamid.1", "111", "one")))
+    # Meta sends wamid.1 again, batched with a new message: only wamid.2 is this one's.
+    second = await store_delivery(
+        store, whatsapp, wa_messages(("wamid.1", "111", "one"), ("wamid.2", "111", "two"))
+    )
+    assert len(first) == len(second) == 1
+    intake, _, _ = make_intake(store, adapters)
+    await intake.step()
+    texts = [r.event["text"] for r in await store.pending_inbox(inbox(db)[0][0])]
+    assert texts == ["one", "two"]
+
+
+async def test_intake_quarantines_a_delivery_the_parser_refuses(
+    store: SQLiteStore, db: Path, adapters: dict[str, ChannelAdapter]
+) -> None:
+    body = b'{"object": "whatsapp_business_account", "entry": "not a list"}'
+    await store.ingest([DeliveryIn("whatsapp", None, body, ("whatsapp:odd",))])
+    intake, woken, metrics = make_intake(store, adapters)
+    await intake.step()
+    [item] = await store.list_quarantine()
+    assert (item.channel, item.body) == ("whatsapp", body)
+    assert item.reason
+    assert inbox(db) == []
+    assert woken.sessions == []
+    assert metrics.value(QUARANTINED, channel="whatsapp") == 1
+    assert rows(db, "SELECT count(*) FROM deliveries") == [(0,)]
+
+
+async def test_intake_applies_a_status_to_the_reply_it_reports_on(
+    store: SQLiteStore, db: Path, adapters: dict[str, ChannelAdapter]
+) -> None:
+    session = await store.get_or_create_session("whatsapp", NUMBER, "111", "triage")
+    payload = {"channel": "whatsapp", "account": NUMBER, "chat_id": "111", "text": "hi"}
+    item = await store.enqueue_outbox(
+        OutboxIn(session.session_id, "whatsapp", NUMBER, "111", payload)
+    )
+    await store.outbox_sent(item.id, ["wamid.out1"])
+    status = {
+        "id": "wamid.out1",
+        "status": "delivered",
+        "timestamp": "1735689601",
+        "recipient_id": "111",
+    }
+    await store_delivery(store, adapters["whatsapp"], wa_messages(statuses=[status]))
+    intake, woken, _ = make_intake(store, adapters)
+    await intake.step()
+    [updated] = await store.list_outbox(session.session_id)
+    assert (updated.state, updated.delivery_state) == ("sent", "delivered")
+    assert woken.sessions == []
+
+
+async def test_intake_marks_a_session_blocked_when_the_user_blocks_the_bot(
+    store: SQLiteStore, adapters: dict[str, ChannelAdapter]
+) -> None:
+    body = tg.fixture_bytes("15_my_chat_member_kicked.json")
+    await store_delivery(store, adapters["telegram"], body, "support")
+    intake, _, _ = make_intake(store, adapters)
+    await intake.step()
+    session = await store.get_session(make_session_id("telegram", "support", "123456789"))
+    assert session is not None
+    assert session.metadata["blocked"] is True
+
+
+async def test_intake_answers_a_pressed_telegram_button(
+    store: SQLiteStore,
+    db: Path,
+    adapters: dict[str, ChannelAdapter],
+    bot_api: tuple[tg.FakeBotApi, str],
+) -> None:
+    body = tg.fixture_bytes("06_callback_query_inline_keyboard.json")
+    await store_delivery(store, adapters["telegram"], body, "support")
+    intake, _, _ = make_intake(store, adapters)
+    await intake.step()
+    await intake.stop()  # waits for the answers in flight
+    [call] = bot_api[0].calls
+    query = json.loads(body)["callback_query"]["id"]
+    assert (call.method, call.fields["callback_query_id"]) == ("answerCallbackQuery", query)
+    assert len(inbox(db)) == 1
+
+
+async def test_intake_counts_update_types_it_ignores(
+    store: SQLiteStore, adapters: dict[str, ChannelAdapter]
+) -> None:
+    body = tg.fixture_bytes("24_poll_update.json")
+    await store.ingest([DeliveryIn("telegram", "support", body, ("telegram:support:poll",))])
+    intake, _, metrics = make_intake(store, adapters)
+    await intake.step()
+    assert metrics.value(IGNORED, channel="telegram", type="poll") == 1
+
+
+async def test_intake_run_parses_on_a_wake_up_and_by_polling(
+    store: SQLiteStore, db: Path, adapters: dict[str, ChannelAdapter]
+) -> None:
+    intake, woken, _ = make_intake(store, adapters)
+    wake = asyncio.Event()
+    task = asyncio.create_task(intake.run(wake, poll_seconds=0.05))
+    try:
+        await store_delivery(store, adapters["whatsapp"], wa_messages(("wamid.1", "111", "a")))
+        wake.set()
+        await woken.until(1)
+        # Another process (e.g. a quarantine replay) writes without waking us: the poll sees it.
+        await store_delivery(store, adapters["whatsapp"], wa_messages(("wamid.2", "222", "b")))
+        await woken.until(2)
+    finally:
+        await intake.stop()
+        wake.set()
+        await asyncio.wait_for(task, 5)
+    assert len(inbox(db)) == 2

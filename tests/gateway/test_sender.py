@@ -1,0 +1,361 @@
+"""The sender against fake Bot API and Graph API servers on loopback, on a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from pytest_aiohttp import AiohttpServer
+
+from channels import ChannelAdapter, OutboundMessage, SendResult
+from channels.telegram import TelegramAdapter
+from channels.whatsapp import WhatsAppAdapter
+from gateway._metrics import Metrics
+from gateway._sender import OUTBOX, Sender
+from gateway.config import SenderConfig
+from store import OutboxIn, OutboxItem, SQLiteStore
+from tests.channels import telegram_fakes as tg
+from tests.channels import whatsapp_fakes as wa
+
+from .pipeline_helpers import FakeClock
+
+CHAT = "4242"
+USER = "16505551234"
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    async with SQLiteStore(tmp_path / "gateway.db") as opened:
+        yield opened
+
+
+@pytest.fixture
+async def bot_api(aiohttp_server: AiohttpServer) -> AsyncIterator[tuple[tg.FakeBotApi, str]]:
+    fake = tg.FakeBotApi()
+    server = await aiohttp_server(fake.app())
+    yield fake, str(server.make_url("")).rstrip("/")
+    fake.release.set()
+
+
+@pytest.fixture
+async def telegram(bot_api: tuple[tg.FakeBotApi, str]) -> AsyncIterator[TelegramAdapter]:
+    async with TelegramAdapter(tg.config(bot_api[1], timeout=0.5)) as adapter:
+        yield adapter
+
+
+@pytest.fixture
+def bots(bot_api: tuple[tg.FakeBotApi, str]) -> tg.FakeBotApi:
+    return bot_api[0]
+
+
+@pytest.fixture
+async def graph(aiohttp_server: AiohttpServer) -> AsyncIterator[tuple[wa.FakeGraph, str]]:
+    fake = wa.FakeGraph()
+    server = await aiohttp_server(fake.app())
+    yield fake, str(server.make_url("/"))
+    fake.release.set()
+
+
+@pytest.fixture
+async def whatsapp(graph: tuple[wa.FakeGraph, str]) -> AsyncIterator[WhatsAppAdapter]:
+    async with aiohttp.ClientSession() as session:
+        yield WhatsAppAdapter(wa.config(graph[1], request_timeout=0.3), session)
+
+
+class Relay:
+    """A sender on a fake clock whose passes run until their sends have finished."""
+
+    def __init__(
+        self, store: SQLiteStore, adapters: dict[str, ChannelAdapter], **config: Any
+    ) -> None:
+        self.store = store
+        self.clock = FakeClock(time.time() + 60)  # rows stored from now on are due at once
+        self.metrics = Metrics()
+        self.sender = Sender(
+            store,
+            adapters,
+            SenderConfig(**config),
+            metrics=self.metrics,
+            clock=self.clock,
+            jitter=lambda: 1.0,  # backoff at its full value: base * 2 ** (attempts - 1)
+            fatal_pause=600,
+        )
+
+    async def step(self) -> float | None:
+        next_at = await self.sender.step()
+        await self.sender.flush()
+        return next_at
+
+    async def steps(self, count: int) -> None:
+        for _ in range(count):
+            await self.step()
+
+    def count(self, outcome: str) -> float:
+        return sum(
+            self.metrics.value(OUTBOX, outcome=outcome, channel=c) for c in ("telegram", "whatsapp")
+        )
+
+
+async def queue(
+    store: SQLiteStore,
+    text: str,
+    *,
+    channel: str = "telegram",
+    account: str = "support",
+    chat_id: str = CHAT,
+) -> OutboxItem:
+    session = await store.get_or_create_session(channel, account, chat_id, "triage")
+    message = OutboundMessage(channel=channel, account=account, chat_id=chat_id, text=text)
+    payload = message.model_dump(mode="json")
+    return await store.enqueue_outbox(
+        OutboxIn(session.session_id, channel, account, chat_id, payload)
+    )
+
+
+async def row(store: SQLiteStore, item: OutboxItem) -> OutboxItem:
+    assert item.session_id is not None
+    [found] = [r for r in await store.list_outbox(item.session_id) if r.id == item.id]
+    return found
+
+
+def texts(fake: tg.FakeBotApi) -> list[str]:
+    return [c.fields["text"] for c in fake.calls if c.method == "sendMessage"]
+
+
+async def test_sender_sends_a_due_reply_and_records_the_platform_ids(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    relay = Relay(store, {"telegram": telegram})
+    item = await queue(store, "Hello")
+    await relay.step()
+    sent = await row(store, item)
+    assert (sent.state, sent.platform_ids, sent.attempts) == ("sent", ("5001",), 1)
+    assert [(c.method, c.fields["chat_id"], c.fields["text"]) for c in bots.calls] == [
+        ("sendMessage", CHAT, "Hello")
+    ]
+    assert relay.count("sent") == 1
+    await relay.steps(2)
+    assert len(bots.calls) == 1  # never twice
+
+
+async def test_sender_waits_out_the_retry_after_of_a_429(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    bots.script("sendMessage", tg.error(429, "Too Many Requests: retry after 5", retry_after=5))
+    relay = Relay(store, {"telegram": telegram}, backoff_base_seconds=0.5)
+    item = await queue(store, "Hello")
+    start = relay.clock.now
+    await relay.step()
+    waiting = await row(store, item)
+    assert (waiting.state, waiting.attempts) == ("pending", 1)
+    assert waiting.next_attempt_at == pytest.approx(start + 5)
+    assert await relay.step() == pytest.approx(start + 5)  # when the loop looks again
+    relay.clock.now = start + 4.9
+    await relay.step()
+    assert len(bots.calls) == 1
+    relay.clock.now = start + 5
+    await relay.step()
+    assert texts(bots) == ["Hello", "Hello"]
+    assert (await row(store, item)).state == "sent"
+    assert (relay.count("retried"), relay.count("sent")) == (1, 1)
+
+
+async def test_sender_retries_a_5xx_with_exponential_backoff(
+    store: SQLiteStore, whatsapp: WhatsAppAdapter, graph: tuple[wa.FakeGraph, str]
+) -> None:
+    fake = graph[0]
+    fake.graph_error(500, 1, "An unknown error occurred")
+    fake.graph_error(503, 2, "Service temporarily unavailable")
+    relay = Relay(store, {"whatsapp": whatsapp}, backoff_base_seconds=2)
+    item = await queue(store, "Hi", channel="whatsapp", account=wa.NUMBER_A, chat_id=USER)
+    delays = []
+    for _ in range(2):
+        before = relay.clock.now
+        await relay.step()
+        waiting = await row(store, item)
+        delays.append(waiting.next_attempt_at - before)
+        relay.clock.now = waiting.next_attempt_at
+    await relay.step()
+    assert delays == [pytest.approx(2), pytest.approx(4)]
+    done = await row(store, item)
+    assert (done.state, done.platform_ids, done.attempts) == ("sent", ("wamid.out1",), 3)
+    assert len(fake.requests) == 3
+
+
+async def test_sender_marks_a_hung_send_uncertain_and_never_retries_it(
+    store: SQLiteStore, whatsapp: WhatsAppAdapter, graph: tuple[wa.FakeGraph, str]
+) -> None:
+    fake = graph[0]
+    fake.answers.append(wa.HANG)
+    relay = Relay(store, {"whatsapp": whatsapp})
+    item = await queue(store, "Hi", channel="whatsapp", account=wa.NUMBER_A, chat_id=USER)
+    await relay.step()
+    uncertain = await row(store, item)
+    assert (uncertain.state, uncertain.attempts) == ("uncertain", 1)
+    assert "may have gone out" in (uncertain.error or "")
+    relay.clock.now += 86_400
+    await relay.steps(2)
+    assert len(fake.requests) == 1
+    assert relay.count("uncertain") == 1
+
+
+async def test_sender_records_a_permanent_error_on_the_row_and_the_session(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    bots.script("sendMessage", tg.error(403, "Forbidden: bot was blocked by the user"))
+    relay = Relay(store, {"telegram": telegram})
+    item = await queue(store, "Hello")
+    await relay.step()
+    failed = await row(store, item)
+    assert failed.state == "failed"
+    assert "blocked by the user" in (failed.error or "")
+    assert item.session_id is not None
+    [event] = await store.list_events(item.session_id)
+    assert event.kind == "send_failed"
+    assert event.detail["outbox_id"] == item.id
+    relay.clock.now += 86_400
+    await relay.steps(2)
+    assert len(bots.calls) == 1
+    assert relay.count("failed") == 1
+
+
+async def test_sender_dead_letters_a_reply_after_max_attempts(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    bots.script("sendMessage", *[tg.error(500, "Internal Server Error")] * 3)
+    relay = Relay(store, {"telegram": telegram}, max_attempts=3, backoff_base_seconds=1)
+    item = await queue(store, "Hello")
+    for _ in range(3):
+        await relay.step()
+        relay.clock.now += 3600
+    [dead] = await store.list_dead_outbox()
+    assert (dead.id, dead.state, dead.attempts) == (item.id, "dead", 3)
+    assert (relay.count("retried"), relay.count("dead")) == (2, 1)
+    await relay.step()
+    assert len(bots.calls) == 3
+
+
+async def test_sender_follows_a_migrated_group_to_its_new_chat(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    bots.script(
+        "sendMessage",
+        tg.error(400, "Bad Request: group chat was upgraded", migrate_to_chat_id=-100777),
+    )
+    relay = Relay(store, {"telegram": telegram})
+    item = await queue(store, "Hello", chat_id="-555")
+    await relay.step()
+    await relay.step()
+    assert item.session_id is not None
+    old, moved = await store.list_outbox(item.session_id)
+    assert (old.state, moved.state, moved.chat_id) == ("failed", "sent", "-100777")
+    assert [c.fields["chat_id"] for c in bots.calls] == ["-555", "-100777"]
+    session = await store.get_session(item.session_id)
+    assert session is not None
+    assert session.metadata["migrated_to_chat_id"] == "-100777"
+
+
+async def test_sender_pauses_an_account_whose_credentials_fail(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    bots.script("sendMessage", tg.error(401, "Unauthorized"))
+    relay = Relay(store, {"telegram": telegram})
+    first = await queue(store, "one", chat_id="1")
+    await relay.step()
+    assert (await row(store, first)).state == "failed"
+    second = await queue(store, "two", chat_id="2")
+    other = await queue(store, "three", account="sales", chat_id="3")
+    await relay.steps(2)
+    assert (await row(store, second)).state == "pending"  # the account is paused
+    assert (await row(store, other)).state == "sent"  # another bot is not
+    relay.clock.now += 600
+    await relay.step()
+    assert (await row(store, second)).state == "sent"
+
+
+async def test_sender_keeps_a_chats_replies_in_order_across_a_retry(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    bots.script("sendMessage", tg.error(429, "Too Many Requests: retry after 2", retry_after=2))
+    relay = Relay(store, {"telegram": telegram}, backoff_base_seconds=0.1)
+    await queue(store, "first")
+    await queue(store, "second")
+    await queue(store, "elsewhere", chat_id="7")
+    await relay.steps(3)
+    assert texts(bots) == ["first", "elsewhere"]  # "second" waits behind "first"
+    relay.clock.now += 2
+    await relay.steps(3)
+    assert texts(bots) == ["first", "elsewhere", "first", "second"]
+
+
+async def test_sender_paces_one_chat_to_its_rate_limit(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    relay = Relay(store, {"telegram": telegram}, telegram_chat_per_second=1, burst=2)
+    for n in range(4):
+        await queue(store, f"m{n}")
+    start = relay.clock.now
+    await relay.steps(2)
+    next_at = await relay.step()
+    assert texts(bots) == ["m0", "m1"]
+    assert next_at == pytest.approx(start + 1)
+    relay.clock.now = start + 1
+    await relay.steps(2)
+    assert texts(bots) == ["m0", "m1", "m2"]
+    relay.clock.now = start + 2
+    await relay.steps(2)
+    assert texts(bots) == ["m0", "m1", "m2", "m3"]
+
+
+async def test_sender_after_a_restart_keeps_the_stored_retry_time(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    bots.script("sendMessage", tg.error(429, "Too Many Requests: retry after 30", retry_after=30))
+    first = Relay(store, {"telegram": telegram})
+    item = await queue(store, "Hello")
+    await first.step()
+    await first.sender.stop(1.0)
+    second = Relay(store, {"telegram": telegram})  # a new process: nothing in memory
+    second.clock.now = first.clock.now + 29
+    await second.step()
+    assert len(bots.calls) == 1
+    second.clock.now = first.clock.now + 30
+    await second.step()
+    assert (await row(store, item)).state == "sent"
+
+
+async def test_sender_run_sends_what_a_wake_up_announces(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    wake = asyncio.Event()
+    notifying = Notifying(telegram)
+    sender = Sender(store, {"telegram": notifying}, SenderConfig(), metrics=Metrics(), wake=wake)  # type: ignore[dict-item]
+    task = asyncio.create_task(sender.run(poll_seconds=60))
+    try:
+        item = await queue(store, "Hello")
+        wake.set()  # as the dispatcher does after a commit; the next poll is a minute away
+        await asyncio.wait_for(notifying.sent.wait(), 5)
+    finally:
+        await sender.stop(1.0)  # lets the send in flight record its outcome
+        await asyncio.wait_for(task, 5)
+    assert texts(bots) == ["Hello"]
+    assert (await row(store, item)).state == "sent"
+
+
+class Notifying:
+    """Passes sends through and tells when one went out."""
+
+    def __init__(self, inner: TelegramAdapter) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.sent = asyncio.Event()
+
+    async def send(self, message: OutboundMessage) -> SendResult:
+        result = await self.inner.send(message)
+        self.sent.set()
+        return result
