@@ -334,7 +334,8 @@ async def test_sender_run_sends_what_a_wake_up_announces(
 ) -> None:
     wake = asyncio.Event()
     notifying = Notifying(telegram)
-    sender = Sender(store, {"telegram": notifying}, SenderConfig(), metrics=Metrics(), wake=wake)  # type: ignore[dict-item]
+    adapters: dict[str, Any] = {"telegram": notifying}
+    sender = Sender(store, adapters, SenderConfig(), metrics=Metrics(), wake=wake)
     task = asyncio.create_task(sender.run(poll_seconds=60))
     try:
         item = await queue(store, "Hello")
