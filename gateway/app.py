@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 from aiohttp import web
 
+from channels import ADAPTERS, AdapterFactory
 from store import open_store
 
-from ._keys import INTAKE_WAKE, METRICS, SENDER_WAKE, SETTINGS, STOPPING, STORE
+from ._admin import add_admin_routes
+from ._channels_ctx import channels_ctx
+from ._keys import FACTORIES, INTAKE_WAKE, METRICS, SENDER_WAKE, SETTINGS, STOPPING, STORE, WRITER
 from ._metrics import Metrics
+from ._webhooks import add_webhook_routes
+from ._writer import GroupCommitWriter
 from .config import Settings
 
 log = logging.getLogger("gateway")
@@ -26,6 +31,18 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     app[STORE] = store
     yield
     await store.aclose()
+
+
+async def _writer_ctx(app: web.Application) -> AsyncIterator[None]:
+    ingest = app[SETTINGS].ingest
+    wake = app[INTAKE_WAKE]
+    writer = GroupCommitWriter(
+        app[STORE], window=ingest.window_ms / 1000, max_batch=ingest.max_batch, on_delivery=wake.set
+    )
+    writer.start()
+    app[WRITER] = writer
+    yield
+    await writer.aclose()  # the server stopped taking requests: commit what is queued
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -48,14 +65,30 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(text=request.app[METRICS].render(), content_type="text/plain")
 
 
-def build_app(settings: Settings) -> web.Application:
+def build_app(
+    settings: Settings,
+    *,
+    adapter_factories: Mapping[str, AdapterFactory] = ADAPTERS,
+    ingest_only: bool = False,
+) -> web.Application:
+    """The whole gateway.
+
+    Tests may substitute channel adapters (``adapter_factories``), and with ``ingest_only`` run
+    the HTTP side without the pipeline's background tasks, to see the store as ingest left it.
+    """
     app = web.Application()
     app[SETTINGS] = settings
+    app[FACTORIES] = adapter_factories
     app[METRICS] = Metrics()
     app[STOPPING] = asyncio.Event()
     app[INTAKE_WAKE] = asyncio.Event()
     app[SENDER_WAKE] = asyncio.Event()
-    app.cleanup_ctx.append(_store_ctx)
+    # Torn down in reverse: the pipeline's tasks, then the writer (flushes), adapters, store.
+    app.cleanup_ctx.extend([_store_ctx, channels_ctx, _writer_ctx])
+    if not ingest_only:
+        pass  # the pipeline's background tasks (intake, dispatcher, sender, purge) start here
+    add_webhook_routes(app)
+    add_admin_routes(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

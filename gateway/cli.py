@@ -13,7 +13,7 @@ from agents import AgentError
 from channels import ChannelError
 from store import InvalidSessionId, StoreError
 
-from . import _commands
+from . import _commands, _quarantine
 from .config import Settings, load_settings, resolve_config_path
 from .errors import ConfigError
 
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add(commands, "check-config", "validate the config and print a summary, secrets masked")
     _add(commands, "purge", "delete expired processed-message (dedup) rows now")
     _add_sessions(commands)
+    _add_quarantine(commands)
     _add_telegram(commands)
     return parser
 
@@ -56,6 +57,16 @@ def _add_sessions(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     _add(actions, "delete", "delete a session and its history").add_argument("session_id")
 
 
+def _add_quarantine(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    quarantine = _add(commands, "quarantine", "deliveries that could not be parsed (offline)")
+    actions = quarantine.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = _add(actions, "list", "list quarantined deliveries as JSON, newest first")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--offset", type=int, default=0)
+    replay = _add(actions, "replay", "re-parse quarantined deliveries; record those that pass")
+    replay.add_argument("id", nargs="?", type=int, help="one row (default: every row not replayed)")
+
+
 def _add_telegram(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     telegram = _add(commands, "telegram", "Telegram bot set-up")
     actions = telegram.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -67,6 +78,7 @@ def _add_telegram(commands: argparse._SubParsersAction[argparse.ArgumentParser])
 HANDLERS: dict[str, Handler] = {
     "check-config": _commands.check_config,
     "purge": _commands.purge,
+    "quarantine": _quarantine.command,
     "sessions": _commands.sessions,
     "telegram": _commands.telegram_command,
 }
@@ -77,6 +89,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Bot API call is noise
+    logging.getLogger("aiosqlite").setLevel(logging.WARNING)  # DEBUG logs call args: bodies
     path = resolve_config_path(args.config)
     try:
         settings = load_settings(path)

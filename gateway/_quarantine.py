@@ -1,0 +1,96 @@
+"""``gateway quarantine list / replay [ID]``: show unparseable deliveries, re-read them offline.
+
+A replay runs the current parser. A delivery it now accepts is recorded like a fresh one (its
+keys claimed, a delivery row stored); the running server's intake picks that row up on its next
+poll. One that still fails stays in quarantine, untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+from channels import ChannelAdapter, ChannelError
+from store import DeliveryIn, QuarantineItem, Store
+
+from ._channels_ctx import open_adapters
+from ._commands import dump, opened_store
+from .config import Settings
+
+PAGE = 500
+
+
+def quarantine_json(item: QuarantineItem) -> dict[str, Any]:
+    """A quarantine row without its body (which may be megabytes)."""
+    fields = ("id", "channel", "account", "reason", "received_at", "replayed_at")
+    return {**{name: getattr(item, name) for name in fields}, "size": len(item.body)}
+
+
+async def command(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+    """The CLI entry: ``list`` or ``replay``."""
+    async with opened_store(settings) as store:
+        if args.action == "list":
+            items = await store.list_quarantine(args.limit, args.offset)
+            dump({"quarantine": [quarantine_json(item) for item in items]}, out)
+            return 0
+        async with open_adapters(settings) as adapters:
+            return await replay(store, adapters, args.id, out)
+
+
+async def replay(
+    store: Store, adapters: Mapping[str, ChannelAdapter], only: int | None, out: TextIO
+) -> int:
+    """Replay row ``only``, or every row not replayed yet (oldest first); print each outcome."""
+    if only is not None:
+        item = await store.get_quarantine(only)
+        if item is None:
+            print(f"no quarantined delivery {only}", file=out)
+            return 1
+        items = [item]
+    else:
+        items = [item for item in await _all(store) if item.replayed_at is None]
+    for item in items:
+        outcome = await replay_one(store, adapters, item)
+        print(f"quarantine {item.id} ({item.channel}): {outcome}", file=out)
+    if not items:
+        print("nothing to replay", file=out)
+    return 0
+
+
+async def _all(store: Store) -> list[QuarantineItem]:
+    """Every row, oldest first (read before any is changed, so paging is stable)."""
+    items: list[QuarantineItem] = []
+    while page := await store.list_quarantine(PAGE, len(items)):
+        items += page
+    unique = {item.id: item for item in items}  # a row arriving meanwhile shifts the pages
+    return sorted(unique.values(), key=lambda item: item.id)
+
+
+async def replay_one(
+    store: Store, adapters: Mapping[str, ChannelAdapter], item: QuarantineItem
+) -> str:
+    """Try one row; return what happened, in words."""
+    if item.replayed_at is not None:
+        return f"already replayed at {item.replayed_at.isoformat()}; left as it is"
+    adapter = adapters.get(item.channel)
+    if adapter is None:
+        return f"the {item.channel} channel is not configured; left in quarantine"
+    try:
+        keys = adapter.delivery_keys(item.body, item.account)
+        adapter.parse(item.body, item.account)
+    except ChannelError as exc:
+        return f"still fails: {exc.reason}; left in quarantine"
+    if not keys:
+        await store.mark_replayed(item.id)
+        return "parses now, but holds nothing to record (no configured account); marked replayed"
+    result = (await store.ingest([DeliveryIn(item.channel, item.account, item.body, tuple(keys))]))[
+        0
+    ]
+    if result.delivery_id is None:
+        return f"nothing new: all {len(keys)} key(s) were recorded before; left in quarantine"
+    await store.mark_replayed(item.id)
+    return (
+        f"recorded as delivery {result.delivery_id} with {len(result.new_keys)} new key(s); "
+        "marked replayed"
+    )

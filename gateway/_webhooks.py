@@ -1,0 +1,184 @@
+"""The platform webhooks: read within limits, verify, key, record durably, then acknowledge.
+
+Order: size (413) and read time (408) -> signature or secret (401; 404 for an unknown bot) ->
+delivery_keys (ChannelError: the body goes to quarantine, 200) -> the group-commit writer
+(store down: 503, so the platform retries) -> 200. Nothing is parsed into models before the ack;
+the intake does that from the stored bytes. Neither a token nor a body is ever logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
+
+from aiohttp import web
+
+from channels import ChannelAdapter, ChannelError, UnknownAccount, WebhookRejected
+from store import DeliveryIn, IngestResult, QuarantineIn
+
+from ._http import json_error, ok
+from ._keys import ADAPTERS, METRICS, SETTINGS, WRITER
+from ._metrics import Metrics
+from ._writer import GroupCommitWriter, Item
+
+log = logging.getLogger("gateway.webhooks")
+
+RECEIVED = "gateway_webhooks_received_total"
+ACCEPTED = "gateway_webhooks_accepted_total"
+DUPLICATE = "gateway_webhooks_duplicate_total"
+REJECTED = "gateway_webhooks_rejected_total"
+QUARANTINED = "gateway_webhooks_quarantined_total"
+IGNORED = "gateway_updates_ignored_total"
+
+
+class Refused(Exception):
+    """A webhook answered with an error status; ``code`` is also the metric's reason."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+    def response(self) -> web.Response:
+        response = json_error(self.status, self.code, self.message)
+        if self.status in (408, 413):
+            response.force_close()  # the rest of the body is not worth reading
+        return response
+
+
+@runtime_checkable
+class SubscriptionCheck(Protocol):
+    """A channel with a GET subscription handshake (WhatsApp)."""
+
+    def verify_subscription(self, query: Mapping[str, str]) -> str: ...
+
+
+async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
+    """The whole body, at most ``limit`` bytes, within ``seconds``; else Refused."""
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(seconds):
+            while chunk := await request.content.readany():
+                size += len(chunk)
+                if size > limit:  # a chunked body announces no length
+                    raise _too_large(limit)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise Refused(408, "request_timeout", f"the body took over {seconds:g} s") from None
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_large(limit: int) -> Refused:
+    return Refused(413, "body_too_large", f"the body is larger than {limit} bytes")
+
+
+def verify(adapter: ChannelAdapter, request: web.Request, body: bytes, account: str | None) -> None:
+    """Authenticate the delivery; Refused with 401 or 404."""
+    try:
+        adapter.verify(request.headers, body, account)
+    except WebhookRejected as exc:
+        raise Refused(401, exc.code, exc.reason) from None
+    except UnknownAccount:
+        raise Refused(404, "unknown_bot", f"no bot named {account!r} is configured") from None
+
+
+def to_item(adapter: ChannelAdapter, body: bytes, account: str | None) -> Item | None:
+    """What to record: the delivery with its keys, a quarantine row, or None (irrelevant)."""
+    channel = adapter.name
+    try:
+        keys = adapter.delivery_keys(body, account)
+    except UnknownAccount:
+        raise Refused(404, "unknown_bot", f"no bot named {account!r} is configured") from None
+    except ChannelError as exc:
+        log.warning("%s delivery quarantined: %s", channel, exc.reason)
+        return QuarantineIn(channel=channel, account=account, body=body, reason=exc.reason)
+    if not keys:
+        return None
+    return DeliveryIn(channel=channel, account=account, body=body, keys=tuple(keys))
+
+
+async def record(writer: GroupCommitWriter, item: Item) -> IngestResult:
+    """Submit to the group-commit writer; any failure is a 503."""
+    try:
+        return await writer.submit(item)
+    except Exception as exc:  # whatever the store raised: the platform must retry
+        log.error("%s delivery not recorded: %s", item.channel, type(exc).__name__)
+        raise Refused(503, "store_unavailable", "the delivery could not be recorded") from None
+
+
+async def ingest(
+    request: web.Request, channel: str, account: str | None, limit: int
+) -> web.Response:
+    """The whole webhook path of one request."""
+    app = request.app
+    metrics = app[METRICS]
+    metrics.inc(RECEIVED, channel=channel)
+    try:
+        adapter = _adapter(app, channel)
+        body = await read_body(request, limit, app[SETTINGS].server.read_timeout)
+        verify(adapter, request, body, account)
+        item = to_item(adapter, body, account)
+        if item is None:
+            metrics.inc(IGNORED, channel=channel)
+            return ok()
+        result = await record(app[WRITER], item)
+    except Refused as exc:
+        metrics.inc(REJECTED, channel=channel, reason=exc.code)
+        log.info("%s webhook refused: %s %s", channel, exc.status, exc.code)
+        return exc.response()
+    _count(metrics, channel, item, result)
+    return ok()
+
+
+def _count(metrics: Metrics, channel: str, item: Item, result: IngestResult) -> None:
+    if isinstance(item, QuarantineIn):
+        metrics.inc(QUARANTINED, channel=channel)
+    elif result.delivery_id is None:
+        metrics.inc(DUPLICATE, channel=channel)
+    else:
+        metrics.inc(ACCEPTED, channel=channel)
+
+
+def _adapter(app: web.Application, channel: str) -> ChannelAdapter:
+    adapter = app[ADAPTERS].get(channel)
+    if adapter is None:
+        raise Refused(404, "unknown_channel", f"the {channel} channel is not configured")
+    return adapter
+
+
+async def whatsapp_post(request: web.Request) -> web.Response:
+    """POST /webhooks/whatsapp: a delivery signed with the app secret."""
+    limit = request.app[SETTINGS].server.max_body_whatsapp
+    return await ingest(request, "whatsapp", None, limit)
+
+
+async def telegram_post(request: web.Request) -> web.Response:
+    """POST /webhooks/telegram/{bot}: one Update with the bot's secret token header."""
+    limit = request.app[SETTINGS].server.max_body_telegram
+    return await ingest(request, "telegram", request.match_info["bot"], limit)
+
+
+async def whatsapp_handshake(request: web.Request) -> web.Response:
+    """GET /webhooks/whatsapp: answer Meta's subscription check with hub.challenge."""
+    adapter = request.app[ADAPTERS].get("whatsapp")
+    if not isinstance(adapter, SubscriptionCheck):
+        return json_error(404, "unknown_channel", "the whatsapp channel is not configured")
+    try:
+        challenge = adapter.verify_subscription(request.query)
+    except ChannelError as exc:
+        log.info("whatsapp subscription check refused: %s", exc.reason)
+        return json_error(403, "bad_verify_token", "the subscription check failed")
+    return web.Response(text=challenge)
+
+
+def add_webhook_routes(app: web.Application) -> None:
+    """Register the three webhook routes."""
+    app.router.add_get("/webhooks/whatsapp", whatsapp_handshake)
+    app.router.add_post("/webhooks/whatsapp", whatsapp_post)
+    app.router.add_post("/webhooks/telegram/{bot}", telegram_post)
