@@ -15,6 +15,7 @@ from ._admin import add_admin_routes
 from ._channels_ctx import channels_ctx
 from ._keys import FACTORIES, INTAKE_WAKE, METRICS, SENDER_WAKE, SETTINGS, STOPPING, STORE, WRITER
 from ._metrics import Metrics
+from ._pipeline import pipeline_ctx
 from ._webhooks import add_webhook_routes
 from ._writer import GroupCommitWriter
 from .config import Settings
@@ -86,7 +87,7 @@ def build_app(
     # Torn down in reverse: the pipeline's tasks, then the writer (flushes), adapters, store.
     app.cleanup_ctx.extend([_store_ctx, channels_ctx, _writer_ctx])
     if not ingest_only:
-        pass  # the pipeline's background tasks (intake, dispatcher, sender, purge) start here
+        app.cleanup_ctx.append(pipeline_ctx)  # intake, dispatcher, sender, purge
     add_webhook_routes(app)
     add_admin_routes(app)
     app.router.add_get("/healthz", healthz)

@@ -1,0 +1,139 @@
+"""The pipeline's cleanup context: agents, intake, dispatcher, sender and purge, started together
+after the store and the channels, and drained first on shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from agents import Registry, Runner, build_registry
+from channels import ChannelAdapter
+from store import Store
+
+from ._dispatcher import Dispatcher
+from ._intake import Intake
+from ._keys import ADAPTERS, INTAKE_WAKE, METRICS, SENDER_WAKE, SETTINGS, STOPPING, STORE
+from ._metrics import Metrics
+from ._purge import Purger
+from ._sender import Sender
+from .config import Settings
+
+log = logging.getLogger("gateway.pipeline")
+
+INTAKE_POLL_SECONDS = 2.0  # deliveries written by another process are seen within this
+DISPATCH_POLL_SECONDS = 5.0
+SENDER_POLL_SECONDS = 2.0
+
+
+@dataclass
+class Pipeline:
+    """The background half of the gateway, after the ack."""
+
+    intake: Intake
+    dispatcher: Dispatcher
+    sender: Sender
+    purger: Purger
+    intake_wake: asyncio.Event
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def start(self) -> None:
+        """Reconcile interrupted runs, queue what is pending, then start every loop."""
+        await self.dispatcher.start()  # before any turn can run: it marks `running` interrupted
+        self._spawn(self.dispatcher.run(DISPATCH_POLL_SECONDS), "dispatcher")
+        self._spawn(self.intake.run(self.intake_wake, INTAKE_POLL_SECONDS), "intake")
+        self._spawn(self.sender.run(SENDER_POLL_SECONDS), "sender")
+        self._spawn(self.purger.run(), "purge")
+
+    async def stop(self, grace: float) -> None:
+        """Stop parsing, let running turns finish within ``grace``, roll back the rest."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        await self.intake.stop()
+        await self.dispatcher.drain(max(deadline - loop.time(), 0.0))
+        await self.sender.stop(max(deadline - loop.time(), 0.0))
+        self.purger.stop()
+        self.intake_wake.set()
+        _, late = await asyncio.wait(self.tasks, timeout=max(deadline - loop.time(), 0.1))
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(_log_crash)
+        self.tasks.append(task)
+
+
+def _log_crash(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("pipeline task %s stopped", task.get_name(), exc_info=task.exception())
+
+
+def build_pipeline(
+    settings: Settings,
+    store: Store,
+    adapters: Mapping[str, ChannelAdapter],
+    registry: Registry,
+    *,
+    metrics: Metrics,
+    intake_wake: asyncio.Event,
+    sender_wake: asyncio.Event,
+) -> Pipeline:
+    """Wire the pipeline's parts; nothing runs until ``start()``."""
+    sender = Sender(store, adapters, settings.sender, metrics=metrics, wake=sender_wake)
+    dispatcher = Dispatcher(
+        store,
+        Runner.from_config(store, registry, settings.agents),
+        settings.dispatcher,
+        metrics=metrics,
+        adapters=adapters,
+        on_outbox=sender_wake.set,
+        handoff_agent=_handoff_agent(settings, registry),
+    )
+    intake = Intake(
+        store,
+        adapters,
+        starting_agent=settings.agents.starting_agent,
+        metrics=metrics,
+        on_sessions=dispatcher.wake,
+    )
+    keep = settings.dedup.ttl_hours * 3600  # statuses of sent replies may arrive for days
+    purger = Purger(store, interval=settings.dedup.purge_interval_seconds, keep_seconds=keep)
+    return Pipeline(intake, dispatcher, sender, purger, intake_wake)
+
+
+def _handoff_agent(settings: Settings, registry: Registry) -> str | None:
+    name = settings.dispatcher.dead_letter_handoff
+    if name and registry.get(name) is None:
+        log.warning("dispatcher.dead_letter_handoff %r is not a declared agent: ignored", name)
+        return None
+    return name or None
+
+
+async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Cleanup context: build and start the pipeline; on shutdown drain it, then close agents."""
+    settings = app[SETTINGS]
+    registry = build_registry(settings.agents)
+    try:
+        pipeline = build_pipeline(
+            settings,
+            app[STORE],
+            app[ADAPTERS],
+            registry,
+            metrics=app[METRICS],
+            intake_wake=app[INTAKE_WAKE],
+            sender_wake=app[SENDER_WAKE],
+        )
+        await pipeline.start()
+        try:
+            yield
+        finally:
+            app[STOPPING].set()
+            await pipeline.stop(settings.server.shutdown_timeout)
+    finally:
+        await registry.aclose()

@@ -1,0 +1,119 @@
+"""Webhook bodies as the platforms send them, and a client that retries like they do."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from .gateway_proc import APP_SECRET, BOT, BOT_SECRET, NUMBER
+
+RETRY_SECONDS = 0.05  # pause between tries while the gateway is down or answers 5xx
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One webhook POST: where, what, and with which headers."""
+
+    path: str
+    body: bytes
+    headers: dict[str, str]
+
+
+def telegram_text(update_id: int, chat_id: int, text: str) -> Delivery:
+    """An Update carrying a private text message."""
+    user = {"id": chat_id, "is_bot": False, "first_name": "Ann"}
+    update = {
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id,
+            "date": 1735689600,
+            "chat": {"id": chat_id, "type": "private", "first_name": "Ann"},
+            "from": user,
+            "text": text,
+        },
+    }
+    body = json.dumps(update).encode()
+    headers = {"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": BOT_SECRET}
+    return Delivery(f"/webhooks/telegram/{BOT}", body, headers)
+
+
+def _whatsapp(value: dict[str, Any]) -> Delivery:
+    value = {
+        "messaging_product": "whatsapp",
+        "metadata": {"display_phone_number": "15550001111", "phone_number_id": NUMBER},
+        **value,
+    }
+    envelope = {
+        "object": "whatsapp_business_account",
+        "entry": [{"id": "1", "changes": [{"field": "messages", "value": value}]}],
+    }
+    body = json.dumps(envelope).encode()
+    signature = hmac.new(APP_SECRET.encode(), body, hashlib.sha256).hexdigest()
+    headers = {"Content-Type": "application/json", "X-Hub-Signature-256": f"sha256={signature}"}
+    return Delivery("/webhooks/whatsapp", body, headers)
+
+
+def whatsapp_texts(wa_id: str, *messages: tuple[str, str]) -> Delivery:
+    """A delivery of text messages ``(wamid, text)`` from one user."""
+    return _whatsapp(
+        {
+            "contacts": [{"profile": {"name": "Bob"}, "wa_id": wa_id}],
+            "messages": [
+                {
+                    "from": wa_id,
+                    "id": wamid,
+                    "timestamp": "1735689600",
+                    "type": "text",
+                    "text": {"body": text},
+                }
+                for wamid, text in messages
+            ],
+        }
+    )
+
+
+def whatsapp_status(wamid: str, wa_id: str, status: str) -> Delivery:
+    """A delivery status of one of our messages."""
+    return _whatsapp(
+        {
+            "statuses": [
+                {"id": wamid, "status": status, "timestamp": "1735689700", "recipient_id": wa_id}
+            ]
+        }
+    )
+
+
+async def post(session: aiohttp.ClientSession, base_url: str, delivery: Delivery) -> int:
+    """POST once; the status."""
+    async with session.post(
+        base_url + delivery.path, data=delivery.body, headers=delivery.headers
+    ) as response:
+        await response.read()
+        return response.status
+
+
+async def post_until_ok(
+    session: aiohttp.ClientSession, base_url: str, delivery: Delivery, *, seconds: float = 60.0
+) -> int:
+    """POST until a 200, as Telegram and Meta retry; return how many tries it took."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    for tries in range(1, 100_000):
+        try:
+            status = await post(session, base_url, delivery)
+        except (aiohttp.ClientError, TimeoutError):
+            status = 0  # refused, reset or cut off by a kill: the platform tries again
+        if status == 200:
+            return tries
+        if 400 <= status < 500:
+            raise AssertionError(f"{delivery.path} refused with {status}")
+        if loop.time() > deadline:
+            break
+        await asyncio.sleep(RETRY_SECONDS)
+    raise AssertionError(f"{delivery.path} got no 200 within {seconds:g} s")
