@@ -1,0 +1,211 @@
+"""Quarantine: a delivery the parser refused is kept, then replayed once the parser accepts it."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from channels import ADAPTERS, ChannelAdapter, ChannelError, WhatsAppAdapter
+from gateway._channels_ctx import open_adapters
+from gateway._quarantine import replay
+from gateway.app import build_app
+from gateway.cli import main
+from gateway.config import Settings
+from store import DeliveryIn, QuarantineIn, SQLiteStore
+
+from .ingest_helpers import counts, rows, settings, tg_update, wa_delivery, wa_headers, wa_text
+
+MARKER = "NEW-MESSAGE-TYPE"
+
+
+class OldWhatsApp(WhatsAppAdapter):
+    """An older parser: it cannot read deliveries that carry MARKER."""
+
+    def delivery_keys(self, body: bytes, account: str | None = None) -> list[str]:
+        if MARKER.encode() in body:
+            raise ChannelError("whatsapp", "a message type this version does not know")
+        return super().delivery_keys(body, account)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "gateway.db"
+
+
+@pytest.fixture
+def config(db_path: Path) -> Settings:
+    return settings(db_path)
+
+
+@pytest.fixture
+async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
+    async with SQLiteStore(db_path) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def adapters(config: Settings) -> AsyncIterator[Mapping[str, ChannelAdapter]]:
+    async with open_adapters(config) as opened:
+        yield opened
+
+
+async def replayed(
+    store: SQLiteStore, adapters: Mapping[str, ChannelAdapter], only: int | None = None
+) -> tuple[int, str]:
+    out = io.StringIO()
+    status = await replay(store, adapters, only, out)
+    return status, out.getvalue()
+
+
+async def quarantine_with_old_parser(aiohttp_client: Any, config: Settings, body: bytes) -> None:
+    """Post ``body`` to a gateway running the old parser: it lands in quarantine."""
+    app = build_app(
+        config, adapter_factories={**ADAPTERS, "whatsapp": OldWhatsApp}, ingest_only=True
+    )
+    client: TestClient[Any, Any] = await aiohttp_client(app)
+    try:
+        response = await client.post("/webhooks/whatsapp", data=body, headers=wa_headers(body))
+        assert response.status == 200
+    finally:
+        await client.close()
+
+
+async def test_replay_records_a_quarantined_delivery_once_the_parser_accepts_it(
+    aiohttp_client: Any,
+    config: Settings,
+    db_path: Path,
+    store: SQLiteStore,
+    adapters: Mapping[str, ChannelAdapter],
+) -> None:
+    body = wa_delivery([wa_text("wamid.q1", MARKER), wa_text("wamid.q2", MARKER)])
+    await quarantine_with_old_parser(aiohttp_client, config, body)
+    assert (counts(db_path)["quarantine"], counts(db_path)["deliveries"]) == (1, 0)
+    [(qid,)] = rows(db_path, "SELECT id FROM quarantine")
+
+    status, out = await replayed(store, adapters)
+
+    assert status == 0
+    assert f"quarantine {qid} (whatsapp): recorded as delivery" in out
+    assert "2 new key(s)" in out
+    [(stored, keys)] = rows(db_path, "SELECT body, keys FROM deliveries")
+    assert stored == body
+    assert sorted(json.loads(keys)) == ["whatsapp:wamid.q1", "whatsapp:wamid.q2"]
+    item = await store.get_quarantine(qid)
+    assert item is not None
+    assert item.replayed_at is not None
+    assert (await replayed(store, adapters))[1] == "nothing to replay\n"
+
+
+async def test_replay_leaves_a_delivery_that_still_fails(
+    store: SQLiteStore, adapters: Mapping[str, ChannelAdapter], db_path: Path
+) -> None:
+    [result] = await store.ingest(
+        [QuarantineIn("telegram", "support", b"{broken", "body is not JSON")]
+    )
+    status, out = await replayed(store, adapters)
+    assert status == 0
+    assert f"quarantine {result.quarantine_id} (telegram): still fails: body is not JSON" in out
+    assert rows(db_path, "SELECT replayed_at FROM quarantine") == [(None,)]
+    assert counts(db_path)["deliveries"] == 0
+
+
+async def test_replay_of_one_id_touches_only_that_row(
+    store: SQLiteStore, adapters: Mapping[str, ChannelAdapter], db_path: Path
+) -> None:
+    first, second = await store.ingest(
+        [
+            QuarantineIn("telegram", "support", tg_update(1), "an old parser's bug"),
+            QuarantineIn("telegram", "support", tg_update(2), "an old parser's bug"),
+        ]
+    )
+    status, out = await replayed(store, adapters, second.quarantine_id)
+    assert status == 0
+    assert out.count("recorded as delivery") == 1
+    assert [json.loads(k) for (k,) in rows(db_path, "SELECT keys FROM deliveries")] == [
+        ["telegram:support:2"]
+    ]
+    assert second.quarantine_id is not None
+    again = await replayed(store, adapters, second.quarantine_id)
+    assert "already replayed" in again[1]
+    assert first.quarantine_id is not None
+    untouched = await store.get_quarantine(first.quarantine_id)
+    assert untouched is not None
+    assert untouched.replayed_at is None
+
+
+async def test_replay_of_an_unknown_id_fails(
+    store: SQLiteStore, adapters: Mapping[str, ChannelAdapter]
+) -> None:
+    assert await replayed(store, adapters, 404) == (1, "no quarantined delivery 404\n")
+
+
+async def test_replay_records_nothing_twice(
+    store: SQLiteStore, adapters: Mapping[str, ChannelAdapter], db_path: Path
+) -> None:
+    body = tg_update(3)
+    await store.ingest([DeliveryIn("telegram", "support", body, ("telegram:support:3",))])
+    [result] = await store.ingest([QuarantineIn("telegram", "support", body, "a retry's bug")])
+    _, out = await replayed(store, adapters)
+    assert "nothing new: all 1 key(s) were recorded before; left in quarantine" in out
+    assert counts(db_path)["deliveries"] == 1
+    assert result.quarantine_id is not None
+    item = await store.get_quarantine(result.quarantine_id)
+    assert item is not None
+    assert item.replayed_at is None
+
+
+def write_config(tmp_path: Path, db_path: Path) -> Path:
+    """A config file the CLI can load: the helpers' settings, dumped back to TOML."""
+    path = tmp_path / "gateway.toml"
+    path.write_text(
+        "\n".join(
+            [
+                "[store]",
+                f'url = "sqlite:///{db_path}"',
+                "[whatsapp]",
+                'app_secret = "s"',
+                "[[whatsapp.numbers]]",
+                'phone_number_id = "1122334455667"',
+                'access_token = "t"',
+                "[agents]",
+                'starting_agent = "solo"',
+                "[[agents.list]]",
+                'name = "solo"',
+                'model = "rules"',
+                "[[agents.list.rules]]",
+                'reply = "hi"',
+            ]
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_quarantine_cli_lists_and_replays(tmp_path: Path, db_path: Path) -> None:
+    body = wa_delivery([wa_text("wamid.cli")])
+
+    async def seed() -> None:
+        async with SQLiteStore(db_path) as store:
+            await store.ingest([QuarantineIn("whatsapp", None, body, "an old parser's bug")])
+
+    asyncio.run(seed())
+    config = str(write_config(tmp_path, db_path))
+    out = io.StringIO()
+    assert main(["--config", config, "quarantine", "list"], out=out) == 0
+    [listed] = json.loads(out.getvalue())["quarantine"]
+    assert (listed["channel"], listed["reason"], listed["size"]) == (
+        "whatsapp",
+        "an old parser's bug",
+        len(body),
+    )
+    out = io.StringIO()
+    assert main(["--config", config, "quarantine", "replay"], out=out) == 0
+    assert "quarantine 1 (whatsapp): recorded as delivery" in out.getvalue()
+    assert json.loads(rows(db_path, "SELECT keys FROM deliveries")[0][0]) == ["whatsapp:wamid.cli"]
