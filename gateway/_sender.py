@@ -107,12 +107,18 @@ class Sender:
             await wait_event(self.wake, min(max(pause, 0.0), poll_seconds))
 
     async def stop(self, grace: float) -> None:
-        """Start nothing more; let sends in flight finish for ``grace`` seconds."""
+        """Start nothing more; let sends in flight finish for ``grace`` seconds.
+
+        A send cut off here may have reached the platform without being recorded: it goes
+        again after the restart, like a crash in the window the module docstring names.
+        """
         self._stopping = True
         self.wake.set()
-        tasks = list(self._in_flight.values())
-        if tasks:
-            _, late = await asyncio.wait(tasks, timeout=grace)
+        try:
+            async with asyncio.timeout(grace):
+                await self.flush()
+        except TimeoutError:
+            late = list(self._in_flight.values())
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
@@ -129,6 +135,8 @@ class Sender:
         seen: set[ChatKey] = set()
         next_at: float | None = None
         for row in rows:
+            if self._stopping:
+                return None
             key: ChatKey = (row.channel, row.account, row.chat_id)
             if key in seen or row.id in self._in_flight or key in self._busy:
                 seen.add(key)
