@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -84,6 +85,7 @@ class Intake:
         metrics: Metrics,
         on_sessions: Callable[[Sequence[str]], None] = lambda ids: None,
         batch: int = 100,
+        window: int = 8,
     ) -> None:
         self._store = store
         self._adapters = adapters
@@ -91,6 +93,7 @@ class Intake:
         self._metrics = metrics
         self._on_sessions = on_sessions
         self._batch = batch
+        self._window = window  # writes in flight at once: they share the store's queue
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
 
@@ -113,16 +116,27 @@ class Intake:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def step(self) -> int:
-        """Handle one batch of stored deliveries; return how many."""
+        """Handle one batch of stored deliveries, oldest first; return how many."""
         deliveries = await self._store.unparsed_deliveries(self._batch)
-        for delivery in deliveries:
-            if self._stopping:
-                break
-            await self._handle(delivery)
+        window: deque[asyncio.Task[None]] = deque()
+        try:
+            for delivery in deliveries:
+                if self._stopping:
+                    break
+                result = self._parse(delivery)
+                # Started in order, so the store queues the writes in delivery order (one
+                # connection, first in first out) while the parser goes on with the next.
+                window.append(asyncio.create_task(self._record(delivery, result)))
+                if len(window) >= self._window:
+                    await window.popleft()
+        finally:
+            results = await asyncio.gather(*window, return_exceptions=True)
+        for error in results:
+            if isinstance(error, BaseException):
+                raise error
         return len(deliveries)
 
-    async def _handle(self, delivery: Delivery) -> None:
-        result = self._parse(delivery)
+    async def _record(self, delivery: Delivery, result: ParseResult) -> None:
         parsed = to_parsed(delivery, result)
         sessions = await self._store.record_parsed(
             delivery.id, parsed, starting_agent=self._starting_agent

@@ -41,6 +41,7 @@ class Harness:
         store: SQLiteStore,
         model: ScriptedModel,
         adapters: dict[str, Any] | None = None,
+        max_lanes: int | None = None,
         **config: Any,
     ) -> None:
         self.store = store
@@ -56,10 +57,19 @@ class Harness:
             adapters=adapters,
             on_outbox=self._woken,
             handoff_agent="human",
+            max_lanes=max_lanes,
         )
+        self.committed = asyncio.Event()
 
     def _woken(self) -> None:
         self.outbox_wakes += 1
+        self.committed.set()
+
+    async def until_committed(self, count: int) -> None:
+        async with asyncio.timeout(10):
+            while self.turns("committed") < count:
+                self.committed.clear()
+                await self.committed.wait()
 
     async def feed(self, *texts: str, chat_id: str = "42", first: int = 1) -> str:
         items = [inbound(t, n=first + i, chat_id=chat_id) for i, t in enumerate(texts)]
@@ -381,3 +391,20 @@ async def test_dispatcher_shows_no_typing_for_a_quick_turn(store: SQLiteStore) -
     harness = Harness(store, ScriptedModel(echo()), {"telegram": adapter}, typing_after_seconds=30)
     await harness.run("quick")
     assert adapter.typing == []
+
+
+async def test_dispatcher_with_every_lane_taken_picks_up_the_rest_when_one_frees(
+    store: SQLiteStore,
+) -> None:
+    harness = Harness(store, ScriptedModel(*[echo()] * 5), max_lanes=2)
+    dispatcher = harness.dispatcher
+    runner = asyncio.create_task(dispatcher.run(poll_seconds=60))  # no timed poll in this test
+    try:
+        sids = [await harness.feed(f"hello {n}", chat_id=str(n)) for n in range(5)]
+        assert len(dispatcher.lanes) <= 2
+        await harness.until_committed(5)
+    finally:
+        await dispatcher.drain(1.0)
+        await asyncio.wait_for(runner, 5)
+    for n, sid in enumerate(sids):
+        assert await harness.replies(sid) == [f"re: hello {n}"]
