@@ -1,0 +1,414 @@
+"""Messages answered end to end per second: ``python -m bench.e2e``.
+
+The real ``gateway serve`` (a subprocess pinned to core 0, SQLite on disk, synchronous=FULL)
+answers text messages with a ``rules`` agent; fake Telegram and Graph APIs in this process
+(pinned to core 1, with the load generator) record when each reply arrives. Half the
+sessions are Telegram chats, half WhatsApp users; every message is a signed webhook.
+
+- **e2e**: from the first POST to the last reply at the fake API: webhook -> group commit ->
+  intake -> dispatcher lane -> agent turn (one commit) -> outbox -> sender -> platform.
+  Also the latency of each message, from its POST to its reply.
+- **turns** (the baseline, same run): the same turns with ``Runner.run_turn`` in-process on a
+  fresh SQLite file, same agents, same concurrency bound, no HTTP, no inbox or outbox.
+
+e2e/turns is what the pipeline around the agent costs. Medians over ``--repeat`` runs; the two
+sides alternate which goes first. Every run checks that each message got exactly one reply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from agents import AgentsConfig, Runner, UserInput, build_registry
+from bench.store import machine
+from store import SQLiteStore
+
+GATEWAY_CPU, CLIENT_CPU = 0, 1
+SECRET = "bench-app-secret"
+BOT_SECRET = "bench-telegram-secret"
+BOT_TOKEN = "123456:bench-token"
+NUMBER = "100000000000001"
+MAX_TURNS = 32  # dispatcher.max_concurrent_turns, also the baseline's bound
+AGENTS = {
+    "starting_agent": "echo",
+    "list": [
+        {
+            "name": "echo",
+            "model": "rules",
+            "rules": [{"match": "(?P<tag>s[0-9]+-m[0-9]+)", "reply": "Got {tag}, thanks."}],
+        }
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Message:
+    session: int
+    n: int
+
+    @property
+    def tag(self) -> str:
+        return f"s{self.session}-m{self.n}"
+
+    @property
+    def telegram(self) -> bool:
+        return self.session % 2 == 0
+
+
+@dataclass
+class Replies:
+    """What the fake APIs received: arrival time per reply tag."""
+
+    total: int
+    arrived: dict[str, list[float]] = field(default_factory=dict)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add(self, text: str) -> None:
+        tag = text.removeprefix("Got ").removesuffix(", thanks.")
+        self.arrived.setdefault(tag, []).append(time.perf_counter())
+        if len(self.arrived) >= self.total:
+            self.done.set()
+
+
+def fake_platforms(replies: Replies) -> web.Application:
+    """Telegram sendMessage and Graph messages, answering at once."""
+    ids = iter(range(1, 10**9))
+
+    async def telegram(request: web.Request) -> web.Response:
+        fields = await _fields(request)
+        if request.match_info["method"] != "sendMessage":
+            return web.json_response({"ok": True, "result": True})
+        replies.add(str(fields["text"]))
+        chat = {"id": int(str(fields["chat_id"])), "type": "private"}
+        message = {"message_id": next(ids), "date": 1735689600, "chat": chat}
+        return web.json_response({"ok": True, "result": message})
+
+    async def graph(request: web.Request) -> web.Response:
+        body = await request.json()
+        if body.get("status") == "read":
+            return web.json_response({"success": True})
+        replies.add(body["text"]["body"])
+        return web.json_response({"messages": [{"id": f"wamid.out{next(ids)}"}]})
+
+    app = web.Application()
+    app.router.add_post("/bot{token}/{method}", telegram)
+    app.router.add_post("/{version}/{number}/messages", graph)
+    return app
+
+
+async def _fields(request: web.Request) -> dict[str, Any]:
+    if request.content_type == "application/json":
+        data: dict[str, Any] = await request.json()
+        return data
+    return dict(await request.post())
+
+
+def webhook(message: Message) -> tuple[str, bytes, dict[str, str]]:
+    """Path, body and headers of the webhook carrying ``message``."""
+    if message.telegram:
+        chat = 500_000 + message.session
+        update = {
+            "update_id": message.session * 100_000 + message.n,
+            "message": {
+                "message_id": message.n + 1,
+                "date": 1735689600,
+                "chat": {"id": chat, "type": "private"},
+                "from": {"id": chat, "is_bot": False, "first_name": "B"},
+                "text": message.tag,
+            },
+        }
+        headers = {"X-Telegram-Bot-Api-Secret-Token": BOT_SECRET}
+        return "/webhooks/telegram/bench", json.dumps(update).encode(), headers
+    user = f"1555{message.session:07d}"
+    value = {
+        "messaging_product": "whatsapp",
+        "metadata": {"display_phone_number": "15550001111", "phone_number_id": NUMBER},
+        "contacts": [{"profile": {"name": "B"}, "wa_id": user}],
+        "messages": [
+            {
+                "from": user,
+                "id": f"wamid.{message.tag}",
+                "timestamp": "1735689600",
+                "type": "text",
+                "text": {"body": message.tag},
+            }
+        ],
+    }
+    change = {"field": "messages", "value": value}
+    envelope = {"object": "whatsapp_business_account", "entry": [{"id": "1", "changes": [change]}]}
+    body = json.dumps(envelope).encode()
+    signature = hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    return "/webhooks/whatsapp", body, {"X-Hub-Signature-256": f"sha256={signature}"}
+
+
+def config(port: int, fake_url: str, db: Path) -> str:
+    """The gateway's config: fakes for both platforms, limits out of the way."""
+    agents = json.dumps(AGENTS)
+    return f"""
+[server]
+port = {port}
+[store]
+url = "sqlite:///{db}"
+[dispatcher]
+double_texting = "enqueue"
+max_concurrent_turns = {MAX_TURNS}
+typing_after_seconds = 60
+[sender]
+telegram_chat_per_second = 10000
+telegram_bot_per_second = 100000
+whatsapp_chat_per_second = 10000
+whatsapp_number_per_second = 100000
+burst = 100
+[telegram]
+api_base_url = "{fake_url}"
+[[telegram.bots]]
+name = "bench"
+token = "{BOT_TOKEN}"
+secret_token = "{BOT_SECRET}"
+[whatsapp]
+graph_base_url = "{fake_url}"
+app_secret = "{SECRET}"
+verify_token = "bench"
+[[whatsapp.numbers]]
+phone_number_id = "{NUMBER}"
+access_token = "bench-token"
+[agents]
+starting_agent = "echo"
+list = {_toml_inline(json.loads(agents)["list"])}
+"""
+
+
+def _toml_inline(value: Any) -> str:
+    """JSON-shaped data as a TOML inline value (keys are plain words)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_inline(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_inline(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def pin(cpu: int, pid: int = 0) -> None:
+    """Run a process (0: this one) on one core when there are two or more (else a no-op)."""
+    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > cpu:
+        os.sched_setaffinity(pid, {cpu})
+
+
+@asynccontextmanager
+async def gateway(workdir: Path, fake_url: str) -> AsyncIterator[str]:
+    """``gateway serve`` on a fresh database, pinned to its core; yields its base URL."""
+    port, db = free_port(), workdir / "gateway.db"
+    path = workdir / "gateway.toml"
+    path.write_text(config(port, fake_url, db), encoding="utf-8")
+    log = (workdir / "gateway.log").open("ab")
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "gateway", "serve", "--config", str(path)),
+        stdout=log,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    pin(GATEWAY_CPU, process.pid)  # while it still imports: before it serves anything
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await _ready(url, process)
+        yield url
+    finally:
+        process.terminate()
+        await process.wait()
+        log.close()
+
+
+async def _ready(url: str, process: asyncio.subprocess.Process) -> None:
+    async with aiohttp.ClientSession() as http:
+        for _ in range(600):
+            if process.returncode is not None:
+                raise RuntimeError("the gateway exited; see gateway.log")
+            try:
+                async with http.get(f"{url}/readyz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise RuntimeError("the gateway did not become ready")
+
+
+@dataclass
+class E2E:
+    seconds: float
+    ack_seconds: float
+    latencies: list[float]
+    duplicates: int
+
+
+async def run_e2e(messages: list[Message], concurrency: int, workdir: Path) -> E2E:
+    """Post every message, wait for every reply."""
+    replies = Replies(len(messages))
+    runner = web.AppRunner(fake_platforms(replies), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    fake_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with gateway(workdir, fake_url) as url:
+            posted, started, acked = await _post_all(url, messages, concurrency)
+            await asyncio.wait_for(replies.done.wait(), 600)
+    finally:
+        await runner.cleanup()
+    last = max(times[0] for times in replies.arrived.values())
+    latencies = [replies.arrived[m.tag][0] - posted[m.tag] for m in messages]
+    duplicates = sum(len(t) - 1 for t in replies.arrived.values())
+    return E2E(last - started, acked - started, latencies, duplicates)
+
+
+async def _post_all(
+    url: str, messages: list[Message], concurrency: int
+) -> tuple[dict[str, float], float, float]:
+    posted: dict[str, float] = {}
+    queue: Iterator[Message] = iter(messages)
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as http:
+
+        async def worker() -> None:
+            for message in queue:
+                path, body, headers = webhook(message)
+                posted[message.tag] = time.perf_counter()
+                async with http.post(url + path, data=body, headers=headers) as response:
+                    await response.read()
+                    if response.status != 200:
+                        raise RuntimeError(f"{path}: HTTP {response.status}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return posted, started, time.perf_counter()
+
+
+async def run_turns(messages: list[Message], workdir: Path) -> float:
+    """The baseline: the same turns through ``Runner`` alone; seconds for all of them."""
+    registry = build_registry(AgentsConfig.model_validate(AGENTS))
+    by_session: dict[int, list[Message]] = {}
+    for message in messages:
+        by_session.setdefault(message.session, []).append(message)
+    bound = asyncio.Semaphore(MAX_TURNS)
+    async with SQLiteStore(workdir / "turns.db") as store:
+        runner = Runner(store, registry)
+
+        async def session(number: int, items: list[Message]) -> None:
+            channel = "telegram" if number % 2 == 0 else "whatsapp"
+            created = await store.create_session(channel, "bench", str(number), "echo")
+            for message in items:
+                async with bound:
+                    await runner.run_turn(created.session_id, UserInput(message.tag))
+
+        started = time.perf_counter()
+        await asyncio.gather(*(session(n, items) for n, items in by_session.items()))
+        seconds = time.perf_counter() - started
+    await registry.aclose()
+    return seconds
+
+
+def workload(count: int, sessions: int) -> list[Message]:
+    """Round-robin over sessions: each session's messages in order, sessions interleaved."""
+    return [Message(i % sessions, i // sessions) for i in range(count)]
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+async def one_run(args: argparse.Namespace, index: int, base: Path) -> tuple[E2E, float]:
+    messages = workload(args.messages, args.sessions)
+    e2e_dir, turns_dir = base / f"e2e{index}", base / f"turns{index}"
+    e2e_dir.mkdir()
+    turns_dir.mkdir()
+    if index % 2:
+        turns = await run_turns(messages, turns_dir)
+        e2e = await run_e2e(messages, args.concurrency, e2e_dir)
+    else:
+        e2e = await run_e2e(messages, args.concurrency, e2e_dir)
+        turns = await run_turns(messages, turns_dir)
+    return e2e, turns
+
+
+def report(args: argparse.Namespace, runs: list[tuple[E2E, float]]) -> list[str]:
+    n = args.messages
+    e2e_rates = [n / e.seconds for e, _ in runs]
+    turn_rates = [n / t for _, t in runs]
+    ratios = [(n / e.seconds) / (n / t) for e, t in runs]
+    ack_rates = [n / e.ack_seconds for e, _ in runs]
+    latencies = [x for e, _ in runs for x in e.latencies]
+    duplicates = sum(e.duplicates for e, _ in runs)
+    return [
+        "| measure | median | runs |",
+        "| --- | ---: | --- |",
+        f"| e2e messages answered /s | {statistics.median(e2e_rates):,.0f} | {_list(e2e_rates)} |",
+        f"| baseline turns /s (Runner alone) | {statistics.median(turn_rates):,.0f} | "
+        f"{_list(turn_rates)} |",
+        f"| e2e / baseline | {statistics.median(ratios):.2f} | {_list(ratios, '.2f')} |",
+        f"| webhooks acked /s (while answering) | {statistics.median(ack_rates):,.0f} | "
+        f"{_list(ack_rates)} |",
+        f"| latency POST -> reply p50 / p99 (ms) | {percentile(latencies, 0.5) * 1000:,.0f} / "
+        f"{percentile(latencies, 0.99) * 1000:,.0f} | all runs |",
+        f"| replies sent twice | {duplicates} | all runs |",
+    ]
+
+
+def _list(values: list[float], spec: str = ",.0f") -> str:
+    return ", ".join(format(v, spec) for v in values)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__)
+    parser.add_argument("--messages", type=int, default=3000)
+    parser.add_argument("--sessions", type=int, default=300)
+    parser.add_argument("--concurrency", type=int, default=64, help="POSTs in flight")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark and print the figures."""
+    args = parse_args(argv)
+    pin(CLIENT_CPU)
+    base = Path(tempfile.mkdtemp(prefix="bench-e2e-", dir=args.dir))
+    try:
+        print(*machine(), sep="\n")
+        print(
+            f"{args.messages:,} messages over {args.sessions} sessions (half Telegram, half "
+            f"WhatsApp), {args.concurrency} POSTs in flight, {args.repeat} runs; gateway on "
+            f"core {GATEWAY_CPU}, load and fake APIs on core {CLIENT_CPU}\n"
+        )
+        runs = [asyncio.run(one_run(args, i, base)) for i in range(args.repeat)]
+        print(*report(args, runs), sep="\n")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
