@@ -60,6 +60,12 @@ async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
     """The whole body, at most ``limit`` bytes, within ``seconds``; else Refused."""
     if request.content_length is not None and request.content_length > limit:
         raise _too_large(limit)
+    content = request.content
+    if content.is_eof():  # the usual case: the body came with the headers; nothing to wait for
+        body = content.read_nowait()
+        if len(body) > limit:
+            raise _too_large(limit)
+        return body
     chunks: list[bytes] = []
     size = 0
     try:

@@ -75,14 +75,29 @@ async def test_writer_without_a_window_still_shares_transactions(store: SQLiteSt
     assert writer.batches < 50
 
 
-async def test_writer_splits_batches_at_max_batch(store: SQLiteStore) -> None:
+async def test_writer_splits_batches_at_max_batch_without_waiting_the_window(
+    store: SQLiteStore,
+) -> None:
     writer = await started(store, window=LONG, max_batch=3)
-    waiting = [asyncio.ensure_future(writer.submit(delivery(f"k{i}"))) for i in range(7)]
-    await asyncio.gather(*waiting[:6])  # two full batches, committed without waiting
-    assert (writer.batches, writer.items) == (2, 6)
-    await writer.aclose()  # the last batch of one is flushed, not waited out
-    await waiting[6]
+    try:
+        await asyncio.gather(*(writer.submit(delivery(f"k{i}")) for i in range(7)))
+    finally:
+        await writer.aclose()
+    # 3 + 3 + 1: what queued while a commit ran goes next, with no wait for company
     assert (writer.batches, writer.items) == (3, 7)
+
+
+async def test_writer_lets_a_lone_item_wait_for_company(store: SQLiteStore) -> None:
+    writer = await started(store, window=LONG, max_batch=2)
+    try:
+        first = asyncio.ensure_future(writer.submit(delivery("alone")))
+        await asyncio.sleep(0)  # the writer takes the lone item and waits for company
+        second = await writer.submit(delivery("company"))
+        assert (await first).delivery_id is not None
+        assert second.delivery_id is not None
+    finally:
+        await writer.aclose()
+    assert writer.batches == 1
 
 
 async def test_writer_results_follow_submission_order(store: SQLiteStore) -> None:
