@@ -193,6 +193,9 @@ class Dispatcher:
             return 0.0
         except (RunActive, TurnActive):
             return max(BUSY_RETRY_SECONDS, self._config.retry_base_seconds)
+        except asyncio.CancelledError:
+            self._metrics.inc(TURNS, outcome="cancelled")  # shutdown: rolled back, runs again
+            raise
         except Exception as exc:
             await self._failed(sid, batch, exc)
             return 0.0

@@ -325,6 +325,7 @@ async def test_dispatcher_drain_rolls_back_a_turn_past_the_grace_and_a_restart_r
     sid = await harness.feed("hello")
     await asyncio.wait_for(hang.started.wait(), 5)
     await harness.dispatcher.drain(0.05)
+    assert harness.turns("cancelled") == 1
     assert rows(db, "SELECT status FROM sessions") == [("idle",)]
     assert await harness.user_texts(sid) == []
     assert inbox_states(db) == [("pending", 0)]
