@@ -37,6 +37,7 @@ from .config import SenderConfig
 log = logging.getLogger("gateway.sender")
 
 OUTBOX = "gateway_outbox_total"
+MAX_BATCH = 1000  # the store's largest page
 ChatKey = tuple[str, str, str]  # channel, account, chat_id
 Clock = Callable[[], float]
 
@@ -83,6 +84,7 @@ class Sender:
         self._jitter = jitter
         self._max_in_flight = max_in_flight
         self._batch = batch
+        self._limit = batch  # rows read per pass; grows while a full batch is all waiting
         self._fatal_pause = config.backoff_max_seconds if fatal_pause is None else fatal_pause
         self.limiter = RateLimiter(clock)
         configure_limits(self.limiter, config)
@@ -129,16 +131,20 @@ class Sender:
             await asyncio.wait(list(self._in_flight.values()))
 
     async def step(self) -> float | None:
-        """Start every due send the limits allow; return when to look again (clock time)."""
+        """Start every due send the limits allow; return when to look again (clock time).
+
+        None means: when a send finishes (that wakes the loop) or at the next poll.
+        """
         now = self._clock()
-        rows = await self._store.due_outbox(now, self._batch)
+        rows = await self._store.due_outbox(now, self._limit)
         seen: set[ChatKey] = set()
+        started = 0
         next_at: float | None = None
         for row in rows:
-            if self._stopping:
+            if self._stopping or len(self._in_flight) >= self._max_in_flight:
                 return None
             key: ChatKey = (row.channel, row.account, row.chat_id)
-            if key in seen or row.id in self._in_flight or key in self._busy:
+            if key in seen or key in self._busy:
                 seen.add(key)
                 continue
             seen.add(key)  # later rows of this chat wait for this one: order within a chat
@@ -146,12 +152,15 @@ class Sender:
             if ready > now:
                 next_at = ready if next_at is None else min(next_at, ready)
                 continue
-            if len(self._in_flight) >= self._max_in_flight:
-                return now
             self.limiter.take(*key)
             self._start(row, key)
-        if len(rows) >= self._batch:
-            return now if next_at is None else min(now, next_at)
+            started += 1
+        full = len(rows) >= self._limit
+        # A full batch in which every row waits (one chat with many replies queued) may hide
+        # sendable rows behind it: look further next time; back to the usual batch after.
+        self._limit = min(2 * self._limit, MAX_BATCH) if full and not started else self._batch
+        if full and (started or len(rows) < self._limit):
+            return now
         later = await self._store.next_outbox_due()
         if later is not None and later > now:
             next_at = later if next_at is None else min(next_at, later)

@@ -71,7 +71,11 @@ class Relay:
     """A sender on a fake clock whose passes run until their sends have finished."""
 
     def __init__(
-        self, store: SQLiteStore, adapters: dict[str, ChannelAdapter], **config: Any
+        self,
+        store: SQLiteStore,
+        adapters: dict[str, ChannelAdapter],
+        batch: int = 200,
+        **config: Any,
     ) -> None:
         self.store = store
         self.clock = FakeClock(time.time() + 60)  # rows stored from now on are due at once
@@ -84,6 +88,7 @@ class Relay:
             clock=self.clock,
             jitter=lambda: 1.0,  # backoff at its full value: base * 2 ** (attempts - 1)
             fatal_pause=600,
+            batch=batch,
         )
 
     async def step(self) -> float | None:
@@ -360,3 +365,17 @@ class Notifying:
         result = await self.inner.send(message)
         self.sent.set()
         return result
+
+
+async def test_sender_looks_past_a_batch_of_waiting_replies_for_other_chats(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    relay = Relay(store, {"telegram": telegram}, batch=2, telegram_chat_per_second=1, burst=1)
+    for n in range(3):
+        await queue(store, f"busy {n}")
+    await queue(store, "other", chat_id="7")
+    now = relay.clock.now
+    assert await relay.step() == now  # sent "busy 0"; the batch was full: look again at once
+    assert await relay.step() == now  # "busy 1" and "busy 2" wait: read further
+    assert await relay.step() == now + 1  # found "other"; the busy chat's next token in 1 s
+    assert texts(bots) == ["busy 0", "other"]
