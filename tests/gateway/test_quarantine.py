@@ -19,6 +19,7 @@ from gateway.app import build_app
 from gateway.cli import main
 from gateway.config import Settings
 from store import DeliveryIn, QuarantineIn, SQLiteStore
+from tests.e2e.gateway_proc import eventually
 
 from .ingest_helpers import counts, rows, settings, tg_update, wa_delivery, wa_headers, wa_text
 
@@ -209,3 +210,34 @@ def test_quarantine_cli_lists_and_replays(tmp_path: Path, db_path: Path) -> None
     assert main(["--config", config, "quarantine", "replay"], out=out) == 0
     assert "quarantine 1 (whatsapp): recorded as delivery" in out.getvalue()
     assert json.loads(rows(db_path, "SELECT keys FROM deliveries")[0][0]) == ["whatsapp:wamid.cli"]
+
+
+async def test_replay_turns_a_quarantined_delivery_into_a_turn_of_the_running_gateway(
+    aiohttp_client: Any, config: Settings, db_path: Path
+) -> None:
+    app = build_app(config, adapter_factories={**ADAPTERS, "whatsapp": OldWhatsApp})
+    client: TestClient[Any, Any] = await aiohttp_client(app)  # the whole pipeline runs
+    body = wa_delivery([wa_text("wamid.turn", f"hi {MARKER}")])
+    response = await client.post("/webhooks/whatsapp", data=body, headers=wa_headers(body))
+    assert response.status == 200
+    assert counts(db_path)["quarantine"] == 1
+
+    async with SQLiteStore(db_path) as offline, open_adapters(config) as adapters:
+        status, out = await replayed(offline, adapters)  # what `gateway quarantine replay` does
+    assert status == 0
+    assert "recorded as delivery" in out
+
+    sid = "whatsapp-1122334455667-972987654321"
+    await eventually(lambda: answered(db_path, sid), "the replayed message's turn")
+    [(text,)] = rows(
+        db_path, "SELECT text FROM messages WHERE session_id = ? AND role = 'user'", sid
+    )
+    assert MARKER in text
+    assert rows(db_path, "SELECT count(*) FROM outbox WHERE session_id = ?", sid) == [(1,)]
+
+
+def answered(db_path: Path, sid: str) -> bool:
+    found = rows(
+        db_path, "SELECT count(*) FROM messages WHERE session_id = ? AND role = 'assistant'", sid
+    )
+    return found[0][0] > 0
