@@ -2,20 +2,25 @@
 
 A replay runs the current parser. A delivery it now accepts is recorded like a fresh one (its
 keys claimed, a delivery row stored); the running server's intake picks that row up on its next
-poll. One that still fails stays in quarantine, untouched.
+poll. When its keys were claimed before (the intake quarantined it after the ack), the parsed
+messages are recorded directly instead; the inbox's unique dedup key keeps anything from being
+recorded twice, and the running server's dispatcher finds them on its next poll. A delivery
+that still fails stays in quarantine, untouched.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, TextIO
 
 from channels import ChannelAdapter, ChannelError
-from store import DeliveryIn, QuarantineItem, Store
+from store import Delivery, DeliveryIn, QuarantineItem, Store
 
 from ._channels_ctx import open_adapters
 from ._commands import dump, opened_store
+from ._intake import to_parsed
 from .config import Settings
 
 PAGE = 500
@@ -35,11 +40,15 @@ async def command(settings: Settings, args: argparse.Namespace, out: TextIO) -> 
             dump({"quarantine": [quarantine_json(item) for item in items]}, out)
             return 0
         async with open_adapters(settings) as adapters:
-            return await replay(store, adapters, args.id, out)
+            return await replay(store, adapters, args.id, out, settings.agents.starting_agent)
 
 
 async def replay(
-    store: Store, adapters: Mapping[str, ChannelAdapter], only: int | None, out: TextIO
+    store: Store,
+    adapters: Mapping[str, ChannelAdapter],
+    only: int | None,
+    out: TextIO,
+    starting_agent: str,
 ) -> int:
     """Replay row ``only``, or every row not replayed yet (oldest first); print each outcome."""
     if only is not None:
@@ -51,7 +60,7 @@ async def replay(
     else:
         items = [item for item in await _all(store) if item.replayed_at is None]
     for item in items:
-        outcome = await replay_one(store, adapters, item)
+        outcome = await replay_one(store, adapters, item, starting_agent)
         print(f"quarantine {item.id} ({item.channel}): {outcome}", file=out)
     if not items:
         print("nothing to replay", file=out)
@@ -68,7 +77,7 @@ async def _all(store: Store) -> list[QuarantineItem]:
 
 
 async def replay_one(
-    store: Store, adapters: Mapping[str, ChannelAdapter], item: QuarantineItem
+    store: Store, adapters: Mapping[str, ChannelAdapter], item: QuarantineItem, starting_agent: str
 ) -> str:
     """Try one row; return what happened, in words."""
     if item.replayed_at is not None:
@@ -88,9 +97,24 @@ async def replay_one(
         0
     ]
     if result.delivery_id is None:
-        return f"nothing new: all {len(keys)} key(s) were recorded before; left in quarantine"
+        return await _record_directly(store, adapter, item, len(keys), starting_agent)
     await store.mark_replayed(item.id)
     return (
         f"recorded as delivery {result.delivery_id} with {len(result.new_keys)} new key(s); "
         "marked replayed"
     )
+
+
+async def _record_directly(
+    store: Store, adapter: ChannelAdapter, item: QuarantineItem, key_count: int, agent: str
+) -> str:
+    """Record the parsed events that have no inbox row yet, without claiming keys again."""
+    result = adapter.parse(item.body, item.account)
+    keys = frozenset(event.dedup_key for event in result.events)
+    whole = Delivery(0, item.channel, item.account, item.body, keys, item.received_at)
+    parsed = to_parsed(whole, result)
+    sessions = await store.record_parsed(None, replace(parsed, failure=None), starting_agent=agent)
+    if not sessions:
+        return f"nothing new: all {key_count} key(s) were recorded before; left in quarantine"
+    await store.mark_replayed(item.id)
+    return f"recorded directly for {len(sessions)} session(s); marked replayed"

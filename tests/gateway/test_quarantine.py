@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient
 
 from channels import ADAPTERS, ChannelAdapter, ChannelError, WhatsAppAdapter
 from gateway._channels_ctx import open_adapters
+from gateway._intake import to_parsed
 from gateway._quarantine import replay
 from gateway.app import build_app
 from gateway.cli import main
@@ -61,7 +62,7 @@ async def replayed(
     store: SQLiteStore, adapters: Mapping[str, ChannelAdapter], only: int | None = None
 ) -> tuple[int, str]:
     out = io.StringIO()
-    status = await replay(store, adapters, only, out)
+    status = await replay(store, adapters, only, out, "triage")
     return status, out.getvalue()
 
 
@@ -147,19 +148,38 @@ async def test_replay_of_an_unknown_id_fails(
     assert await replayed(store, adapters, 404) == (1, "no quarantined delivery 404\n")
 
 
+async def test_replay_records_messages_directly_when_their_keys_were_claimed(
+    store: SQLiteStore, adapters: Mapping[str, ChannelAdapter], db_path: Path
+) -> None:
+    body = wa_delivery([wa_text("wamid.k1", "first"), wa_text("wamid.k2", "second")])
+    await store.claim(["whatsapp:wamid.k1", "whatsapp:wamid.k2"])  # claimed by the first ack
+    [result] = await store.ingest([QuarantineIn("whatsapp", None, body, "an old parser's bug")])
+    _, out = await replayed(store, adapters)
+    assert "recorded directly for 1 session(s); marked replayed" in out
+    inbox = rows(db_path, "SELECT dedup_key FROM inbox ORDER BY id")
+    assert inbox == [("whatsapp:wamid.k1",), ("whatsapp:wamid.k2",)]
+    assert result.quarantine_id is not None
+    item = await store.get_quarantine(result.quarantine_id)
+    assert item is not None
+    assert item.replayed_at is not None
+
+
 async def test_replay_records_nothing_twice(
     store: SQLiteStore, adapters: Mapping[str, ChannelAdapter], db_path: Path
 ) -> None:
     body = tg_update(3)
-    await store.ingest([DeliveryIn("telegram", "support", body, ("telegram:support:3",))])
-    [result] = await store.ingest([QuarantineIn("telegram", "support", body, "a retry's bug")])
+    [stored] = await store.ingest(
+        [DeliveryIn("telegram", "support", body, ("telegram:support:3",))]
+    )
+    await store.ingest([QuarantineIn("telegram", "support", body, "a retry's bug")])
     _, out = await replayed(store, adapters)
-    assert "nothing new: all 1 key(s) were recorded before; left in quarantine" in out
-    assert counts(db_path)["deliveries"] == 1
-    assert result.quarantine_id is not None
-    item = await store.get_quarantine(result.quarantine_id)
-    assert item is not None
-    assert item.replayed_at is None
+    assert "recorded directly for 1 session(s)" in out
+    # The intake then parses the stored delivery: its message is in the inbox already.
+    [delivery] = await store.unparsed_deliveries()
+    parsed = to_parsed(delivery, adapters["telegram"].parse(delivery.body, delivery.account))
+    assert await store.record_parsed(stored.delivery_id, parsed, starting_agent="triage") == []
+    assert rows(db_path, "SELECT dedup_key FROM inbox") == [("telegram:support:3",)]
+    assert (await replayed(store, adapters))[1] == "nothing to replay\n"
 
 
 def write_config(tmp_path: Path, db_path: Path) -> Path:
@@ -240,4 +260,4 @@ def answered(db_path: Path, sid: str) -> bool:
     found = rows(
         db_path, "SELECT count(*) FROM messages WHERE session_id = ? AND role = 'assistant'", sid
     )
-    return found[0][0] > 0
+    return bool(found[0][0] > 0)
