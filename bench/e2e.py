@@ -7,7 +7,10 @@ sessions are Telegram chats, half WhatsApp users; every message is a signed webh
 
 - **e2e**: from the first POST to the last reply at the fake API: webhook -> group commit ->
   intake -> dispatcher lane -> agent turn (one commit) -> outbox -> sender -> platform.
-  Also the latency of each message, from its POST to its reply.
+  Also the latency of each message, from its POST to its reply; with every message posted at
+  once that is mostly queueing, so a second, open-loop phase posts a third of the messages at
+  ``--paced-share`` (half) of the measured rate and reports that latency, counted from each
+  message's scheduled time.
 - **turns** (the baseline, same run): the same turns with ``Runner.run_turn`` in-process on a
   fresh SQLite file, same agents, same concurrency bound, no HTTP, no inbox or outbox.
 
@@ -64,14 +67,11 @@ AGENTS = {
 class Message:
     session: int
     n: int
+    telegram: bool
 
     @property
     def tag(self) -> str:
         return f"s{self.session}-m{self.n}"
-
-    @property
-    def telegram(self) -> bool:
-        return self.session % 2 == 0
 
 
 @dataclass
@@ -265,8 +265,10 @@ class E2E:
     duplicates: int
 
 
-async def run_e2e(messages: list[Message], concurrency: int, workdir: Path) -> E2E:
-    """Post every message, wait for every reply."""
+async def run_e2e(
+    messages: list[Message], concurrency: int, workdir: Path, rate: float | None = None
+) -> E2E:
+    """Post every message (as fast as possible, or ``rate`` a second), wait for every reply."""
     replies = Replies(len(messages))
     runner = web.AppRunner(fake_platforms(replies), access_log=None)
     await runner.setup()
@@ -275,7 +277,7 @@ async def run_e2e(messages: list[Message], concurrency: int, workdir: Path) -> E
     fake_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     try:
         async with gateway(workdir, fake_url) as url:
-            posted, started, acked = await _post_all(url, messages, concurrency)
+            posted, started, acked = await _post_all(url, messages, concurrency, rate)
             await asyncio.wait_for(replies.done.wait(), 600)
     finally:
         await runner.cleanup()
@@ -286,17 +288,21 @@ async def run_e2e(messages: list[Message], concurrency: int, workdir: Path) -> E
 
 
 async def _post_all(
-    url: str, messages: list[Message], concurrency: int
+    url: str, messages: list[Message], concurrency: int, rate: float | None
 ) -> tuple[dict[str, float], float, float]:
+    """Closed loop, or open loop at ``rate`` (latency counted from each message's slot)."""
     posted: dict[str, float] = {}
-    queue: Iterator[Message] = iter(messages)
+    queue: Iterator[tuple[int, Message]] = enumerate(messages)
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as http:
 
         async def worker() -> None:
-            for message in queue:
+            for index, message in queue:
                 path, body, headers = webhook(message)
-                posted[message.tag] = time.perf_counter()
+                if rate is not None:
+                    slot = started + index / rate
+                    await asyncio.sleep(max(0.0, slot - time.perf_counter()))
+                posted[message.tag] = slot if rate is not None else time.perf_counter()
                 async with http.post(url + path, data=body, headers=headers) as response:
                     await response.read()
                     if response.status != 200:
@@ -331,9 +337,16 @@ async def run_turns(messages: list[Message], workdir: Path) -> float:
     return seconds
 
 
-def workload(count: int, sessions: int) -> list[Message]:
+def workload(count: int, sessions: int, channels: str) -> list[Message]:
     """Round-robin over sessions: each session's messages in order, sessions interleaved."""
-    return [Message(i % sessions, i // sessions) for i in range(count)]
+    return [
+        Message(i % sessions, i // sessions, _on_telegram(i % sessions, channels))
+        for i in range(count)
+    ]
+
+
+def _on_telegram(session: int, channels: str) -> bool:
+    return channels == "telegram" or (channels == "both" and session % 2 == 0)
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -341,28 +354,42 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-async def one_run(args: argparse.Namespace, index: int, base: Path) -> tuple[E2E, float]:
-    messages = workload(args.messages, args.sessions)
-    e2e_dir, turns_dir = base / f"e2e{index}", base / f"turns{index}"
-    e2e_dir.mkdir()
-    turns_dir.mkdir()
+@dataclass(frozen=True)
+class Run:
+    burst: E2E
+    turns: float
+    paced: E2E
+    rate: float
+
+
+async def one_run(args: argparse.Namespace, index: int, base: Path) -> Run:
+    messages = workload(args.messages, args.sessions, args.channels)
+    dirs = [base / f"{name}{index}" for name in ("e2e", "turns", "paced")]
+    for directory in dirs:
+        directory.mkdir()
     if index % 2:
-        turns = await run_turns(messages, turns_dir)
-        e2e = await run_e2e(messages, args.concurrency, e2e_dir)
+        turns = await run_turns(messages, dirs[1])
+        burst = await run_e2e(messages, args.concurrency, dirs[0])
     else:
-        e2e = await run_e2e(messages, args.concurrency, e2e_dir)
-        turns = await run_turns(messages, turns_dir)
-    return e2e, turns
+        burst = await run_e2e(messages, args.concurrency, dirs[0])
+        turns = await run_turns(messages, dirs[1])
+    rate = args.paced_share * len(messages) / burst.seconds
+    paced_messages = messages[: len(messages) // 3]
+    paced = await run_e2e(paced_messages, args.concurrency, dirs[2], rate)
+    return Run(burst, turns, paced, rate)
 
 
-def report(args: argparse.Namespace, runs: list[tuple[E2E, float]]) -> list[str]:
+def report(args: argparse.Namespace, runs: list[Run]) -> list[str]:
     n = args.messages
-    e2e_rates = [n / e.seconds for e, _ in runs]
-    turn_rates = [n / t for _, t in runs]
-    ratios = [(n / e.seconds) / (n / t) for e, t in runs]
-    ack_rates = [n / e.ack_seconds for e, _ in runs]
-    latencies = [x for e, _ in runs for x in e.latencies]
-    duplicates = sum(e.duplicates for e, _ in runs)
+    e2e_rates = [n / r.burst.seconds for r in runs]
+    turn_rates = [n / r.turns for r in runs]
+    ratios = [r.turns / r.burst.seconds for r in runs]
+    ack_rates = [n / r.burst.ack_seconds for r in runs]
+    latencies = [x for r in runs for x in r.burst.latencies]
+    paced = [x for r in runs for x in r.paced.latencies]
+    rates = [r.rate for r in runs]
+    duplicates = sum(r.burst.duplicates + r.paced.duplicates for r in runs)
+    share = f"{args.paced_share:.0%}"
     return [
         "| measure | median | runs |",
         "| --- | ---: | --- |",
@@ -372,8 +399,12 @@ def report(args: argparse.Namespace, runs: list[tuple[E2E, float]]) -> list[str]
         f"| e2e / baseline | {statistics.median(ratios):.2f} | {_list(ratios, '.2f')} |",
         f"| webhooks acked /s (while answering) | {statistics.median(ack_rates):,.0f} | "
         f"{_list(ack_rates)} |",
-        f"| latency POST -> reply p50 / p99 (ms) | {percentile(latencies, 0.5) * 1000:,.0f} / "
-        f"{percentile(latencies, 0.99) * 1000:,.0f} | all runs |",
+        f"| burst: latency POST -> reply p50 / p99 (ms) | "
+        f"{percentile(latencies, 0.5) * 1000:,.0f} / {percentile(latencies, 0.99) * 1000:,.0f}"
+        " | all runs (queueing: posts outrun answers) |",
+        f"| paced at {share} of the e2e rate: latency p50 / p99 (ms) | "
+        f"{percentile(paced, 0.5) * 1000:,.0f} / {percentile(paced, 0.99) * 1000:,.0f} | "
+        f"at {_list(rates)} msgs/s |",
         f"| replies sent twice | {duplicates} | all runs |",
     ]
 
@@ -388,6 +419,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sessions", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=64, help="POSTs in flight")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--channels", choices=["both", "telegram", "whatsapp"], default="both")
+    parser.add_argument(
+        "--paced-share", type=float, default=0.5, help="open-loop rate, share of the e2e rate"
+    )
     parser.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
     return parser.parse_args(argv)
 
@@ -400,9 +435,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         print(*machine(), sep="\n")
         print(
-            f"{args.messages:,} messages over {args.sessions} sessions (half Telegram, half "
-            f"WhatsApp), {args.concurrency} POSTs in flight, {args.repeat} runs; gateway on "
-            f"core {GATEWAY_CPU}, load and fake APIs on core {CLIENT_CPU}\n"
+            f"{args.messages:,} messages over {args.sessions} sessions (channels: "
+            f"{args.channels}), {args.concurrency} POSTs in flight, {args.repeat} runs; gateway "
+            f"on core {GATEWAY_CPU}, load and fake APIs on core {CLIENT_CPU}\n"
         )
         runs = [asyncio.run(one_run(args, i, base)) for i in range(args.repeat)]
         print(*report(args, runs), sep="\n")
