@@ -246,7 +246,7 @@ async def _ready(url: str, process: asyncio.subprocess.Process) -> None:
     async with aiohttp.ClientSession() as http:
         for _ in range(600):
             if process.returncode is not None:
-                raise RuntimeError("the gateway exited; see gateway.log")
+                raise RuntimeError("the gateway exited at start; see its gateway.log")
             try:
                 async with http.get(f"{url}/readyz") as response:
                     if response.status == 200:
@@ -432,17 +432,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     pin(CLIENT_CPU)
     base = Path(tempfile.mkdtemp(prefix="bench-e2e-", dir=args.dir))
+    print(*machine(), sep="\n")
+    print(
+        f"{args.messages:,} messages over {args.sessions} sessions (channels: "
+        f"{args.channels}), {args.concurrency} POSTs in flight, {args.repeat} runs; gateway "
+        f"on core {GATEWAY_CPU}, load and fake APIs on core {CLIENT_CPU}\n"
+    )
     try:
-        print(*machine(), sep="\n")
-        print(
-            f"{args.messages:,} messages over {args.sessions} sessions (channels: "
-            f"{args.channels}), {args.concurrency} POSTs in flight, {args.repeat} runs; gateway "
-            f"on core {GATEWAY_CPU}, load and fake APIs on core {CLIENT_CPU}\n"
-        )
         runs = [asyncio.run(one_run(args, i, base)) for i in range(args.repeat)]
-        print(*report(args, runs), sep="\n")
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    except BaseException:
+        print(f"failed; the gateway's config, database and log are kept in {base}")
+        raise
+    shutil.rmtree(base, ignore_errors=True)
+    print(*report(args, runs), sep="\n")
 
 
 if __name__ == "__main__":
