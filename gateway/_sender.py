@@ -136,6 +136,7 @@ class Sender:
         None means: when a send finishes (that wakes the loop) or at the next poll.
         """
         now = self._clock()
+        self._forget_past(now)
         rows = await self._store.due_outbox(now, self._limit)
         seen: set[ChatKey] = set()
         started = 0
@@ -166,12 +167,15 @@ class Sender:
             next_at = later if next_at is None else min(next_at, later)
         return next_at
 
+    def _forget_past(self, now: float) -> None:
+        """Drop holds and pauses that have ended, so memory stays bounded."""
+        self._held = {key: until for key, until in self._held.items() if until > now}
+        self._paused = {key: until for key, until in self._paused.items() if until > now}
+
     def _ready_at(self, key: ChatKey, now: float) -> float:
         """When this chat may get its next message: pauses, held retries and rate limits."""
         paused = self._paused.get(key[:2], 0.0)
         held = self._held.get(key, 0.0)
-        if held <= now:
-            self._held.pop(key, None)
         return max(paused, held, now + self.limiter.wait(*key))
 
     def _start(self, row: OutboxItem, key: ChatKey) -> None:
