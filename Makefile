@@ -32,6 +32,8 @@ pytest: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.store
+	$(BIN)/python -m bench.ingest
+	$(BIN)/python -m bench.e2e
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
