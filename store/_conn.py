@@ -79,7 +79,11 @@ class Connection:
         if self._closed:
             raise StoreError("the store is closed")
         raw = self._db._conn
-        return cast(T, await self._run(partial(fn, raw)))
+
+        def bound() -> T:  # not a partial: aiosqlite logs the callable at DEBUG, and a
+            return fn(raw)  # partial's repr would carry webhook bodies and message text
+
+        return cast(T, await self._run(bound))
 
     async def read(self, fn: SyncFn[T]) -> T:
         """Run ``fn`` in a deferred (read) transaction, so its statements see one snapshot."""

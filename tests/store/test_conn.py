@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from store import SQLiteStore
 from store._conn import Connection
 
 from .conftest import raw_rows
@@ -68,3 +70,16 @@ async def test_cancelled_write_still_commits_whole(conn: Connection, db_path: Pa
     await conn.call(lambda db: None)
     assert raw_rows(db_path, "SELECT count(*) FROM processed_messages") == [(2,)]
     assert await conn.call(lambda db: db.in_transaction) is False
+
+
+async def test_conn_debug_log_of_aiosqlite_carries_no_row_data(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="aiosqlite")
+    async with SQLiteStore(tmp_path / "log.db") as store:
+        session = await store.create_session("telegram", "support", "7", "triage")
+        await store.append_message(session.session_id, "user", "SECRET-USER-TEXT")
+        await store.claim(["SECRET-DEDUP-KEY"])
+    assert caplog.records, "aiosqlite logged nothing at DEBUG: the test sees nothing"
+    assert "SECRET-USER-TEXT" not in caplog.text
+    assert "SECRET-DEDUP-KEY" not in caplog.text
