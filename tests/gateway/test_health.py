@@ -1,0 +1,54 @@
+"""/healthz, /readyz and /metrics as CONTRACT.md describes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from gateway._keys import STORE
+from gateway.app import build_app
+
+from .ingest_helpers import settings
+
+Client = TestClient[web.Request, web.Application]
+
+
+async def make_client(aiohttp_client: Any, tmp_path: Path) -> Client:
+    client: Client = await aiohttp_client(
+        build_app(settings(tmp_path / "gateway.db"), ingest_only=True)
+    )
+    return client
+
+
+async def test_healthz_answers_ok_while_serving(aiohttp_client: Any, tmp_path: Path) -> None:
+    client = await make_client(aiohttp_client, tmp_path)
+    response = await client.get("/healthz")
+    assert response.status == 200
+    assert await response.json() == {"status": "ok"}
+
+
+async def test_readyz_is_200_while_the_store_answers(aiohttp_client: Any, tmp_path: Path) -> None:
+    client = await make_client(aiohttp_client, tmp_path)
+    assert (await client.get("/readyz")).status == 200
+
+
+async def test_readyz_is_503_with_a_json_error_when_the_store_is_down(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    client = await make_client(aiohttp_client, tmp_path)
+    await client.app[STORE].aclose()
+    response = await client.get("/readyz")
+    assert response.status == 503
+    assert (await response.json())["error"]["code"] == "store_unavailable"
+    assert (await client.get("/healthz")).status == 200  # alive, just not ready
+
+
+async def test_metrics_is_prometheus_text(aiohttp_client: Any, tmp_path: Path) -> None:
+    client = await make_client(aiohttp_client, tmp_path)
+    response = await client.get("/metrics")
+    assert response.status == 200
+    assert response.content_type == "text/plain"
+    assert "# TYPE gateway_webhooks_received_total counter" in await response.text()
