@@ -13,7 +13,7 @@ from store import open_store
 
 from ._admin import add_admin_routes
 from ._channels_ctx import channels_ctx
-from ._http import json_errors
+from ._http import unmatched
 from ._keys import FACTORIES, INTAKE_WAKE, METRICS, SENDER_WAKE, SETTINGS, STOPPING, STORE, WRITER
 from ._metrics import Metrics
 from ._pipeline import pipeline_ctx
@@ -78,7 +78,7 @@ def build_app(
     Tests may substitute channel adapters (``adapter_factories``), and with ``ingest_only`` run
     the HTTP side without the pipeline's background tasks, to see the store as ingest left it.
     """
-    app = web.Application(middlewares=[json_errors])
+    app = web.Application()
     app[SETTINGS] = settings
     app[FACTORIES] = adapter_factories
     app[METRICS] = Metrics()
@@ -94,6 +94,7 @@ def build_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
+    app.router.add_route("*", "/{path:.*}", unmatched)  # last: JSON 404 and 405
     return app
 
 
