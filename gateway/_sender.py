@@ -26,7 +26,7 @@ from channels import (
     SendError,
     UncertainDelivery,
 )
-from store import OutboxIn, OutboxItem, Store, StoreError
+from store import OutboxItem, Store, StoreError
 
 from . import _convert as convert
 from ._metrics import Metrics
@@ -263,20 +263,18 @@ class Sender:
 
     async def _migrate(self, row: OutboxItem, new_chat_id: str) -> None:
         """A Telegram group became a supergroup: the session follows, the reply goes there."""
-        payload = {**row.payload, "chat_id": new_chat_id}
-        moved = OutboxIn(row.session_id or "", row.channel, row.account, new_chat_id, payload)
-        if row.session_id is not None:
+        error = f"chat migrated to {new_chat_id}"
+        await self._store.outbox_redirect(row.id, chat_id=new_chat_id, error=error)
+        self._metrics.inc(OUTBOX, outcome="retried", channel=row.channel)
+        if row.session_id is None:
+            return
+        try:
             await self._store.update_session(
                 row.session_id, metadata={convert.MIGRATED_CHAT: new_chat_id}
             )
-            await self._store.enqueue_outbox(moved)
-        await self._store.outbox_failed(
-            row.id, error=f"chat migrated to {new_chat_id}", state="failed"
-        )
-        self._metrics.inc(OUTBOX, outcome="retried", channel=row.channel)
-        if row.session_id is not None:
-            detail = {"from": row.chat_id, "to": new_chat_id}
-            await self._event(row.session_id, "chat_migrated", detail)
+        except StoreError as exc:  # e.g. the session was deleted meanwhile
+            log.info("session %s does not follow the migration: %s", row.session_id, exc)
+        await self._event(row.session_id, "chat_migrated", {"from": row.chat_id, "to": new_chat_id})
 
     async def _event(self, session_id: str, kind: str, detail: dict[str, Any]) -> None:
         try:

@@ -209,6 +209,9 @@ class Store(Protocol):
     async def outbox_retry(self, outbox_id: int, *, next_attempt_at: float, error: str) -> None:
         """Record a retryable failure: attempts + 1, stays pending until ``next_attempt_at``."""
 
+    async def outbox_redirect(self, outbox_id: int, *, chat_id: str, error: str) -> None:
+        """Send a pending row to ``chat_id`` instead (a migrated chat); attempts + 1."""
+
     async def outbox_failed(self, outbox_id: int, *, error: str, state: str) -> None:
         """End a pending row as ``failed``, ``dead`` or ``uncertain``; attempts + 1."""
 

@@ -79,6 +79,17 @@ def retry(conn: sqlite3.Connection, outbox_id: int, next_attempt_at: float, erro
         raise _refusal(conn, outbox_id)
 
 
+def redirect(conn: sqlite3.Connection, outbox_id: int, chat_id: str, error: str) -> None:
+    """Point a pending row at another chat, in one statement, so it is sent exactly once."""
+    cursor = conn.execute(
+        "UPDATE outbox SET chat_id = ?, payload = json_set(payload, '$.chat_id', ?),"
+        " attempts = attempts + 1, error = ? WHERE id = ? AND state = 'pending'",
+        (chat_id, chat_id, error, outbox_id),
+    )
+    if cursor.rowcount == 0:
+        raise _refusal(conn, outbox_id)
+
+
 def failed(conn: sqlite3.Connection, outbox_id: int, error: str, state: str) -> None:
     """End a pending row in ``state`` (failed, dead or uncertain)."""
     cursor = conn.execute(

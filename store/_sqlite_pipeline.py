@@ -174,6 +174,14 @@ class PipelineMethods:
         run = partial(outbox.retry, outbox_id=outbox_id, next_attempt_at=retry_at, error=error)
         await self._db.write(run)
 
+    async def outbox_redirect(self, outbox_id: int, *, chat_id: str, error: str) -> None:
+        """Send a pending row to ``chat_id`` instead (a migrated chat); attempts + 1."""
+        check_int("outbox_id", outbox_id, 1)
+        check_text("chat_id", chat_id)
+        check_text("error", error)
+        run = partial(outbox.redirect, outbox_id=outbox_id, chat_id=chat_id, error=error)
+        await self._db.write(run)
+
     async def outbox_failed(self, outbox_id: int, *, error: str, state: str) -> None:
         """End a pending row as ``failed``, ``dead`` or ``uncertain``; attempts + 1."""
         check_int("outbox_id", outbox_id, 1)

@@ -350,3 +350,26 @@ async def test_purge_finished_deletes_old_sent_rows_only(
     assert await file_store.purge_finished(49, chunk_size=2) == 3
     assert raw_rows(db_path, "SELECT id, state FROM outbox") == [(items[3].id, "dead")]
     assert raw_rows(db_path, "SELECT count(*) FROM outbox_platform_ids") == [(0,)]
+
+
+async def test_outbox_redirect_points_a_pending_row_at_another_chat(store: SQLiteStore) -> None:
+    [item] = await queued(store)
+    await store.outbox_redirect(item.id, chat_id="-100777", error="chat migrated to -100777")
+    [moved] = await store.list_outbox(sid("a"))
+    assert (moved.id, moved.chat_id, moved.state, moved.attempts) == (
+        item.id,
+        "-100777",
+        "pending",
+        1,
+    )
+    assert moved.payload == {"text": "m0", "chat_id": "-100777"}
+    assert moved.error == "chat migrated to -100777"
+
+
+async def test_outbox_redirect_refuses_a_row_that_is_not_pending(store: SQLiteStore) -> None:
+    [item] = await queued(store)
+    await store.outbox_sent(item.id, ["m1"])
+    with pytest.raises(OutboxNotPending):
+        await store.outbox_redirect(item.id, chat_id="-1", error="moved")
+    with pytest.raises(ValueError, match="chat_id"):
+        await store.outbox_redirect(item.id, chat_id="", error="moved")
