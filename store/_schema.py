@@ -142,7 +142,14 @@ _V2 = (
     "CREATE INDEX outbox_platform_ids_outbox ON outbox_platform_ids (outbox_id)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+# A chat's replies leave in order even across restarts: only the oldest pending row of a chat
+# is ever due, which this index makes one probe per candidate row.
+_V3 = (
+    "CREATE INDEX outbox_pending_chat ON outbox (channel, account, chat_id, id)"
+    " WHERE state = 'pending'",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 LATEST = len(MIGRATIONS)
 
 

@@ -101,10 +101,19 @@ def failed(conn: sqlite3.Connection, outbox_id: int, error: str, state: str) -> 
         raise _refusal(conn, outbox_id)
 
 
+# The oldest pending row of its chat: a newer reply never overtakes one waiting for a retry.
+_HEAD_OF_CHAT = (
+    "state = 'pending' AND NOT EXISTS (SELECT 1 FROM outbox AS earlier"
+    " WHERE earlier.state = 'pending' AND earlier.channel = outbox.channel"
+    " AND earlier.account = outbox.account AND earlier.chat_id = outbox.chat_id"
+    " AND earlier.id < outbox.id)"
+)
+
+
 def due(conn: sqlite3.Connection, now: float, limit: int) -> list[OutboxItem]:
-    """Pending rows due by ``now``, in id order."""
+    """The oldest pending row of each chat, if due by ``now``, in id order."""
     rows = conn.execute(
-        f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE state = 'pending' AND next_attempt_at <= ?"
+        f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE {_HEAD_OF_CHAT} AND next_attempt_at <= ?"
         " ORDER BY id LIMIT ?",
         (now, limit),
     ).fetchall()
@@ -112,9 +121,9 @@ def due(conn: sqlite3.Connection, now: float, limit: int) -> list[OutboxItem]:
 
 
 def next_due(conn: sqlite3.Connection) -> float | None:
-    """The earliest ``next_attempt_at`` of pending rows."""
+    """The earliest ``next_attempt_at`` of the rows ``due`` could return."""
     value: float | None = conn.execute(
-        "SELECT min(next_attempt_at) FROM outbox WHERE state = 'pending'"
+        f"SELECT min(next_attempt_at) FROM outbox WHERE {_HEAD_OF_CHAT}"
     ).fetchone()[0]
     return value
 

@@ -100,20 +100,37 @@ async def test_enqueue_outbox_rejects_bad_items(
 async def test_due_outbox_respects_next_attempt_and_state(
     store: SQLiteStore, clock: FakeClock
 ) -> None:
-    first, second, third = await queued(store, count=3)
-    await store.outbox_retry(second.id, next_attempt_at=clock.now + 10, error="429")
-    await store.outbox_sent(third.id, ["w3"])
-    assert [i.id for i in await store.due_outbox(clock.now)] == [first.id]
-    assert [i.id for i in await store.due_outbox(clock.now + 10)] == [first.id, second.id]
-    assert [i.id for i in await store.due_outbox(clock.now + 10, limit=1)] == [first.id]
+    [a1] = await queued(store, "a")
+    b1, b2, b3 = await queued(store, "b", count=3)
+    [c1] = await queued(store, "c")
+    await store.outbox_retry(c1.id, next_attempt_at=clock.now + 10, error="429")
+    await store.outbox_sent(b1.id, ["w1"])
+    assert [i.id for i in await store.due_outbox(clock.now)] == [a1.id, b2.id]
+    assert [i.id for i in await store.due_outbox(clock.now + 10)] == [a1.id, b2.id, c1.id]
+    assert [i.id for i in await store.due_outbox(clock.now + 10, limit=1)] == [a1.id]
+    assert b3.id not in [i.id for i in await store.due_outbox(clock.now + 10)]
     assert await store.next_outbox_due() == clock.now
 
 
-async def test_next_outbox_due_is_the_earliest_pending(
+async def test_due_outbox_never_lets_a_reply_overtake_an_older_one_of_its_chat(
+    store: SQLiteStore, clock: FakeClock
+) -> None:
+    first, second = await queued(store, "a", count=2)
+    await store.outbox_retry(first.id, next_attempt_at=clock.now + 30, error="5xx")
+    assert await store.due_outbox(clock.now) == []  # the second waits for the first
+    assert await store.next_outbox_due() == clock.now + 30
+    [due] = await store.due_outbox(clock.now + 30)
+    assert due.id == first.id
+    await store.outbox_sent(first.id, ["w1"])
+    assert [i.id for i in await store.due_outbox(clock.now + 30)] == [second.id]
+
+
+async def test_next_outbox_due_is_the_earliest_head_of_a_chat(
     store: SQLiteStore, clock: FakeClock
 ) -> None:
     assert await store.next_outbox_due() is None
-    first, second = await queued(store, count=2)
+    [first] = await queued(store, "a")
+    [second] = await queued(store, "b")
     await store.outbox_retry(first.id, next_attempt_at=clock.now + 30, error="5xx")
     await store.outbox_retry(second.id, next_attempt_at=clock.now + 20, error="5xx")
     assert await store.next_outbox_due() == clock.now + 20
@@ -308,9 +325,8 @@ async def test_turn_add_outbox_commits_with_the_turn(store: SQLiteStore, clock: 
         assert await store.list_outbox(sid("a")) == []  # buffered until the commit
     assert [i.payload["text"] for i in turn.committed_outbox] == ["one", "two"]
     assert await store.list_outbox(sid("a")) == list(turn.committed_outbox)
-    assert [i.id for i in await store.due_outbox(clock.now)] == [
-        i.id for i in turn.committed_outbox
-    ]
+    first = turn.committed_outbox[0]
+    assert [i.id for i in await store.due_outbox(clock.now)] == [first.id]  # one at a time
 
 
 async def test_turn_add_outbox_rejects_another_session_and_bad_items(store: SQLiteStore) -> None:

@@ -155,7 +155,7 @@ async def test_migration_1_to_2_keeps_data_and_adds_the_pipeline(
         db_path, "SELECT * FROM messages"
     )
     async with SQLiteStore(db_path, clock=clock) as store:
-        assert raw_rows(db_path, "PRAGMA user_version") == [(2,)]
+        assert raw_rows(db_path, "PRAGMA user_version") == [(LATEST,)]
         after = raw_rows(db_path, "SELECT * FROM sessions")
         assert after + raw_rows(db_path, "SELECT * FROM messages") == before
         assert [m.text for m in await store.get_branch(SID)] == ["hi"]
