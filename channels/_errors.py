@@ -65,6 +65,9 @@ class SendError(ChannelError):
         super().__init__(channel, reason)
         self.error_code = error_code
         self.status = status
+        # Parts of a split reply that this try delivered before the failure: the next try
+        # skips them (OutboundMessage.skip_parts), so the user never sees them twice.
+        self.sent_ids: tuple[str, ...] = ()
 
 
 class RetryableSendError(SendError):

@@ -186,6 +186,7 @@ class OutboundMessage(_Model):
     buttons: tuple[Button, ...] = ()
     media: OutboundMedia | None = None
     reply_to: str | None = None
+    skip_parts: int = Field(default=0, ge=0)  # parts an earlier try already delivered
 
 
 class SendResult(_Model):

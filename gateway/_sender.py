@@ -216,9 +216,15 @@ class Sender:
         try:
             result = await adapter.send(message)
         except SendError as exc:
+            if exc.sent_ids:  # the first parts of a split reply went out: never send them again
+                await self._store.outbox_progress(
+                    row.id,
+                    skip_parts=message.skip_parts + len(exc.sent_ids),
+                    platform_ids=[*row.platform_ids, *exc.sent_ids],
+                )
             await self._send_error(row, exc)
             return
-        await self._store.outbox_sent(row.id, result.message_ids)
+        await self._store.outbox_sent(row.id, [*row.platform_ids, *result.message_ids])
         self._metrics.inc(OUTBOX, outcome="sent", channel=row.channel)
 
     async def _send_error(self, row: OutboxItem, exc: SendError) -> None:

@@ -209,6 +209,11 @@ class Store(Protocol):
     async def outbox_retry(self, outbox_id: int, *, next_attempt_at: float, error: str) -> None:
         """Record a retryable failure: attempts + 1, stays pending until ``next_attempt_at``."""
 
+    async def outbox_progress(
+        self, outbox_id: int, *, skip_parts: int, platform_ids: Sequence[str]
+    ) -> None:
+        """A split reply delivered its first ``skip_parts`` parts (``platform_ids``, all so far)."""
+
     async def outbox_redirect(self, outbox_id: int, *, chat_id: str, error: str) -> None:
         """Send a pending row to ``chat_id`` instead (a migrated chat); attempts + 1."""
 

@@ -60,11 +60,36 @@ def sent(conn: sqlite3.Connection, outbox_id: int, platform_ids: Sequence[str], 
     ).fetchone()
     if row is None:
         raise _refusal(conn, outbox_id)
+    _index_platform_ids(conn, row[0], row[1], outbox_id, platform_ids)
+
+
+def progress(
+    conn: sqlite3.Connection, outbox_id: int, skip_parts: int, platform_ids: Sequence[str]
+) -> None:
+    """Record the parts of a split reply already delivered; the row stays pending."""
+    row = conn.execute(
+        "UPDATE outbox SET payload = json_set(payload, '$.skip_parts', ?), platform_ids = ?"
+        " WHERE id = ? AND state = 'pending' RETURNING channel, account",
+        (skip_parts, dump_list(list(platform_ids)), outbox_id),
+    ).fetchone()
+    if row is None:
+        raise _refusal(conn, outbox_id)
+    _index_platform_ids(conn, row[0], row[1], outbox_id, platform_ids)
+
+
+def _index_platform_ids(
+    conn: sqlite3.Connection,
+    channel: str,
+    account: str,
+    outbox_id: int,
+    platform_ids: Sequence[str],
+) -> None:
+    """Delivery statuses find the row through these (a repeated id moves to the newer row)."""
     conn.executemany(
         "INSERT INTO outbox_platform_ids (channel, account, platform_id, outbox_id)"
         " VALUES (?, ?, ?, ?) ON CONFLICT (channel, account, platform_id)"
         " DO UPDATE SET outbox_id = excluded.outbox_id",
-        [(row[0], row[1], platform_id, outbox_id) for platform_id in platform_ids],
+        [(channel, account, platform_id, outbox_id) for platform_id in platform_ids],
     )
 
 

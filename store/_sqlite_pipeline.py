@@ -160,9 +160,7 @@ class PipelineMethods:
     async def outbox_sent(self, outbox_id: int, platform_ids: Sequence[str]) -> None:
         """Mark a pending row sent with the platform's ids (one UPDATE)."""
         check_int("outbox_id", outbox_id, 1)
-        if isinstance(platform_ids, str | bytes):
-            raise ValueError("platform_ids must be a sequence of ids, not one string")
-        ids = [check_text("platform_ids", value) for value in platform_ids]
+        ids = _check_platform_ids(platform_ids)
         run = partial(outbox.sent, outbox_id=outbox_id, platform_ids=ids, now=self._now())
         await self._db.write(run)
 
@@ -172,6 +170,16 @@ class PipelineMethods:
         retry_at = check_time("next_attempt_at", next_attempt_at)
         check_text("error", error)
         run = partial(outbox.retry, outbox_id=outbox_id, next_attempt_at=retry_at, error=error)
+        await self._db.write(run)
+
+    async def outbox_progress(
+        self, outbox_id: int, *, skip_parts: int, platform_ids: Sequence[str]
+    ) -> None:
+        """A split reply delivered its first ``skip_parts`` parts (``platform_ids``, all so far)."""
+        check_int("outbox_id", outbox_id, 1)
+        check_int("skip_parts", skip_parts, 1)
+        ids = _check_platform_ids(platform_ids)
+        run = partial(outbox.progress, outbox_id=outbox_id, skip_parts=skip_parts, platform_ids=ids)
         await self._db.write(run)
 
     async def outbox_redirect(self, outbox_id: int, *, chat_id: str, error: str) -> None:
@@ -238,3 +246,9 @@ class PipelineMethods:
                 if deleted < chunk_size:
                     break
         return total
+
+
+def _check_platform_ids(platform_ids: Sequence[str]) -> list[str]:
+    if isinstance(platform_ids, str | bytes):
+        raise ValueError("platform_ids must be a sequence of ids, not one string")
+    return [check_text("platform_ids", value) for value in platform_ids]

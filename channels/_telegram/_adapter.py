@@ -17,6 +17,7 @@ from .._errors import (
     FatalSendError,
     PermanentSendError,
     RetryableSendError,
+    SendError,
     UnknownAccount,
 )
 from .._model import OutboundMessage, ParseResult, SendResult
@@ -104,9 +105,13 @@ class TelegramAdapter:
         """Send one reply, split over several messages where it is too long."""
         handle = self._sender(message.account)
         ids: list[str] = []
-        for call in plan(message):
-            sent = await self._call(handle, call)
-            ids.append(str(sent.message_id))
+        try:
+            for call in plan(message)[message.skip_parts :]:
+                sent = await self._call(handle, call)
+                ids.append(str(sent.message_id))
+        except SendError as exc:
+            exc.sent_ids = tuple(ids)
+            raise
         return SendResult(message_ids=tuple(ids))
 
     async def send_typing(self, account: str, chat_id: str, message_id: str | None = None) -> None:

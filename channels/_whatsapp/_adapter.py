@@ -11,7 +11,13 @@ from urllib.parse import quote
 import aiohttp
 
 from .._config import WhatsAppConfig
-from .._errors import ChannelError, FatalSendError, PermanentSendError, UncertainDelivery
+from .._errors import (
+    ChannelError,
+    FatalSendError,
+    PermanentSendError,
+    SendError,
+    UncertainDelivery,
+)
 from .._model import OutboundMessage, ParseResult, SendResult
 from ._graph import GraphClient
 from ._keys import delivery_keys
@@ -74,9 +80,13 @@ class WhatsAppAdapter:
         token = self._token(message.account)
         path = f"{message.account}/messages"
         ids: list[str] = []
-        for payload in build_payloads(message):
-            answer = await self._graph.post(path, token, payload, idempotent=False)
-            ids.append(_message_id(answer))
+        try:
+            for payload in build_payloads(message)[message.skip_parts :]:
+                answer = await self._graph.post(path, token, payload, idempotent=False)
+                ids.append(_message_id(answer))
+        except SendError as exc:
+            exc.sent_ids = tuple(ids)
+            raise
         return SendResult(message_ids=tuple(ids))
 
     async def mark_as_read(self, account: str, message_id: str, typing: bool = False) -> None:

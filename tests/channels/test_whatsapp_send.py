@@ -384,3 +384,19 @@ async def test_adapter_leaves_a_shared_session_open() -> None:
     async with aiohttp.ClientSession() as session:
         await WhatsAppAdapter(config(), session).aclose()
         assert not session.closed
+
+
+async def test_send_reports_the_parts_delivered_before_a_failure_and_skips_them_next_time(
+    fake: FakeGraph, adapter: WhatsAppAdapter
+) -> None:
+    text = "a" * 4000 + "\n\n" + "b" * 4000
+    ok = {"messaging_product": "whatsapp", "messages": [{"id": "wamid.part1"}]}
+    fake.answer(200, ok)
+    fake.graph_error(500, 1, "An unknown error occurred")
+    message = OutboundMessage(channel="whatsapp", account=NUMBER_A, chat_id=USER, text=text)
+    with pytest.raises(RetryableSendError) as caught:
+        await adapter.send(message)
+    assert caught.value.sent_ids == ("wamid.part1",)
+    result = await adapter.send(message.model_copy(update={"skip_parts": 1}))
+    assert len(result.message_ids) == 1
+    assert [r.body["text"]["body"][0] for r in fake.requests] == ["a", "b", "b"]

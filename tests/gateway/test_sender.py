@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
 from channels import ChannelAdapter, OutboundMessage, SendResult
@@ -383,3 +384,27 @@ async def test_sender_looks_past_a_batch_of_waiting_replies_for_other_chats(
     assert await relay.step() == now  # "busy 1", chats 7 and 8 wait: read further
     await relay.step()  # read further: found "other"
     assert texts(bots) == ["busy 0", "other"]
+
+
+async def test_sender_never_sends_a_delivered_part_of_a_split_reply_again(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    async def first_part_ok(request: web.Request, call: tg.Recorded) -> web.StreamResponse:
+        chat = {"id": int(CHAT), "type": "private"}
+        return tg.ok({"message_id": 7001, "date": 1735689600, "chat": chat, "text": "part"})
+
+    bots.script("sendMessage", first_part_ok, tg.error(500, "Internal Server Error"))
+    relay = Relay(store, {"telegram": telegram}, telegram_chat_per_second=100, burst=10)
+    first, second = "a" * 4000, "b" * 4000
+    item = await queue(store, f"{first}\n\n{second}")
+    await relay.step()  # part 1 delivered, part 2 failed: retried later
+    pending = await row(store, item)
+    assert (pending.state, pending.platform_ids) == ("pending", ("7001",))
+    assert pending.payload["skip_parts"] == 1
+    relay.clock.now += 60
+    await relay.step()
+    sent = await row(store, item)
+    assert sent.state == "sent"
+    assert sent.platform_ids[0] == "7001"
+    assert len(sent.platform_ids) == 2
+    assert texts(bots) == [first, second, second]  # the first part went out exactly once

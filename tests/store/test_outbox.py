@@ -389,3 +389,20 @@ async def test_outbox_redirect_refuses_a_row_that_is_not_pending(store: SQLiteSt
         await store.outbox_redirect(item.id, chat_id="-1", error="moved")
     with pytest.raises(ValueError, match="chat_id"):
         await store.outbox_redirect(item.id, chat_id="", error="moved")
+
+
+async def test_outbox_progress_records_delivered_parts_and_keeps_the_row_pending(
+    store: SQLiteStore,
+) -> None:
+    [item] = await queued(store)
+    await store.outbox_progress(item.id, skip_parts=1, platform_ids=["w1"])
+    [row] = await store.list_outbox(sid("a"))
+    assert (row.state, row.platform_ids, row.payload["skip_parts"]) == ("pending", ("w1",), 1)
+    await statuses(store, status("w1", "delivered"))  # a part's status finds the row already
+    [row] = await store.list_outbox(sid("a"))
+    assert row.delivery_state == "delivered"
+    await store.outbox_sent(item.id, ["w1", "w2"])
+    with pytest.raises(OutboxNotPending):
+        await store.outbox_progress(item.id, skip_parts=2, platform_ids=["w1", "w2"])
+    with pytest.raises(ValueError, match="skip_parts"):
+        await store.outbox_progress(item.id, skip_parts=0, platform_ids=[])
