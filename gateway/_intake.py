@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -85,7 +84,7 @@ class Intake:
         metrics: Metrics,
         on_sessions: Callable[[Sequence[str]], None] = lambda ids: None,
         batch: int = 100,
-        window: int = 8,
+        chunk: int = 32,
     ) -> None:
         self._store = store
         self._adapters = adapters
@@ -93,7 +92,7 @@ class Intake:
         self._metrics = metrics
         self._on_sessions = on_sessions
         self._batch = batch
-        self._window = window  # writes in flight at once: they share the store's queue
+        self._chunk = chunk  # deliveries recorded per transaction (one disk flush each)
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
 
@@ -118,29 +117,34 @@ class Intake:
     async def step(self) -> int:
         """Handle one batch of stored deliveries, oldest first; return how many."""
         deliveries = await self._store.unparsed_deliveries(self._batch)
-        window: deque[asyncio.Task[None]] = deque()
+        writing: asyncio.Task[None] | None = None
         try:
-            for delivery in deliveries:
+            for start in range(0, len(deliveries), self._chunk):
                 if self._stopping:
                     break
-                result = self._parse(delivery)
-                # Started in order, so the store queues the writes in delivery order (one
-                # connection, first in first out) while the parser goes on with the next.
-                window.append(asyncio.create_task(self._record(delivery, result)))
-                if len(window) >= self._window:
-                    await window.popleft()
+                chunk = [(d, self._parse(d)) for d in deliveries[start : start + self._chunk]]
+                # The next chunk is parsed while this one is written; writes stay in order.
+                if writing is not None:
+                    await writing
+                writing = asyncio.create_task(self._record(chunk))
         finally:
-            results = await asyncio.gather(*window, return_exceptions=True)
-        for error in results:
-            if isinstance(error, BaseException):
-                raise error
+            if writing is not None:
+                await writing
         return len(deliveries)
 
-    async def _record(self, delivery: Delivery, result: ParseResult) -> None:
-        parsed = to_parsed(delivery, result)
-        sessions = await self._store.record_parsed(
-            delivery.id, parsed, starting_agent=self._starting_agent
+    async def _record(self, chunk: Sequence[tuple[Delivery, ParseResult]]) -> None:
+        parsed = [(delivery, to_parsed(delivery, result)) for delivery, result in chunk]
+        sessions = await self._store.record_parsed_many(
+            [(delivery.id, item) for delivery, item in parsed],
+            starting_agent=self._starting_agent,
         )
+        for (delivery, result), (_, item) in zip(chunk, parsed, strict=True):
+            self._count(delivery, result, item)
+            self._answer_callbacks(delivery, item.inbox)
+        if sessions:
+            self._on_sessions(sessions)
+
+    def _count(self, delivery: Delivery, result: ParseResult, parsed: ParsedDelivery) -> None:
         if parsed.failure is not None:
             self._metrics.inc(QUARANTINED, channel=delivery.channel)
             log.warning(
@@ -148,9 +152,6 @@ class Intake:
             )
         for kind in result.ignored:
             self._metrics.inc(IGNORED, channel=delivery.channel, type=kind)
-        if sessions:
-            self._on_sessions(sessions)
-        self._answer_callbacks(delivery, parsed.inbox)
 
     def _parse(self, delivery: Delivery) -> ParseResult:
         adapter = self._adapters.get(delivery.channel)

@@ -179,6 +179,11 @@ class Store(Protocol):
         """
 
     # inbox
+    async def record_parsed_many(
+        self, items: Sequence[tuple[int, ParsedDelivery]], *, starting_agent: str
+    ) -> list[str]:
+        """``record_parsed`` for several deliveries in one transaction; a missing one is skipped."""
+
     async def pending_sessions(self) -> list[str]:
         """Sessions with pending inbox rows, by their oldest pending row."""
 

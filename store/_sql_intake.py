@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,4 +117,18 @@ def record(conn: sqlite3.Connection, delivery_id: int | None, rows: Rows, now: f
             channel, account, body, received_at = source
             insert_quarantine(conn, [(channel, account, body, rows.failure, received_at)])
         conn.execute("DELETE FROM deliveries WHERE id = ?", (delivery_id,))
+    return list(fresh)
+
+
+def record_many(
+    conn: sqlite3.Connection, items: Sequence[tuple[int, Rows]], now: float
+) -> list[str]:
+    """``record`` for several deliveries in the caller's one transaction; one already gone
+    (another intake recorded it) is skipped: ``record`` refuses it before writing anything."""
+    fresh: dict[str, None] = {}
+    for delivery_id, rows in items:
+        try:
+            fresh.update(dict.fromkeys(record(conn, delivery_id, rows, now)))
+        except DeliveryNotFound:
+            continue
     return list(fresh)

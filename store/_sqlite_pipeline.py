@@ -111,6 +111,23 @@ class PipelineMethods:
             partial(intake.record, delivery_id=delivery_id, rows=rows, now=now)
         )
 
+    async def record_parsed_many(
+        self, items: Sequence[tuple[int, ParsedDelivery]], *, starting_agent: str
+    ) -> list[str]:
+        """``record_parsed`` for several deliveries in ONE transaction (one disk flush).
+
+        A delivery no longer stored is skipped. Returns the sessions with new inbox rows.
+        """
+        check_agent(starting_agent)
+        now = self._now()
+        prepared = []
+        for delivery_id, parsed in items:
+            check_int("delivery_id", delivery_id, 1)
+            prepared.append((delivery_id, intake.prepare(parsed, starting_agent, now)))
+        if not prepared:
+            return []
+        return await self._db.write(partial(intake.record_many, items=prepared, now=now))
+
     # inbox
 
     async def pending_sessions(self) -> list[str]:

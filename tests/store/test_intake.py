@@ -224,3 +224,32 @@ async def test_record_parsed_session_ids_follow_first_appearance(store: SQLiteSt
         delivery_id, ParsedDelivery(inbox=items), starting_agent=AGENT
     )
     assert sessions == [sid("c"), sid("a"), sid("b")]
+
+
+async def test_record_parsed_many_applies_every_delivery_and_skips_one_gone(
+    store: SQLiteStore,
+) -> None:
+    first, second = await stored(store, "k1"), await stored(store, "k2")
+    items = [
+        (first, ParsedDelivery(inbox=(message("a", "k1"),))),
+        (second, ParsedDelivery(inbox=(message("b", "k2"),))),
+    ]
+    assert await store.record_parsed_many(items, starting_agent=AGENT) == [sid("a"), sid("b")]
+    assert await store.unparsed_deliveries() == []
+    assert await store.record_parsed_many(items, starting_agent=AGENT) == []  # both gone now
+    assert await store.record_parsed_many([], starting_agent=AGENT) == []
+
+
+async def test_record_parsed_many_is_one_transaction(
+    file_store: SQLiteStore, db_path: Path
+) -> None:
+    first, second = await stored(file_store, "k1"), await stored(file_store, "k2")
+    add_trigger(db_path, "quarantine")  # the second delivery's quarantine row fails
+    before = table_dump(db_path, *PIPELINE_TABLES, "sessions")
+    items = [
+        (first, ParsedDelivery(inbox=(message("a", "k1"),))),
+        (second, ParsedDelivery(failure="part 2 failed")),
+    ]
+    with pytest.raises(sqlite3.IntegrityError, match="injected failure"):
+        await file_store.record_parsed_many(items, starting_agent=AGENT)
+    assert table_dump(db_path, *PIPELINE_TABLES, "sessions") == before
