@@ -133,7 +133,7 @@ def _retyped(value: Any) -> Any:
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, str):
-        return int(value) if value.isdigit() else [value]
+        return int(value) if value.isascii() and value.isdigit() else [value]  # not "²"
     if isinstance(value, int | float):
         return str(value)
     if isinstance(value, list):
