@@ -126,6 +126,7 @@ class InboundMessage(_Model):
     order: Order | None = None
     system: SystemNotice | None = None
     reply_to: str | None = None
+    thread_id: str | None = None  # Telegram forum topic; replies go back to it
     edited_message_id: str | None = None
     platform_type: str | None = None  # the platform's own type name, kept for unsupported kinds
     errors: tuple[PlatformError, ...] = ()
@@ -186,6 +187,7 @@ class OutboundMessage(_Model):
     buttons: tuple[Button, ...] = ()
     media: OutboundMedia | None = None
     reply_to: str | None = None
+    thread_id: str | None = None  # Telegram forum topic to post in
     skip_parts: int = Field(default=0, ge=0)  # parts an earlier try already delivered
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from agents import Reply, UserInput
 from channels import Button, InboundMessage, OutboundMessage
+from store import InboxItem
 
 MIGRATED_CHAT = "migrated_to_chat_id"  # session metadata: where a Telegram group moved to
 
@@ -64,11 +65,24 @@ def reply_target(chat_id: str, metadata: Mapping[str, Any]) -> str:
     return moved if isinstance(moved, str) and moved else chat_id
 
 
-def outbound(channel: str, account: str, chat_id: str, reply: Reply) -> OutboundMessage:
-    """The message that carries one agent reply."""
+def thread_of(rows: Sequence[InboxItem]) -> str | None:
+    """The forum topic of the turn's last message: where its replies go."""
+    thread = rows[-1].event.get("thread_id") if rows else None
+    return thread if isinstance(thread, str) else None
+
+
+def outbound(
+    channel: str, account: str, chat_id: str, reply: Reply, thread_id: str | None = None
+) -> OutboundMessage:
+    """The message that carries one agent reply (into the user's forum topic, if any)."""
     buttons = tuple(Button(id=title[:256], title=title) for title in reply.buttons if title)
     return OutboundMessage(
-        channel=channel, account=account, chat_id=chat_id, text=reply.text, buttons=buttons
+        channel=channel,
+        account=account,
+        chat_id=chat_id,
+        text=reply.text,
+        buttons=buttons,
+        thread_id=thread_id,
     )
 
 

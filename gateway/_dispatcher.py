@@ -185,7 +185,9 @@ class Dispatcher:
             await self._runner.run_turn(
                 sid,
                 convert.user_input([row.event for row in batch]),
-                before_commit=partial(_before_commit, [row.id for row in batch], typing),
+                before_commit=partial(
+                    _before_commit, [row.id for row in batch], convert.thread_of(batch), typing
+                ),
             )
         except (SessionDeletedError, SessionNotFound):
             log.info("session %s was deleted during its turn; nothing written", sid)
@@ -262,14 +264,16 @@ class Dispatcher:
             await self._store.record_event(sid, "handoff", detail)
 
 
-def _before_commit(ids: list[int], typing: Typing, turn: Turn, replies: Sequence[Reply]) -> None:
+def _before_commit(
+    ids: list[int], thread: str | None, typing: Typing, turn: Turn, replies: Sequence[Reply]
+) -> None:
     """Inside the turn's transaction: finish the inbox rows, queue one outbox row per reply."""
     typing.stop()
     turn.complete_inbox(ids)
     session = turn.session
     chat = convert.reply_target(session.chat_id, session.metadata)
     for reply in replies:
-        message = convert.outbound(session.channel, session.account, chat, reply)
+        message = convert.outbound(session.channel, session.account, chat, reply, thread)
         turn.add_outbox(
             OutboxIn(
                 session.session_id,

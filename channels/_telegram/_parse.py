@@ -145,9 +145,17 @@ def _message(update: Update, context: _Context) -> InboundMessage:
         location=content.location,
         contacts=content.contacts,
         reply_to=_id(reply.message_id, "reply_to_message.message_id") if reply else None,
+        thread_id=_topic(message),
         edited_message_id=message_id if edited else None,
         platform_type=content.platform_type,
     )
+
+
+def _topic(message: Message) -> str | None:
+    """The forum topic a message was posted in (None outside forums: General has no id)."""
+    if not message.is_topic_message or message.message_thread_id is None:
+        return None
+    return _id(message.message_thread_id, "message.message_thread_id")
 
 
 def _sender(message: Message, chat: Chat) -> tuple[str, str | None]:

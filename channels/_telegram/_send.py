@@ -28,6 +28,7 @@ class _Extras:
 
     reply: ReplyParameters | None = None
     markup: InlineKeyboardMarkup | None = None
+    thread: int | None = None  # the forum topic every part goes to
 
 
 def plan(message: OutboundMessage) -> list[Call]:
@@ -40,10 +41,19 @@ def plan(message: OutboundMessage) -> list[Call]:
     senders = [_media_call(message.chat_id, message.media)] if message.media else []
     senders += [_text_call(message.chat_id, chunk) for chunk in chunks]
     last = len(senders) - 1
+    thread = _thread(message.thread_id)
     return [
-        send(_Extras(reply if i == 0 else None, markup if i == last else None))
+        send(_Extras(reply if i == 0 else None, markup if i == last else None, thread))
         for i, send in enumerate(senders)
     ]
+
+
+def _thread(thread_id: str | None) -> int | None:
+    if thread_id is None:
+        return None
+    if not _MESSAGE_ID.match(thread_id):
+        raise PermanentSendError(CHANNEL, f"thread_id {thread_id!r} is not a Telegram topic id")
+    return int(thread_id)
 
 
 def _sticker_caption(media: OutboundMedia | None) -> str:
@@ -75,7 +85,11 @@ def _text_call(chat_id: str, text: str) -> Callable[[_Extras], Call]:
     def bind(extras: _Extras) -> Call:
         async def call(bot: Bot) -> Message:
             return await bot.send_message(
-                chat_id, text, reply_parameters=extras.reply, reply_markup=extras.markup
+                chat_id,
+                text,
+                reply_parameters=extras.reply,
+                reply_markup=extras.markup,
+                message_thread_id=extras.thread,
             )
 
         return call
@@ -113,30 +127,52 @@ def _file_reference(media: OutboundMedia) -> str:
 
 async def _photo(bot: Bot, chat: str, file: str, caption: str | None, x: _Extras) -> Message:
     return await bot.send_photo(
-        chat, file, caption=caption, reply_parameters=x.reply, reply_markup=x.markup
+        chat,
+        file,
+        caption=caption,
+        reply_parameters=x.reply,
+        reply_markup=x.markup,
+        message_thread_id=x.thread,
     )
 
 
 async def _audio(bot: Bot, chat: str, file: str, caption: str | None, x: _Extras) -> Message:
     return await bot.send_audio(
-        chat, file, caption=caption, reply_parameters=x.reply, reply_markup=x.markup
+        chat,
+        file,
+        caption=caption,
+        reply_parameters=x.reply,
+        reply_markup=x.markup,
+        message_thread_id=x.thread,
     )
 
 
 async def _video(bot: Bot, chat: str, file: str, caption: str | None, x: _Extras) -> Message:
     return await bot.send_video(
-        chat, file, caption=caption, reply_parameters=x.reply, reply_markup=x.markup
+        chat,
+        file,
+        caption=caption,
+        reply_parameters=x.reply,
+        reply_markup=x.markup,
+        message_thread_id=x.thread,
     )
 
 
 async def _document(bot: Bot, chat: str, file: str, caption: str | None, x: _Extras) -> Message:
     return await bot.send_document(
-        chat, file, caption=caption, reply_parameters=x.reply, reply_markup=x.markup
+        chat,
+        file,
+        caption=caption,
+        reply_parameters=x.reply,
+        reply_markup=x.markup,
+        message_thread_id=x.thread,
     )
 
 
 async def _sticker(bot: Bot, chat: str, file: str, caption: str | None, x: _Extras) -> Message:
-    return await bot.send_sticker(chat, file, reply_parameters=x.reply, reply_markup=x.markup)
+    return await bot.send_sticker(
+        chat, file, reply_parameters=x.reply, reply_markup=x.markup, message_thread_id=x.thread
+    )
 
 
 _MEDIA_SENDERS: dict[str, Callable[[Bot, str, str, str | None, _Extras], Awaitable[Message]]] = {

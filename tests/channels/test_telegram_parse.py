@@ -197,6 +197,7 @@ EXPECTED: dict[str, dict[str, Any] | None] = {
     },
     "20_group_command.json": {
         **BOB_IN_GROUP,
+        "thread_id": None,  # not a forum: no topic
         "kind": "command",
         "command": {"name": "help", "args": "refunds please"},
     },
@@ -228,6 +229,12 @@ EXPECTED: dict[str, dict[str, Any] | None] = {
         },
     },
     "27_my_chat_member_added_to_group.json": None,
+    "29_forum_topic_message.json": {
+        **BOB_IN_GROUP,
+        "kind": "text",
+        "text": "My invoice is wrong",
+        "thread_id": "3001",
+    },
     "28_callback_query_inline_message.json": {
         **ALICE,
         "kind": "interactive",

@@ -97,6 +97,28 @@ async def test_send_splits_long_text_reply_on_first_keyboard_on_last(
     assert result.message_ids == ("5001", "5002")
 
 
+async def test_send_posts_every_part_into_the_forum_topic(
+    adapter: TelegramAdapter, fake: FakeBotApi
+) -> None:
+    await adapter.send(reply("A" * 3000 + "\n\n" + "B" * 3000, thread_id="3001"))
+    assert [call.fields["message_thread_id"] for call in fake.calls] == ["3001", "3001"]
+
+
+async def test_send_outside_a_forum_sends_no_topic(
+    adapter: TelegramAdapter, fake: FakeBotApi
+) -> None:
+    await adapter.send(reply("hi"))
+    assert "message_thread_id" not in fake.calls[0].fields
+
+
+async def test_send_refuses_a_malformed_topic_before_any_request(
+    adapter: TelegramAdapter, fake: FakeBotApi
+) -> None:
+    with pytest.raises(PermanentSendError, match="thread_id"):
+        await adapter.send(reply("hi", thread_id="general"))
+    assert fake.calls == []
+
+
 async def test_send_makes_one_keyboard_row_per_button(
     adapter: TelegramAdapter, fake: FakeBotApi
 ) -> None:

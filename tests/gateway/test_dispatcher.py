@@ -120,6 +120,21 @@ async def test_dispatcher_enqueue_runs_one_turn_per_message_in_order(
     harness.model.assert_done()
 
 
+async def test_dispatcher_replies_into_the_forum_topic_of_the_last_message(
+    store: SQLiteStore,
+) -> None:
+    harness = Harness(store, ScriptedModel(echo(), echo()), double_texting="enqueue")
+    [sid] = await add_inbox(
+        store,
+        inbound("in topic", n=1, chat_id="-100", thread_id="3001"),
+        inbound("in general", n=2, chat_id="-100"),
+    )
+    harness.dispatcher.wake([sid])
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    threads = [row.payload.get("thread_id") for row in await store.list_outbox(sid)]
+    assert threads == ["3001", None]
+
+
 async def test_dispatcher_merge_answers_the_rows_pending_at_turn_start_in_one_turn(
     store: SQLiteStore, db: Path
 ) -> None:
