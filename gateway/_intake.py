@@ -134,15 +134,41 @@ class Intake:
 
     async def _record(self, chunk: Sequence[tuple[Delivery, ParseResult]]) -> None:
         parsed = [(delivery, to_parsed(delivery, result)) for delivery, result in chunk]
-        sessions = await self._store.record_parsed_many(
-            [(delivery.id, item) for delivery, item in parsed],
-            starting_agent=self._starting_agent,
-        )
+        try:
+            sessions = await self._store.record_parsed_many(
+                [(delivery.id, item) for delivery, item in parsed],
+                starting_agent=self._starting_agent,
+            )
+        except ValueError:
+            # One delivery the store refuses (e.g. ids too long for a session id) must not stall
+            # every later one: record them one by one, quarantining the refused.
+            parsed, sessions = await self._record_one_by_one(parsed)
         for (delivery, result), (_, item) in zip(chunk, parsed, strict=True):
             self._count(delivery, result, item)
             self._answer_callbacks(delivery, item.inbox)
         if sessions:
             self._on_sessions(sessions)
+
+    async def _record_one_by_one(
+        self, parsed: Sequence[tuple[Delivery, ParsedDelivery]]
+    ) -> tuple[list[tuple[Delivery, ParsedDelivery]], list[str]]:
+        """Each delivery in its own transaction; one the store refuses goes to quarantine."""
+        done: list[tuple[Delivery, ParsedDelivery]] = []
+        sessions: dict[str, None] = {}
+        for delivery, item in parsed:
+            try:
+                fresh = await self._store.record_parsed(
+                    delivery.id, item, starting_agent=self._starting_agent
+                )
+            except ValueError as exc:
+                log.warning("delivery %d of %s refused by the store", delivery.id, delivery.channel)
+                item = ParsedDelivery(failure=f"cannot be recorded: {exc}"[:MAX_ERROR])
+                fresh = await self._store.record_parsed(
+                    delivery.id, item, starting_agent=self._starting_agent
+                )
+            done.append((delivery, item))
+            sessions.update(dict.fromkeys(fresh))
+        return done, list(sessions)
 
     def _count(self, delivery: Delivery, result: ParseResult, parsed: ParsedDelivery) -> None:
         if parsed.failure is not None:

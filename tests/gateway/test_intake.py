@@ -268,3 +268,20 @@ async def test_intake_keeps_the_order_of_deliveries_recorded_in_chunks(
     assert texts == [f"text {n}" for n in range(40)]
     assert set(woken.sessions) == {inbox(db)[0][0]}
     assert await store.unparsed_deliveries() == []
+
+
+async def test_intake_quarantines_a_delivery_the_store_refuses_and_records_the_rest(
+    store: SQLiteStore, db: Path, adapters: dict[str, ChannelAdapter]
+) -> None:
+    whatsapp = adapters["whatsapp"]
+    await store_delivery(store, whatsapp, wa_messages(("wamid.1", "111", "before")))
+    too_long = "9" * 200  # a session id would pass its 128 characters
+    await store_delivery(store, whatsapp, wa_messages(("wamid.2", too_long, "refused")))
+    await store_delivery(store, whatsapp, wa_messages(("wamid.3", "333", "after")))
+    intake, woken, metrics = make_intake(store, adapters)
+    assert await intake.step() == 3
+    assert [key for _, key in inbox(db)] == ["whatsapp:wamid.1", "whatsapp:wamid.3"]
+    [(reason,)] = rows(db, "SELECT reason FROM quarantine")
+    assert "longer than 128" in reason
+    assert await store.unparsed_deliveries() == []  # nothing left to stall the next pass
+    assert metrics.value(QUARANTINED, channel="whatsapp") == 1
