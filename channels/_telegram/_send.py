@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Message, ReplyParameters
@@ -84,13 +85,7 @@ def _keyboard(buttons: tuple[Button, ...]) -> InlineKeyboardMarkup | None:
 def _text_call(chat_id: str, text: str) -> Callable[[_Extras], Call]:
     def bind(extras: _Extras) -> Call:
         async def call(bot: Bot) -> Message:
-            return await bot.send_message(
-                chat_id,
-                text,
-                reply_parameters=extras.reply,
-                reply_markup=extras.markup,
-                message_thread_id=extras.thread,
-            )
+            return await bot.send_message(chat_id, text, **_placement(extras))
 
         return call
 
@@ -125,54 +120,29 @@ def _file_reference(media: OutboundMedia) -> str:
     raise PermanentSendError(CHANNEL, "media has neither an id nor a url")
 
 
+def _placement(x: _Extras) -> dict[str, Any]:
+    """Where a message goes and what it carries besides its content; the same for every kind."""
+    return {"reply_parameters": x.reply, "reply_markup": x.markup, "message_thread_id": x.thread}
+
+
 async def _photo(bot: Bot, chat: str, file: str, caption: str | None, x: _Extras) -> Message:
-    return await bot.send_photo(
-        chat,
-        file,
-        caption=caption,
-        reply_parameters=x.reply,
-        reply_markup=x.markup,
-        message_thread_id=x.thread,
-    )
+    return await bot.send_photo(chat, file, caption=caption, **_placement(x))
 
 
 async def _audio(bot: Bot, chat: str, file: str, caption: str | None, x: _Extras) -> Message:
-    return await bot.send_audio(
-        chat,
-        file,
-        caption=caption,
-        reply_parameters=x.reply,
-        reply_markup=x.markup,
-        message_thread_id=x.thread,
-    )
+    return await bot.send_audio(chat, file, caption=caption, **_placement(x))
 
 
 async def _video(bot: Bot, chat: str, file: str, caption: str | None, x: _Extras) -> Message:
-    return await bot.send_video(
-        chat,
-        file,
-        caption=caption,
-        reply_parameters=x.reply,
-        reply_markup=x.markup,
-        message_thread_id=x.thread,
-    )
+    return await bot.send_video(chat, file, caption=caption, **_placement(x))
 
 
 async def _document(bot: Bot, chat: str, file: str, caption: str | None, x: _Extras) -> Message:
-    return await bot.send_document(
-        chat,
-        file,
-        caption=caption,
-        reply_parameters=x.reply,
-        reply_markup=x.markup,
-        message_thread_id=x.thread,
-    )
+    return await bot.send_document(chat, file, caption=caption, **_placement(x))
 
 
 async def _sticker(bot: Bot, chat: str, file: str, caption: str | None, x: _Extras) -> Message:
-    return await bot.send_sticker(
-        chat, file, reply_parameters=x.reply, reply_markup=x.markup, message_thread_id=x.thread
-    )
+    return await bot.send_sticker(chat, file, **_placement(x))
 
 
 _MEDIA_SENDERS: dict[str, Callable[[Bot, str, str, str | None, _Extras], Awaitable[Message]]] = {
