@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
 from agents import build_registry
-from store import Message, Session, Store, open_store
+from store import Message, Session, Store, open_store, validate_session_id
 
 from ._summary import summarize
 from .config import Settings
@@ -56,6 +56,8 @@ async def purge(settings: Settings, args: argparse.Namespace, out: TextIO) -> in
 
 
 async def sessions(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+    if args.action != "list":
+        validate_session_id(args.session_id)  # before the store is opened (or created)
     async with opened_store(settings) as store:
         if args.action == "list":
             return await _list_sessions(store, args, out)

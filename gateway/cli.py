@@ -102,7 +102,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
             return 0
         return asyncio.run(HANDLERS[args.command](settings, args, out))
     except ConfigError as exc:
-        print(f"config error in {path}: {exc}", file=sys.stderr)
+        where = "" if exc.key == str(path) else f" in {path}"  # a file error names the file
+        print(f"config error{where}: {exc}", file=sys.stderr)
     except InvalidSessionId as exc:
         print(f"invalid session id: {exc}", file=sys.stderr)
     except (StoreError, ChannelError, AgentError, ValueError) as exc:

@@ -127,6 +127,22 @@ def test_sessions_show_lists_the_branch_and_delete_erases(tmp_path: Path) -> Non
     assert cli("sessions", "show", "telegram-support-42", "--config", config)[0] == 1
 
 
+def test_missing_config_file_is_named_once(tmp_path: Path) -> None:
+    absent = tmp_path / "absent.toml"
+    result = run_cli("check-config", "--config", str(absent))
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"config error: {absent}: config file not found"
+
+
+def test_sessions_show_of_a_malformed_id_creates_no_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = cli("sessions", "show", "", "--config", str(config_with_store(tmp_path)))
+    assert code == 1
+    assert "session id is empty" in capsys.readouterr().err
+    assert not (tmp_path / "gw.db").exists()
+
+
 def test_sessions_show_rejects_a_malformed_id(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
