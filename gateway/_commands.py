@@ -43,6 +43,13 @@ async def check_config(settings: Settings, args: argparse.Namespace, out: TextIO
         for line in summarize(settings):
             print(f"  {line}", file=out)
         print(f"  agents declared: {', '.join(registry.names)}", file=out)
+        handoff = settings.dispatcher.dead_letter_handoff
+        if handoff and registry.get(handoff) is None:
+            print(
+                f"  warning: dispatcher.dead_letter_handoff {handoff!r} is not a declared agent;"
+                " dead-lettered sessions will stay with their agent",
+                file=out,
+            )
     finally:
         await registry.aclose()
     return 0

@@ -127,6 +127,19 @@ def test_sessions_show_lists_the_branch_and_delete_erases(tmp_path: Path) -> Non
     assert cli("sessions", "show", "telegram-support-42", "--config", config)[0] == 1
 
 
+def test_check_config_warns_of_a_dead_letter_handoff_to_an_undeclared_agent(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.toml"
+    agents = '[agents]\nstarting_agent = "a"\n[[agents.list]]\nname = "a"\nkind = "human"\n'
+    path.write_text(agents, encoding="utf-8")  # dead_letter_handoff defaults to "human"
+    code, out = cli("check-config", "--config", str(path))
+    assert code == 0
+    assert "warning: dispatcher.dead_letter_handoff 'human' is not a declared agent" in out
+    code, out = cli("check-config", "--config", str(EXAMPLE))
+    assert "warning" not in out
+
+
 def test_missing_config_file_is_named_once(tmp_path: Path) -> None:
     absent = tmp_path / "absent.toml"
     result = run_cli("check-config", "--config", str(absent))
