@@ -58,7 +58,13 @@ class ChannelAdapter(Protocol):
             SendError: with a disposition saying whether and when to try again.
         """
 
-    async def send_typing(self, account: str, chat_id: str, message_id: str | None = None) -> None:
+    async def send_typing(
+        self,
+        account: str,
+        chat_id: str,
+        message_id: str | None = None,
+        thread_id: str | None = None,
+    ) -> None:
         """Show that the bot is typing, while a reply is being prepared.
 
         Args:
@@ -66,6 +72,7 @@ class ChannelAdapter(Protocol):
             chat_id: the chat to show it in.
             message_id: the user's message being answered, where the platform ties the
                 indicator to one (WhatsApp marks it read); ignored elsewhere.
+            thread_id: the forum topic the reply will go to (Telegram); ignored elsewhere.
 
         Raises:
             SendError: the indicator could not be shown (callers treat it as cosmetic).

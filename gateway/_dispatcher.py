@@ -219,6 +219,7 @@ class Dispatcher:
             account,
             chat_id,
             message_id if isinstance(message_id, str) else None,
+            convert.thread_of([row]),
             after=self._config.typing_after_seconds,
             interval=self._config.typing_interval_seconds,
         )

@@ -23,12 +23,13 @@ class Typing:
         account: str,
         chat_id: str,
         message_id: str | None,
+        thread_id: str | None = None,
         *,
         after: float,
         interval: float,
     ) -> None:
         self._adapter = adapter
-        self._target = (account, chat_id, message_id)
+        self._target = (account, chat_id, message_id, thread_id)
         self._after = after
         self._interval = interval
         self._task: asyncio.Task[None] | None = None

@@ -114,10 +114,18 @@ class TelegramAdapter:
             raise
         return SendResult(message_ids=tuple(ids))
 
-    async def send_typing(self, account: str, chat_id: str, message_id: str | None = None) -> None:
-        """Show "typing…" in the chat for about five seconds; ``message_id`` is not needed."""
+    async def send_typing(
+        self,
+        account: str,
+        chat_id: str,
+        message_id: str | None = None,
+        thread_id: str | None = None,
+    ) -> None:
+        """Show "typing…" in the chat (in its forum topic, if any) for about five seconds."""
+        topic = int(thread_id) if thread_id is not None and thread_id.isdecimal() else None
         await self._call(
-            self._sender(account), lambda bot: bot.send_chat_action(chat_id, ChatAction.TYPING)
+            self._sender(account),
+            lambda bot: bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=topic),
         )
 
     async def answer_callback(

@@ -101,7 +101,13 @@ class WhatsAppAdapter:
         path = f"{account}/messages"
         await self._graph.post(path, self._token(account), payload, idempotent=True)
 
-    async def send_typing(self, account: str, chat_id: str, message_id: str | None = None) -> None:
+    async def send_typing(
+        self,
+        account: str,
+        chat_id: str,
+        message_id: str | None = None,
+        thread_id: str | None = None,
+    ) -> None:
         """Mark the user's message read with the typing indicator (it lasts up to 25 s or until
         the reply); WhatsApp ties the indicator to a message, so none is shown without one."""
         if message_id is not None:

@@ -45,6 +45,16 @@ async def test_send_typing_telegram_posts_the_typing_chat_action(
     assert call.fields == {"chat_id": "4242", "action": "typing"}
 
 
+async def test_send_typing_telegram_shows_it_in_the_forum_topic(
+    bot_api: tuple[tg.FakeBotApi, str],
+) -> None:
+    fake, url = bot_api
+    async with TelegramAdapter(tg.config(url)) as adapter:
+        await adapter.send_typing("support", "-100", thread_id="3001")
+    [call] = fake.calls
+    assert call.fields == {"chat_id": "-100", "action": "typing", "message_thread_id": "3001"}
+
+
 async def test_send_typing_telegram_maps_a_429_to_a_retryable_error(
     bot_api: tuple[tg.FakeBotApi, str],
 ) -> None:

@@ -79,13 +79,21 @@ class RecordingAdapter:
 
     name: str = "telegram"
     typing: list[tuple[str, str, str | None]] = field(default_factory=list)
+    threads: list[str | None] = field(default_factory=list)
     sent: list[OutboundMessage] = field(default_factory=list)
     typed: asyncio.Event = field(default_factory=asyncio.Event)
     db: Path | None = None  # when set, each indicator checks whether a reply is stored yet
     after_reply: int = 0
 
-    async def send_typing(self, account: str, chat_id: str, message_id: str | None = None) -> None:
+    async def send_typing(
+        self,
+        account: str,
+        chat_id: str,
+        message_id: str | None = None,
+        thread_id: str | None = None,
+    ) -> None:
         self.typing.append((account, chat_id, message_id))
+        self.threads.append(thread_id)
         self.typed.set()
         if self.db is not None and rows(self.db, "SELECT count(*) FROM outbox") != [(0,)]:
             self.after_reply += 1

@@ -379,6 +379,22 @@ async def test_dispatcher_shows_telegram_typing_while_a_slow_turn_runs_and_stops
     assert adapter.after_reply == 0  # stopped inside the turn, before its commit
 
 
+async def test_dispatcher_shows_typing_in_the_forum_topic_of_the_message(
+    store: SQLiteStore,
+) -> None:
+    adapter = RecordingAdapter("telegram")
+
+    async def step(messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]) -> ModelResponse:
+        await asyncio.wait_for(adapter.typed.wait(), 5)
+        return reply("done")
+
+    harness = Harness(store, ScriptedModel(step), {"telegram": adapter}, typing_after_seconds=0)
+    [sid] = await add_inbox(store, inbound("in topic", n=1, chat_id="-100", thread_id="3001"))
+    harness.dispatcher.wake([sid])
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert adapter.threads[0] == "3001"
+
+
 async def test_dispatcher_shows_whatsapp_typing_once_on_the_last_message(
     store: SQLiteStore,
 ) -> None:
