@@ -17,16 +17,16 @@ from .._errors import (
     FatalSendError,
     PermanentSendError,
     RetryableSendError,
-    SendError,
     UnknownAccount,
 )
 from .._model import OutboundMessage, ParseResult, SendResult
+from .._parts import Part, send_parts
 from ._bots import BotHandle, build_bot
 from ._call import CHANNEL, call_api
 from ._keys import update_keys
 from ._parse import parse_update
 from ._redact import TokenRedactor
-from ._send import plan
+from ._send import Call, plan
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 T = TypeVar("T")
@@ -104,15 +104,14 @@ class TelegramAdapter:
     async def send(self, message: OutboundMessage) -> SendResult:
         """Send one reply, split over several messages where it is too long."""
         handle = self._sender(message.account)
-        ids: list[str] = []
-        try:
-            for call in plan(message)[message.skip_parts :]:
-                sent = await self._call(handle, call)
-                ids.append(str(sent.message_id))
-        except SendError as exc:
-            exc.sent_ids = tuple(ids)
-            raise
-        return SendResult(message_ids=tuple(ids))
+
+        def part(call: Call) -> Part:
+            async def send() -> str:
+                return str((await self._call(handle, call)).message_id)
+
+            return send
+
+        return await send_parts([part(c) for c in plan(message)], message.skip_parts)
 
     async def send_typing(
         self,

@@ -15,10 +15,10 @@ from .._errors import (
     ChannelError,
     FatalSendError,
     PermanentSendError,
-    SendError,
     UncertainDelivery,
 )
 from .._model import OutboundMessage, ParseResult, SendResult
+from .._parts import Part, send_parts
 from ._graph import GraphClient
 from ._keys import delivery_keys
 from ._outbound import build_payloads
@@ -79,15 +79,14 @@ class WhatsAppAdapter:
         """Send one reply as one or more Graph API messages; returns every wamid in order."""
         token = self._token(message.account)
         path = f"{message.account}/messages"
-        ids: list[str] = []
-        try:
-            for payload in build_payloads(message)[message.skip_parts :]:
-                answer = await self._graph.post(path, token, payload, idempotent=False)
-                ids.append(_message_id(answer))
-        except SendError as exc:
-            exc.sent_ids = tuple(ids)
-            raise
-        return SendResult(message_ids=tuple(ids))
+
+        def part(payload: dict[str, Any]) -> Part:
+            async def send() -> str:
+                return _message_id(await self._graph.post(path, token, payload, idempotent=False))
+
+            return send
+
+        return await send_parts([part(p) for p in build_payloads(message)], message.skip_parts)
 
     async def mark_as_read(self, account: str, message_id: str, typing: bool = False) -> None:
         """Mark an inbound message read (and earlier ones); with ``typing``, show the indicator."""
