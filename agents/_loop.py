@@ -17,7 +17,7 @@ from ._tools import ToolResult
 
 logger = logging.getLogger("agents.runner")
 
-HANDOFF_EVENT = "handoff"
+HANDOFF_EVENT = "agent_changed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +109,8 @@ class TurnLoop:
             self.agent.name,
             target.name,
         )
-        self.turn.record_event(HANDOFF_EVENT, {"from": self.agent.name, "to": target.name})
+        detail = {"from": self.agent.name, "to": target.name, "reason": "handoff"}
+        self.turn.record_event(HANDOFF_EVENT, detail)
         self.turn.set_active_agent(target.name)
         self.agent = target
         if target.kind == "human" and target.handoff_reply:

@@ -11,7 +11,7 @@ from ._registry import Registry
 
 logger = logging.getLogger("agents.resolver")
 
-FALLBACK_EVENT = "agent_fallback"
+FALLBACK_EVENT = "agent_changed"
 
 
 def resolve_agent(turn: Turn, registry: Registry) -> Agent:
@@ -31,6 +31,6 @@ def resolve_agent(turn: Turn, registry: Registry) -> Agent:
         name,
         fallback.name,
     )
-    turn.record_event(FALLBACK_EVENT, {"from": name, "to": fallback.name})
+    turn.record_event(FALLBACK_EVENT, {"from": name, "to": fallback.name, "reason": "fallback"})
     turn.set_active_agent(fallback.name)
     return fallback

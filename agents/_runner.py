@@ -36,6 +36,7 @@ class TurnResult:
     agent_before: str
     agent_after: str
     message_ids: tuple[int, ...]
+    cancelled: bool = False  # the cancel event stopped it: only the user's message was kept
 
 
 class Runner:
@@ -85,17 +86,25 @@ class Runner:
     ) -> TurnResult:
         """Answer ``inbound`` in ``session_id``; commit history and active agent once.
 
+        Setting ``cancel`` stops the agents: the turn then commits only the user's message (see
+        ``TurnResult.cancelled``); an exception or a timeout rolls everything back.
+
         ``before_commit(turn, replies)`` runs inside the turn after the agents answered, so what
         it buffers (outbox rows, finished inbox rows) commits with the turn or not at all.
         """
+        cancelled = False
         async with self._store.turn(session_id) as turn:
             before = turn.session.active_agent
-            replies = await self._guarded(session_id, self._work(turn, inbound), cancel)
+            try:
+                replies = await self._guarded(session_id, self._work(turn, inbound), cancel)
+            except TurnCancelled:
+                _keep_only_the_message(turn, inbound)
+                replies, cancelled = [], True
             if before_commit is not None:
                 before_commit(turn, replies)
             after = turn.active_agent
         ids = tuple(message.id for message in turn.committed)
-        return TurnResult(session_id, tuple(replies), before, after, ids)
+        return TurnResult(session_id, tuple(replies), before, after, ids, cancelled)
 
     async def _work(self, turn: Turn, inbound: UserInput) -> list[Reply]:
         agent = resolve_agent(turn, self._registry)
@@ -113,6 +122,14 @@ class Runner:
             if timeout.expired() and self._turn_timeout is not None:
                 raise TurnTimeout(session_id, self._turn_timeout) from None
             raise
+
+
+def _keep_only_the_message(turn: Turn, inbound: UserInput) -> None:
+    """A cancelled turn: nothing it did is kept, but the user's message stays in the history,
+    answered by nobody, so the next turn's model sees it beside the user's next message."""
+    turn.discard()
+    data = {**inbound.data, "cancelled": True}
+    turn.append(NewMessage("user", inbound.text, data=data))
 
 
 async def _unless_cancelled(

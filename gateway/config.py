@@ -57,6 +57,28 @@ class SandboxConfig(_Section):
     enabled: bool = False
 
 
+class MediaConfig(_Section):
+    root: str = "data/media"  # one folder per session, relative to the working directory
+    max_bytes: int = Field(default=20 * MIB, gt=0)  # per file: uploads and platform downloads
+    # Platform media are fetched only from these hosts (".example.com": the domain and its
+    # subdomains), over https, from public addresses; the configured API base URLs are trusted too.
+    allowed_hosts: tuple[str, ...] = (
+        "graph.facebook.com",
+        ".fbsbx.com",
+        ".whatsapp.net",
+        "api.telegram.org",
+    )
+    download_timeout: float = Field(default=30.0, gt=0)  # seconds per platform download
+    download_wait_seconds: float = Field(default=2.0, ge=0)  # a turn waits this long at most
+
+
+class WebConfig(_Section):
+    max_frame_bytes: int = Field(default=65_536, gt=0)  # a larger /ws frame gets an error frame
+    max_text_chars: int = Field(default=4096, gt=0)  # a longer message text is refused
+    max_attachments: int = Field(default=10, ge=0)  # attachment ids one message may reference
+    heartbeat_seconds: float = Field(default=30.0, gt=0)  # /ws ping interval
+
+
 class DispatcherConfig(_Section):
     double_texting: Literal["merge", "enqueue"] = "merge"
     max_concurrent_turns: int = Field(default=32, gt=0)
@@ -86,6 +108,8 @@ class Settings(_Section):
     dedup: DedupConfig = DedupConfig()
     admin: AdminConfig = AdminConfig()
     sandbox: SandboxConfig = SandboxConfig()
+    media: MediaConfig = MediaConfig()
+    web: WebConfig = WebConfig()
     telegram: TelegramConfig = TelegramConfig()
     whatsapp: WhatsAppConfig = WhatsAppConfig()
     dispatcher: DispatcherConfig = DispatcherConfig()

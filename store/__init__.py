@@ -1,6 +1,7 @@
 """Persistent state: sessions, their history DAG, turns, the dedup guard and the pipeline."""
 
 from ._errors import (
+    AttachmentNotFound,
     DeliveryNotFound,
     InboxNotFound,
     InboxNotPending,
@@ -23,6 +24,7 @@ from ._pipeline_types import (
     INBOX_STATES,
     OUTBOX_FAILED_STATES,
     OUTBOX_STATES,
+    AttachmentIn,
     Delivery,
     DeliveryIn,
     InboxIn,
@@ -39,10 +41,26 @@ from ._pipeline_types import (
 from ._protocol import Store, Turn
 from ._sqlite import SQLiteStore
 from ._sqlite_turn import CommitHook, SQLiteTurn
-from ._types import ROLES, SESSION_STATUSES, Message, NewMessage, Role, Session, SessionEvent
+from ._types import (
+    ATTACHMENT_SOURCES,
+    ATTACHMENT_STATES,
+    ROLES,
+    SESSION_STATUSES,
+    Attachment,
+    Message,
+    NewMessage,
+    Role,
+    Session,
+    SessionEvent,
+)
 from ._url import open_store
 
 __all__ = [
+    "ATTACHMENT_SOURCES",
+    "ATTACHMENT_STATES",
+    "Attachment",
+    "AttachmentIn",
+    "AttachmentNotFound",
     "DELIVERY_STATES",
     "INBOX_STATES",
     "OUTBOX_FAILED_STATES",

@@ -26,6 +26,7 @@ from ._schema import check_version, migrate
 
 T = TypeVar("T")
 SyncFn = Callable[[sqlite3.Connection], T]
+EventListener = Callable[[frozenset[str]], None]
 
 BUSY_TIMEOUT_MS = 5000
 MEMORY = ":memory:"
@@ -41,6 +42,45 @@ def _in_transaction(begin: str, fn: SyncFn[T], conn: sqlite3.Connection) -> T:
             conn.rollback()
         raise
     return result
+
+
+class _Touched:
+    """Sessions that got events in the transaction under way (worker thread only).
+
+    A TEMP trigger calls ``add`` for every row inserted into ``session_events``, whichever
+    statement inserted it, so no write path can forget to wake the watchers.
+    """
+
+    def __init__(self) -> None:
+        self.sessions: set[str] = set()
+
+    def add(self, session_id: str) -> None:
+        self.sessions.add(session_id)
+
+    def take(self) -> frozenset[str]:
+        taken = frozenset(self.sessions)
+        self.sessions.clear()
+        return taken
+
+
+def _watch_events(touched: _Touched, conn: sqlite3.Connection) -> None:
+    conn.create_function("gateway_event_written", 1, touched.add)
+    conn.execute(
+        "CREATE TEMP TRIGGER IF NOT EXISTS gateway_event_written AFTER INSERT ON"
+        " main.session_events BEGIN SELECT gateway_event_written(NEW.session_id); END"
+    )
+
+
+def _write_tracked(
+    touched: _Touched, fn: SyncFn[T], conn: sqlite3.Connection
+) -> tuple[T, frozenset[str]]:
+    touched.take()  # nothing of an earlier, rolled-back transaction may leak into this one
+    try:
+        result = _in_transaction("BEGIN IMMEDIATE", fn, conn)
+    except BaseException:
+        touched.take()
+        raise
+    return result, touched.take()
 
 
 def _configure(path: str, conn: sqlite3.Connection) -> None:
@@ -61,6 +101,8 @@ class Connection:
         self._db = db
         self._closed = False
         self._run = cast(Callable[[Callable[[], Any]], Awaitable[Any]], db._execute)
+        self._touched = _Touched()
+        self.listeners: list[EventListener] = []  # told which sessions got events, after commit
 
     @classmethod
     async def open(cls, path: str) -> Connection:
@@ -69,6 +111,7 @@ class Connection:
         conn = cls(db)
         try:
             await conn.call(partial(_configure, path))
+            await conn.call(partial(_watch_events, conn._touched))
         except BaseException:
             await db.close()
             raise
@@ -90,8 +133,15 @@ class Connection:
         return await self.call(partial(_in_transaction, "BEGIN", fn))
 
     async def write(self, fn: SyncFn[T]) -> T:
-        """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction: committed if it returns."""
-        return await self.call(partial(_in_transaction, "BEGIN IMMEDIATE", fn))
+        """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction: committed if it returns.
+
+        After the commit, the listeners hear of every session that got events in it.
+        """
+        result, touched = await self.call(partial(_write_tracked, self._touched, fn))
+        if touched:
+            for listener in list(self.listeners):
+                listener(touched)
+        return result
 
     async def close(self) -> None:
         """Close the connection; idempotent."""

@@ -136,5 +136,13 @@ class QuarantineNotFound(StoreError):
         self.quarantine_id = quarantine_id
 
 
+class AttachmentNotFound(StoreError):
+    """No attachment with this id (in this session)."""
+
+    def __init__(self, attachment_id: str) -> None:
+        super().__init__(f"attachment {attachment_id!r} not found")
+        self.attachment_id = attachment_id
+
+
 class InvalidSessionId(ValueError):
     code = "invalid_session_id"

@@ -54,6 +54,17 @@ class Delivery:
 
 
 @dataclass(frozen=True, slots=True)
+class AttachmentIn:
+    """A platform file that came with an inbound message, recorded ``pending`` until fetched."""
+
+    id: str  # 32 hex digits, made by the caller
+    name: str
+    content_type: str
+    source: str  # whatsapp / telegram
+    media_ref: dict[str, Any]  # what the downloader needs: account, media id
+
+
+@dataclass(frozen=True, slots=True)
 class InboxIn:
     """One inbound message; its session is ``make_session_id(channel, account, chat_id)``."""
 
@@ -62,6 +73,8 @@ class InboxIn:
     chat_id: str
     dedup_key: str
     event: dict[str, Any]  # InboundMessage.model_dump(mode="json")
+    attachments: tuple[AttachmentIn, ...] = ()  # platform files to fetch
+    links: tuple[str, ...] = ()  # ids of uploaded attachments this message references
 
 
 @dataclass(frozen=True, slots=True)

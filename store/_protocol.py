@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -17,7 +17,7 @@ from ._pipeline_types import (
     QuarantineIn,
     QuarantineItem,
 )
-from ._types import Message, NewMessage, Role, Session, SessionEvent, SessionStatus
+from ._types import Attachment, Message, NewMessage, Role, Session, SessionEvent, SessionStatus
 
 
 class Turn(Protocol):
@@ -54,6 +54,13 @@ class Turn(Protocol):
 
     def record_event(self, kind: str, detail: dict[str, Any]) -> None:
         """Record a session event when the turn commits."""
+
+    def discard(self) -> None:
+        """Drop every write buffered so far; the turn then commits as cancelled.
+
+        Writes buffered afterwards (the user's message, finished inbox rows) still commit,
+        with a ``turn_cancelled`` event in place of ``turn_finished``.
+        """
 
     def complete_inbox(self, ids: Sequence[int]) -> None:
         """Mark these pending inbox rows of the session done when the turn commits.
@@ -151,7 +158,52 @@ class Store(Protocol):
     ) -> SessionEvent:
         """Record a session event outside a turn (e.g. an operator's handoff)."""
 
-    async def list_events(self, session_id: str) -> list[SessionEvent]: ...
+    async def list_events(
+        self, session_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[SessionEvent]:
+        """The session's event log after ``seq`` ``after``, in order; SessionNotFound."""
+
+    def watch_events(self, listener: Callable[[frozenset[str]], None]) -> Callable[[], None]:
+        """Hear, after each commit of this process, which sessions got events; returns the
+        function that stops it. Other processes' commits are not heard: poll for those."""
+
+    async def set_agent(self, session_id: str, agent: str, *, reason: str) -> Session:
+        """Hand the session to ``agent`` with an ``agent_changed`` event, in one transaction.
+
+        RunActive while a turn runs (the turn would commit its own agent over this one).
+        """
+
+    # attachments (the rows; the gateway keeps the files)
+    async def create_attachment(
+        self,
+        session_id: str,
+        *,
+        name: str,
+        content_type: str,
+        source: str,
+        size: int = 0,
+        state: str = "ready",
+        message_key: str | None = None,
+        media_ref: dict[str, Any] | None = None,
+    ) -> Attachment: ...
+
+    async def get_attachment(self, session_id: str, attachment_id: str) -> Attachment | None: ...
+
+    async def list_attachments(self, session_id: str) -> list[Attachment]: ...
+
+    async def message_attachments(self, message_keys: Sequence[str]) -> list[Attachment]: ...
+
+    async def pending_attachments(self, limit: int = 100) -> list[Attachment]: ...
+
+    async def finish_attachment(
+        self,
+        attachment_id: str,
+        *,
+        state: str,
+        size: int = 0,
+        content_type: str | None = None,
+        error: str | None = None,
+    ) -> Attachment: ...
 
     # turns
     def turn(self, session_id: str) -> AbstractAsyncContextManager[Turn]: ...

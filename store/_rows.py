@@ -6,14 +6,18 @@ import json
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from ._types import Message, Role, Session, SessionEvent, SessionStatus
+from ._types import Attachment, Message, Role, Session, SessionEvent, SessionStatus
 
 SESSION_COLUMNS = (
     "session_id, channel, account, chat_id, active_agent, status, head_id, metadata, "
     "created_at, updated_at"
 )
 MESSAGE_COLUMNS = "id, session_id, parent_id, role, text, agent, data, created_at"
-EVENT_COLUMNS = "id, session_id, kind, detail, created_at"
+EVENT_COLUMNS = "id, session_id, kind, detail, created_at, seq"
+ATTACHMENT_COLUMNS = (
+    "id, session_id, name, content_type, size, state, source, message_key, error, created_at,"
+    " media_ref"
+)
 
 Row = tuple[Any, ...]
 
@@ -73,4 +77,22 @@ def to_event(row: Row) -> SessionEvent:
         kind=row[2],
         detail=load_json(row[3]),
         created_at=to_datetime(row[4]),
+        seq=row[5],
+    )
+
+
+def to_attachment(row: Row) -> Attachment:
+    """An ``ATTACHMENT_COLUMNS`` row to an Attachment."""
+    return Attachment(
+        id=row[0],
+        session_id=row[1],
+        name=row[2],
+        content_type=row[3],
+        size=row[4],
+        state=row[5],
+        source=row[6],
+        message_key=row[7],
+        error=row[8],
+        created_at=to_datetime(row[9]),
+        media_ref=load_json(row[10]),
     )

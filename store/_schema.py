@@ -149,7 +149,36 @@ _V3 = (
     " WHERE state = 'pending'",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+# The session event log (docs/store.md "Event log"): a gap-free ``seq`` per session, so a
+# watcher resumes after the last one it saw; and the attachments of web and platform media.
+_V4 = (
+    "ALTER TABLE session_events ADD COLUMN seq INTEGER NOT NULL DEFAULT 0",
+    """
+    UPDATE session_events SET seq = (SELECT count(*) FROM session_events AS earlier
+        WHERE earlier.session_id = session_events.session_id AND earlier.id <= session_events.id)
+    """,
+    "CREATE UNIQUE INDEX session_events_seq ON session_events (session_id, seq)",
+    """
+    CREATE TABLE attachments (
+        id           TEXT PRIMARY KEY CHECK (length(id) = 32),
+        session_id   TEXT NOT NULL REFERENCES sessions (session_id) ON DELETE CASCADE,
+        name         TEXT NOT NULL,
+        content_type TEXT NOT NULL,
+        size         INTEGER NOT NULL DEFAULT 0 CHECK (size >= 0),
+        state        TEXT NOT NULL CHECK (state IN ('ready', 'pending', 'failed')),
+        source       TEXT NOT NULL CHECK (source IN ('upload', 'whatsapp', 'telegram')),
+        message_key  TEXT,
+        media_ref    TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(media_ref)),
+        error        TEXT,
+        created_at   REAL NOT NULL
+    ) WITHOUT ROWID
+    """,
+    "CREATE INDEX attachments_session ON attachments (session_id, created_at)",
+    "CREATE INDEX attachments_message ON attachments (message_key)",
+    "CREATE INDEX attachments_pending ON attachments (state) WHERE state = 'pending'",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 LATEST = len(MIGRATIONS)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import _sql_attachments as attachments
 from . import _sql_inbox as inbox
 from . import _sql_outbox as outbox
 from ._checks import check_text, json_object, session_values
@@ -14,13 +15,14 @@ from ._errors import DeliveryNotFound
 from ._ids import make_session_id
 from ._pipeline_types import (
     DELIVERY_STATES,
+    AttachmentIn,
     InboxIn,
     MembershipIn,
     ParsedDelivery,
     StatusIn,
 )
 from ._sql_quarantine import insert_many as insert_quarantine
-from ._sql_sessions import insert_session
+from ._sql_sessions import add_event, insert_session
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +31,49 @@ class Rows:
 
     sessions: dict[str, dict[str, Any]]  # session id -> its row, should it be new
     inbox: list[tuple[object, ...]]
+    arrivals: list[Arrival]  # one per inbox row: what else is written if the row is new
     statuses: list[dict[str, Any]]
     memberships: list[tuple[object, ...]]
     failure: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """The rest of a new inbound message: its ``message`` event and its attachments."""
+
+    detail: dict[str, Any]
+    attachments: list[dict[str, Any]]
+    links: tuple[str, ...]
+
+
+def _arrival(item: InboxIn) -> Arrival:
+    event = item.event
+    rows = []
+    for attachment in item.attachments:
+        if not isinstance(attachment, AttachmentIn):
+            raise ValueError("InboxIn.attachments holds AttachmentIn items")
+        rows.append(
+            {
+                "id": check_text("AttachmentIn.id", attachment.id),
+                "name": attachment.name,
+                "content_type": check_text("AttachmentIn.content_type", attachment.content_type),
+                "size": 0,
+                "state": "pending",
+                "source": check_text("AttachmentIn.source", attachment.source),
+                "message_key": item.dedup_key,
+                "media_ref": json_object("AttachmentIn.media_ref", attachment.media_ref),
+            }
+        )
+    links = tuple(check_text("InboxIn.links", link) for link in item.links)
+    detail = {
+        "role": "user",
+        "text": event.get("text"),
+        "kind": event.get("kind"),
+        "message_id": event.get("message_id"),
+        "sender_name": event.get("sender_name"),
+        "attachments": [*links, *(row["id"] for row in rows)],
+    }
+    return Arrival(detail, rows, links)
 
 
 def _inbox_row(item: InboxIn, now: float) -> tuple[object, ...]:
@@ -74,6 +116,7 @@ def prepare(parsed: ParsedDelivery, starting_agent: str, now: float) -> Rows:
     if parsed.failure is not None:
         check_text("parsed.failure", parsed.failure)
     inbox_rows = [_inbox_row(item, now) for item in parsed.inbox]
+    arrivals = [_arrival(item) for item in parsed.inbox]
     membership_rows = [_membership_row(item, now) for item in parsed.memberships]
     sessions: dict[str, dict[str, Any]] = {}
     chats: list[InboxIn | MembershipIn] = [*parsed.inbox, *parsed.memberships]
@@ -83,6 +126,7 @@ def prepare(parsed: ParsedDelivery, starting_agent: str, now: float) -> Rows:
     return Rows(
         sessions=sessions,
         inbox=inbox_rows,
+        arrivals=arrivals,
         statuses=[_status_row(item) for item in parsed.statuses],
         memberships=membership_rows,
         failure=parsed.failure,
@@ -102,11 +146,13 @@ def record(conn: sqlite3.Connection, delivery_id: int | None, rows: Rows, now: f
     for values in rows.sessions.values():
         insert_session(conn, values, now)  # get-or-create: an existing session is kept as is
     fresh: dict[str, None] = {}  # an ordered set
-    for row in rows.inbox:
+    for row, arrival in zip(rows.inbox, rows.arrivals, strict=True):
         sid = inbox.insert(conn, row)
         if sid is not None:
             fresh[sid] = None
-    outbox.apply_statuses(conn, rows.statuses)
+            _arrived(conn, sid, str(row[1]), arrival, now)
+    for sid, status in outbox.apply_statuses(conn, rows.statuses):
+        add_event(conn, sid, "status", status, now)
     conn.executemany(
         "UPDATE sessions SET metadata = json_set(metadata, '$.blocked', json(?)),"
         " updated_at = ? WHERE session_id = ?",
@@ -118,6 +164,17 @@ def record(conn: sqlite3.Connection, delivery_id: int | None, rows: Rows, now: f
             insert_quarantine(conn, [(channel, account, body, rows.failure, received_at)])
         conn.execute("DELETE FROM deliveries WHERE id = ?", (delivery_id,))
     return list(fresh)
+
+
+def _arrived(
+    conn: sqlite3.Connection, sid: str, dedup_key: str, arrival: Arrival, now: float
+) -> None:
+    """A new inbound message: link its uploads, record its platform files, log its event."""
+    if arrival.links:
+        attachments.link(conn, sid, arrival.links, dedup_key)
+    for values in arrival.attachments:
+        attachments.insert(conn, {**values, "session_id": sid}, now)
+    add_event(conn, sid, "message", arrival.detail, now)
 
 
 def record_many(

@@ -22,7 +22,7 @@ _APPLY_STATUS = (
     " error = CASE WHEN :state = 'failed' THEN coalesce(:error, 'delivery failed') ELSE error END"
     " WHERE id = (SELECT outbox_id FROM outbox_platform_ids"
     "   WHERE channel = :channel AND account = :account AND platform_id = :platform_id)"
-    f" AND {_RANK_OF_CURRENT} < :rank"
+    f" AND {_RANK_OF_CURRENT} < :rank RETURNING id, session_id"
 )
 
 
@@ -40,9 +40,22 @@ def insert(conn: sqlite3.Connection, values: dict[str, Any], now: float) -> Outb
     return to_outbox(row)
 
 
-def apply_statuses(conn: sqlite3.Connection, statuses: Sequence[dict[str, Any]]) -> None:
-    """Set ``delivery_state`` of the rows that sent these platform ids; others are ignored."""
-    conn.executemany(_APPLY_STATUS, statuses)
+def apply_statuses(
+    conn: sqlite3.Connection, statuses: Sequence[dict[str, Any]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Set ``delivery_state`` of the rows that sent these platform ids; others are ignored.
+
+    Returns ``(session_id, event detail)`` of each row that moved, for the session's log.
+    """
+    moved: list[tuple[str, dict[str, Any]]] = []
+    for status in statuses:
+        row = conn.execute(_APPLY_STATUS, status).fetchone()
+        if row is not None and row[1] is not None:
+            detail = {"outbox_id": row[0], "state": status["state"]}
+            if status["state"] == "failed":
+                detail["error"] = status["error"] or "delivery failed"
+            moved.append((row[1], detail))
+    return moved
 
 
 def _refusal(conn: sqlite3.Connection, outbox_id: int) -> OutboxNotFound | OutboxNotPending:

@@ -112,12 +112,18 @@ def count_sessions(conn: sqlite3.Connection, filters: Filters) -> int:
     return count
 
 
-def interrupt_running(conn: sqlite3.Connection) -> list[str]:
-    """Mark every ``running`` session ``interrupted``; return their ids, sorted."""
+def interrupt_running(conn: sqlite3.Connection, now: float) -> list[str]:
+    """Mark every ``running`` session ``interrupted``; return their ids, sorted.
+
+    Each gets a ``turn_cancelled`` event: its ``turn_started`` will not be followed by a finish.
+    """
     rows = conn.execute(
         "UPDATE sessions SET status = 'interrupted' WHERE status = 'running' RETURNING session_id"
     ).fetchall()
-    return sorted(row[0] for row in rows)
+    ids = sorted(row[0] for row in rows)
+    for sid in ids:
+        add_event(conn, sid, "turn_cancelled", {"reason": "interrupted"}, now)
+    return ids
 
 
 def set_status(conn: sqlite3.Connection, session_id: str, status: str) -> None:
@@ -204,27 +210,76 @@ def set_active_head(
         f" RETURNING {SESSION_COLUMNS}",
         (message_id, now, session_id),
     ).fetchone()
+    add_event(conn, session_id, "head_moved", {"message_id": message_id}, now)
+    return to_session(row)
+
+
+def set_agent(
+    conn: sqlite3.Connection, session_id: str, agent: str, reason: str, now: float
+) -> Session:
+    """Hand the session to ``agent`` with an ``agent_changed`` event; refused while running."""
+    session = require_session(conn, session_id)
+    if session.status == "running":
+        raise RunActive(session_id)
+    row = conn.execute(
+        f"UPDATE sessions SET active_agent = ?, updated_at = ? WHERE session_id = ?"
+        f" RETURNING {SESSION_COLUMNS}",
+        (agent, now, session_id),
+    ).fetchone()
+    if agent != session.active_agent:
+        detail = {"from": session.active_agent, "to": agent, "reason": reason}
+        add_event(conn, session_id, "agent_changed", detail, now)
     return to_session(row)
 
 
 def insert_event(
     conn: sqlite3.Connection, session_id: str, kind: str, detail: str, now: float
 ) -> SessionEvent:
-    """Insert one session event; ``detail`` is JSON text."""
+    """Append one event to the session's log with its next ``seq``; ``detail`` is JSON text.
+
+    The caller's transaction holds the write lock, so no other writer can take the same seq.
+    """
     row = conn.execute(
-        "INSERT INTO session_events (session_id, kind, detail, created_at) VALUES (?, ?, ?, ?)"
-        f" RETURNING {EVENT_COLUMNS}",
+        "INSERT INTO session_events (session_id, kind, detail, created_at, seq)"
+        " VALUES (?1, ?2, ?3, ?4, (SELECT coalesce(max(seq), 0) + 1 FROM session_events"
+        f" WHERE session_id = ?1)) RETURNING {EVENT_COLUMNS}",
         (session_id, kind, detail, now),
     ).fetchone()
     return to_event(row)
 
 
-def list_events(conn: sqlite3.Connection, session_id: str) -> list[SessionEvent]:
-    """A session's events, oldest first."""
+def add_event(
+    conn: sqlite3.Connection, session_id: str, kind: str, detail: dict[str, Any], now: float
+) -> SessionEvent:
+    """``insert_event`` with ``detail`` as a dict."""
+    return insert_event(conn, session_id, kind, dump_json(detail), now)
+
+
+def message_event(message: Message) -> dict[str, Any]:
+    """The ``message`` event of an answer: what /ws shows the user and the console."""
+    operator = message.role == "assistant" and message.agent == "operator"
+    detail: dict[str, Any] = {
+        "message_id": message.id,
+        "role": "operator" if operator else message.role,
+        "text": message.text,
+        "agent": message.agent,
+        "attachments": [],
+    }
+    buttons = message.data.get("buttons")
+    if buttons:
+        detail["buttons"] = buttons
+    return detail
+
+
+def list_events(
+    conn: sqlite3.Connection, session_id: str, after: int = 0, limit: int = -1
+) -> list[SessionEvent]:
+    """A session's events with ``seq > after``, oldest first (``limit`` < 0: all)."""
     require_session(conn, session_id)
     rows = conn.execute(
-        f"SELECT {EVENT_COLUMNS} FROM session_events WHERE session_id = ? ORDER BY id",
-        (session_id,),
+        f"SELECT {EVENT_COLUMNS} FROM session_events WHERE session_id = ? AND seq > ?"
+        " ORDER BY seq LIMIT ?",
+        (session_id, after, limit),
     ).fetchall()
     return [to_event(row) for row in rows]
 

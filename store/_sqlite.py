@@ -13,11 +13,12 @@ from typing import Any, Self
 
 from . import _sql_dedup as dedup
 from . import _sql_sessions as sql
-from ._checks import MAX_LIST_LIMIT, check_agent, check_int, session_values
-from ._conn import Connection
+from ._checks import MAX_LIST_LIMIT, check_agent, check_int, check_text, session_values
+from ._conn import Connection, EventListener
 from ._errors import SessionExistsError, StoreError
 from ._ids import validate_session_id
 from ._rows import dump_json
+from ._sqlite_attachments import AttachmentMethods
 from ._sqlite_pipeline import PipelineMethods
 from ._sqlite_turn import SQLiteTurn, TurnScope
 from ._types import ROLES, SESSION_STATUSES, Message, Role, Session, SessionEvent, SessionStatus
@@ -40,7 +41,7 @@ def _filters(channel: str | None, status: str | None, agent: str | None) -> sql.
     return {column: value for column, value in pairs.items() if value is not None}
 
 
-class SQLiteStore(PipelineMethods):
+class SQLiteStore(PipelineMethods, AttachmentMethods):
     """Sessions, history, the dedup guard and the pipeline in one SQLite file (or ``:memory:``)."""
 
     def __init__(
@@ -197,7 +198,7 @@ class SQLiteStore(PipelineMethods):
 
     async def interrupt_running(self) -> list[str]:
         """Turn every ``running`` session into ``interrupted``; return their ids."""
-        return await self._db.write(sql.interrupt_running)
+        return await self._db.write(partial(sql.interrupt_running, now=self._now()))
 
     # history
 
@@ -261,10 +262,35 @@ class SQLiteStore(PipelineMethods):
 
         return await self._db.write(run)
 
-    async def list_events(self, session_id: str) -> list[SessionEvent]:
-        """A session's events, oldest first."""
+    async def list_events(
+        self, session_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[SessionEvent]:
+        """A session's events with ``seq > after``, oldest first; at most ``limit``."""
         validate_session_id(session_id)
-        return await self._db.read(partial(sql.list_events, session_id=session_id))
+        check_int("after", after, 0)
+        if limit is not None:
+            check_int("limit", limit, 1, MAX_LIST_LIMIT)
+        run = partial(sql.list_events, session_id=session_id, after=after, limit=limit or -1)
+        return await self._db.read(run)
+
+    def watch_events(self, listener: EventListener) -> Callable[[], None]:
+        """Call ``listener(session_ids)`` after each commit that logged events of those sessions.
+
+        Only this process's commits are heard; returns the function that stops the calls.
+        """
+        listeners = self._db.listeners
+        listeners.append(listener)
+        return lambda: listeners.remove(listener) if listener in listeners else None
+
+    async def set_agent(self, session_id: str, agent: str, *, reason: str) -> Session:
+        """Hand the session to ``agent`` (an ``agent_changed`` event); RunActive while running."""
+        validate_session_id(session_id)
+        check_agent(agent)
+        check_text("reason", reason)
+        run = partial(
+            sql.set_agent, session_id=session_id, agent=agent, reason=reason, now=self._now()
+        )
+        return await self._db.write(run)
 
     # turns
 

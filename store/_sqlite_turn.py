@@ -7,6 +7,7 @@ that writes everything; any exception restores the status and writes nothing els
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -21,7 +22,14 @@ from ._conn import Connection
 from ._errors import RunActive, SessionDeletedError, StoreError, TurnActive
 from ._pipeline_types import OutboxIn, OutboxItem
 from ._rows import dump_json, load_json
-from ._sql_sessions import insert_event, insert_message, require_session, select_branch
+from ._sql_sessions import (
+    add_event,
+    insert_event,
+    insert_message,
+    message_event,
+    require_session,
+    select_branch,
+)
 from ._sql_sessions import set_status as set_status_sql
 from ._types import ROLES, Message, NewMessage, Session, SessionStatus
 
@@ -57,6 +65,7 @@ class SQLiteTurn:
         self._outbox: list[dict[str, Any]] = []
         self._committed: tuple[Message, ...] = ()
         self._committed_outbox: tuple[OutboxItem, ...] = ()
+        self._cancelled = False
         self._open = True
 
     @property
@@ -134,6 +143,23 @@ class SQLiteTurn:
             )
         self._outbox.append(values)
 
+    def discard(self) -> None:
+        """Drop every write buffered so far: the turn will commit as cancelled.
+
+        What is buffered after this (the user's message, the inbox rows) still commits, with
+        a ``turn_cancelled`` event instead of ``turn_finished``.
+        """
+        self._check_open()
+        self._pending.clear()
+        self._rows.clear()
+        self._agent = None
+        self._metadata.clear()
+        self._events.clear()
+        self._hooks.clear()
+        self._inbox_done.clear()
+        self._outbox.clear()
+        self._cancelled = True
+
     def add_commit_hook(self, hook: CommitHook) -> None:
         """Run ``hook`` inside the commit transaction, after the messages are inserted."""
         self._check_open()
@@ -165,6 +191,13 @@ class SQLiteTurn:
         )
         for kind, detail, at in self._events:
             insert_event(conn, sid, kind, detail, at)
+        answers = [m for m in committed if m.role == "assistant" and m.text]
+        for message in answers:
+            add_event(conn, sid, "message", message_event(message), now)
+        if self._cancelled:
+            add_event(conn, sid, "turn_cancelled", {"reason": "cancelled"}, now)
+        else:
+            add_event(conn, sid, "turn_finished", {"replies": len(answers)}, now)
         if self._inbox_done:
             inbox_sql.complete(conn, sid, list(self._inbox_done), now)
         outbox = [outbox_sql.insert(conn, values, now) for values in self._outbox]
@@ -174,6 +207,15 @@ class SQLiteTurn:
 
     def _close(self) -> None:
         self._open = False
+
+
+def end_reason(exc: BaseException | None) -> str:
+    """Why a turn ended without its commit, as its ``turn_cancelled`` event says."""
+    if isinstance(exc, asyncio.CancelledError):
+        return "interrupted"  # shutdown: the turn runs again at the next start
+    if isinstance(exc, TimeoutError):  # agents' TurnTimeout is one
+        return "timeout"
+    return "failed"
 
 
 class TurnScope:
@@ -202,7 +244,7 @@ class TurnScope:
             # A cancelled caller does not stop _begin (already queued on the connection's
             # thread); _restore is queued after it, so it undoes whatever _begin did.
             self._open_turns.discard(self._sid)
-            await self._conn.write(self._restore)
+            await self._conn.write(partial(self._restore, reason="interrupted"))
             raise
         self._turn = SQLiteTurn(session, history, self._clock)
         return self._turn
@@ -218,7 +260,7 @@ class TurnScope:
             if exc_type is None:
                 await self._commit(self._turn)
             else:
-                await self._conn.write(self._restore)
+                await self._conn.write(partial(self._restore, reason=end_reason(exc)))
         finally:
             self._turn._close()
             self._open_turns.discard(self._sid)
@@ -230,7 +272,7 @@ class TurnScope:
             committed, outbox = await self._conn.write(write)
         except BaseException:
             # A cancelled caller does not stop the commit; then this finds nothing to undo.
-            await self._conn.write(self._restore)
+            await self._conn.write(partial(self._restore, reason="failed"))
             raise
         turn._committed = tuple(committed)
         turn._committed_outbox = tuple(outbox)
@@ -244,16 +286,19 @@ class TurnScope:
             "SELECT created_at FROM sessions WHERE session_id = ?", (self._sid,)
         ).fetchone()[0]
         set_status_sql(conn, self._sid, "running")
+        add_event(conn, self._sid, "turn_started", {}, self._clock())
         history = select_branch(conn, session.head_id)
         self._snapshot = _Snapshot(session.status, created_at)
         return replace(session, status="running"), history
 
-    def _restore(self, conn: sqlite3.Connection) -> None:
-        """Put the status back as it was before the turn, and nothing else."""
+    def _restore(self, conn: sqlite3.Connection, reason: str) -> None:
+        """Put the status back as it was before the turn and log why it ended; nothing else."""
         if self._snapshot is None:
             return
-        conn.execute(
+        cursor = conn.execute(
             "UPDATE sessions SET status = ? WHERE session_id = ? AND status = 'running'"
             " AND created_at = ?",
             (self._snapshot.prior_status, self._sid, self._snapshot.created_at),
         )
+        if cursor.rowcount:
+            add_event(conn, self._sid, "turn_cancelled", {"reason": reason}, self._clock())

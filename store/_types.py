@@ -52,10 +52,36 @@ class NewMessage:
 
 @dataclass(frozen=True, slots=True)
 class SessionEvent:
-    """Something that happened to a session that is not a message (e.g. an agent fallback)."""
+    """One entry of a session's event log: ``seq`` is 1, 2, 3, ... per session.
+
+    Kinds: ``message`` (in or out), ``agent_changed``, ``turn_started``, ``turn_finished``,
+    ``turn_cancelled``, ``status`` (a delivery status), and notices such as ``send_failed``.
+    """
 
     id: int
     session_id: str
     kind: str
     detail: dict[str, Any]
     created_at: datetime
+    seq: int = 0
+
+
+ATTACHMENT_STATES = ("ready", "pending", "failed")
+ATTACHMENT_SOURCES = ("upload", "whatsapp", "telegram")
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file of one session; its bytes live at ``<media root>/<session_id>/<id>``."""
+
+    id: str  # 32 hex digits, made by the gateway; never the client's file name
+    session_id: str
+    name: str  # the cleaned original file name, metadata only
+    content_type: str
+    size: int  # bytes stored (0 while pending or after a failure)
+    state: str  # ready / pending (a platform download under way) / failed
+    source: str  # upload / whatsapp / telegram
+    message_key: str | None  # dedup key of the inbound message it came with
+    error: str | None
+    created_at: datetime
+    media_ref: dict[str, Any] = field(default_factory=dict)  # where a platform file comes from

@@ -36,12 +36,34 @@ def make_registry(
     return Registry(agents, "triage")
 
 
+ATTEMPT_LOG = ("turn_started", "turn_cancelled")  # what a rolled-back turn leaves in the log
+
+
 def dump_tables(path: Path) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table, read with the stdlib sqlite3 module, bypassing the store."""
+    """Every row of every table, read with the stdlib sqlite3 module, bypassing the store;
+    the event log without the entries that only record a turn's attempt (see log_kinds)."""
     conn = sqlite3.connect(path)
     try:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
+        dump = {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
+        dump["session_events"] = sorted(
+            conn.execute(
+                "SELECT * FROM session_events WHERE kind NOT IN (?, ?)", ATTEMPT_LOG
+            ).fetchall(),
+            key=repr,
+        )
+        dump["sqlite_sequence"] = [r for r in dump["sqlite_sequence"] if r[0] != "session_events"]
+        return dump
+    finally:
+        conn.close()
+
+
+def log_kinds(path: Path) -> list[tuple[str, str]]:
+    """The event log as (kind, detail) pairs in seq order, read with sqlite3."""
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute("SELECT kind, detail FROM session_events ORDER BY session_id, seq")
+        return [(str(kind), str(detail)) for kind, detail in rows.fetchall()]
     finally:
         conn.close()
 

@@ -63,9 +63,10 @@ async def test_resolver_unknown_agent_falls_back_to_starting_agent(
     assert record.getMessage() == (
         f"session {session_id}: agent 'billing' is not declared any more; falling back to 'triage'"
     )
-    assert [(e.kind, e.detail) for e in events][-1] == (
-        "agent_fallback",
-        {"from": "billing", "to": "triage"},
+    changes = [(e.kind, e.detail) for e in events if e.kind == "agent_changed"]
+    assert changes[-1] == (
+        "agent_changed",
+        {"from": "billing", "to": "triage", "reason": "fallback"},
     )
 
 
@@ -80,4 +81,4 @@ async def test_resolver_fallback_is_not_recorded_when_turn_rolls_back(db_path: P
         events = await store.list_events(session_id)
     assert session is not None
     assert session.active_agent == "billing"
-    assert [e.kind for e in events] == ["handoff"]
+    assert [e.detail["reason"] for e in events if e.kind == "agent_changed"] == ["handoff"]

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
 
-from agents import ModelBackendError, Runner, TurnCancelled, TurnTimeout, UserInput
+from agents import ModelBackendError, Runner, TurnTimeout, UserInput
 from agents.testing import Hang, ScriptedModel, call, reply, transfer
 from store import SQLiteStore
 
-from .conftest import dump_tables, make_registry
+from .conftest import dump_tables, log_kinds, make_registry
 
 
 async def _with_history(store: SQLiteStore, session_id: str) -> None:
@@ -27,9 +28,18 @@ def _failing_turn(billing_step: object) -> tuple[ScriptedModel, ScriptedModel]:
 
 
 async def _assert_untouched(
-    store: SQLiteStore, session_id: str, db_path: Path, before: dict[str, list[object]]
+    store: SQLiteStore,
+    session_id: str,
+    db_path: Path,
+    before: dict[str, list[object]],
+    reason: str = "failed",
 ) -> None:
     assert dump_tables(db_path) == before
+    # The log says a turn began and ended without its commit, and nothing else.
+    assert log_kinds(db_path)[-2:] == [
+        ("turn_started", "{}"),
+        ("turn_cancelled", '{"reason":"%s"}' % reason),
+    ]
     session = await store.get_session(session_id)
     assert session is not None
     assert (session.active_agent, session.status) == ("triage", "idle")
@@ -59,12 +69,13 @@ async def test_rollback_on_model_timeout(
         await runner.run_turn(session_id, UserInput("my invoice INV-1"))
     assert isinstance(caught.value, TimeoutError)
     assert hang.started.is_set()
-    await _assert_untouched(store, session_id, db_path, before)
+    await _assert_untouched(store, session_id, db_path, before, "timeout")
 
 
-async def test_rollback_on_cancel_event(store: SQLiteStore, session_id: str, db_path: Path) -> None:
+async def test_cancel_event_keeps_only_the_users_message(
+    store: SQLiteStore, session_id: str, db_path: Path
+) -> None:
     await _with_history(store, session_id)
-    before = dump_tables(db_path)
     hang = Hang()
     triage, billing = _failing_turn(hang)
     runner = Runner(store, make_registry(triage, billing))
@@ -74,9 +85,23 @@ async def test_rollback_on_cancel_event(store: SQLiteStore, session_id: str, db_
     )
     await hang.started.wait()
     cancel.set()
-    with pytest.raises(TurnCancelled):
-        await turn
-    await _assert_untouched(store, session_id, db_path, before)
+    result = await turn
+    assert result.cancelled
+    assert (result.replies, result.agent_after) == ((), "triage")
+    # The handoff, the tool call and its answer are gone; the message is kept, unanswered.
+    branch = await store.get_branch(session_id)
+    assert [(m.role, m.text) for m in branch] == [
+        ("user", "hello"),
+        ("assistant", "Hi."),
+        ("user", "my invoice INV-1"),
+    ]
+    assert branch[-1].data == {"cancelled": True}
+    session = await store.get_session(session_id)
+    assert session is not None
+    assert (session.active_agent, session.status) == ("triage", "idle")
+    kinds = [kind for kind, _ in log_kinds(db_path)]
+    assert kinds[-2:] == ["turn_started", "turn_cancelled"]
+    assert "agent_changed" not in kinds
 
 
 async def test_rollback_on_task_cancellation(
@@ -92,7 +117,7 @@ async def test_rollback_on_task_cancellation(
     turn.cancel()
     with pytest.raises(asyncio.CancelledError):
         await turn
-    await _assert_untouched(store, session_id, db_path, before)
+    await _assert_untouched(store, session_id, db_path, before, "interrupted")
 
 
 async def test_cancel_event_unset_lets_the_turn_commit(store: SQLiteStore, session_id: str) -> None:

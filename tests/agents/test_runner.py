@@ -110,8 +110,21 @@ async def test_runner_handoff_new_agent_answers_same_turn(
     assert session.active_agent == "billing"
     events = await store.list_events(session_id)
     assert [(e.kind, e.detail) for e in events] == [
-        ("handoff", {"from": "triage", "to": "billing"})
+        ("turn_started", {}),
+        ("agent_changed", {"from": "triage", "to": "billing", "reason": "handoff"}),
+        (
+            "message",
+            {
+                "message_id": result.message_ids[-1],
+                "role": "assistant",
+                "text": "Billing here.",
+                "agent": "billing",
+                "attachments": [],
+            },
+        ),
+        ("turn_finished", {"replies": 1}),
     ]
+    assert [e.seq for e in events] == [1, 2, 3, 4]
 
 
 async def test_runner_handoff_bound_refuses_further_handoffs(
@@ -127,7 +140,8 @@ async def test_runner_handoff_bound_refuses_further_handoffs(
     refused = triage.calls[2].messages[-1]
     assert refused.role == "tool"
     assert refused.text == "error: no more handoffs in this turn; answer the user"
-    assert len(await store.list_events(session_id)) == 2
+    events = await store.list_events(session_id)
+    assert [e.kind for e in events].count("agent_changed") == 2
 
 
 async def test_runner_takes_only_the_first_handoff_of_an_answer(

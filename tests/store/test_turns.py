@@ -36,7 +36,11 @@ def session_row(path: Path) -> list[tuple[Any, ...]]:
 
 def counts(path: Path) -> tuple[int, int]:
     messages = raw_rows(path, "SELECT count(*) FROM messages")[0][0]
-    events = raw_rows(path, "SELECT count(*) FROM session_events")[0][0]
+    # A turn that does not commit still logs that it started and ended (its attempt): not counted.
+    events = raw_rows(
+        path,
+        "SELECT count(*) FROM session_events WHERE kind NOT IN ('turn_started', 'turn_cancelled')",
+    )[0][0]
     return messages, events
 
 
@@ -74,7 +78,16 @@ async def test_turn_commits_everything_together(seeded: SQLiteStore, clock: Fake
     branch = await seeded.get_branch(SID)
     assert [m.text for m in branch] == ["hello", "one", "two"]
     assert list(turn.committed) == branch[1:]
-    assert [e.kind for e in await seeded.list_events(SID)] == ["handoff"]
+    events = await seeded.list_events(SID)
+    assert [e.kind for e in events] == ["turn_started", "handoff", "message", "turn_finished"]
+    assert [e.seq for e in events] == [1, 2, 3, 4]
+    assert events[2].detail == {
+        "message_id": turn.committed[0].id,
+        "role": "assistant",
+        "text": "one",
+        "agent": "triage",
+        "attachments": [],
+    }
 
 
 async def test_turn_writes_nothing_before_exit(seeded: SQLiteStore, db_path: Path) -> None:
