@@ -38,7 +38,7 @@ async def _assert_untouched(
     # The log says a turn began and ended without its commit, and nothing else.
     assert log_kinds(db_path)[-2:] == [
         ("turn_started", "{}"),
-        ("turn_cancelled", '{"reason":"%s"}' % reason),
+        ("turn_cancelled", json.dumps({"reason": reason}, separators=(",", ":"))),
     ]
     session = await store.get_session(session_id)
     assert session is not None
