@@ -15,6 +15,7 @@ from ._errors import (
     UnknownAccount,
     WebhookRejected,
 )
+from ._media import MediaSource
 from ._model import (
     Button,
     Command,
@@ -60,6 +61,7 @@ __all__ = [
     "InteractiveReply",
     "Location",
     "Media",
+    "MediaSource",
     "MembershipEvent",
     "Order",
     "OrderItem",

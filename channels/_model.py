@@ -131,6 +131,7 @@ class InboundMessage(_Model):
     platform_type: str | None = None  # the platform's own type name, kept for unsupported kinds
     errors: tuple[PlatformError, ...] = ()
     callback_query_id: str | None = None  # Telegram: answer it with answerCallbackQuery
+    attachments: tuple[str, ...] = ()  # web: ids of files the user uploaded to the session
 
 
 class DeliveryStatus(_Model):

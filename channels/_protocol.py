@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from ._media import MediaSource
 from ._model import OutboundMessage, ParseResult, SendResult
 
 
@@ -80,6 +81,21 @@ class ChannelAdapter(Protocol):
 
     async def download_media(self, account: str, media_id: str) -> bytes:
         """Fetch the bytes of an inbound media item."""
+
+    async def media_source(self, account: str, media_id: str) -> MediaSource:
+        """Ask the platform where an inbound media item can be downloaded; fetch nothing yet.
+
+        Args:
+            account: the bot or number that received the media.
+            media_id: the platform's id of the item (``Media.id`` of the inbound message).
+
+        Returns:
+            The URL, the headers to send with it (only to its own origin) and what the platform
+            said about the file. The URL and the headers may hold the account's token.
+
+        Raises:
+            SendError: the platform refused or failed; no token in the message.
+        """
 
     async def aclose(self) -> None:
         """Release HTTP sessions; idempotent."""

@@ -10,6 +10,7 @@ import aiohttp
 
 from ._protocol import ChannelAdapter
 from ._telegram import TelegramAdapter
+from ._web import WebAdapter
 from ._whatsapp import WhatsAppAdapter
 
 # factory(config section of the channel, shared HTTP session or None) -> adapter
@@ -19,5 +20,6 @@ ADAPTERS: Final[Mapping[str, AdapterFactory]] = MappingProxyType(
     {
         "telegram": TelegramAdapter.from_config,
         "whatsapp": WhatsAppAdapter,
+        "web": WebAdapter,
     }
 )

@@ -7,7 +7,7 @@ from typing import Any
 
 from agents import Reply, UserInput
 from channels import Button, InboundMessage, OutboundMessage
-from store import InboxItem
+from store import Attachment, InboxItem
 
 MIGRATED_CHAT = "migrated_to_chat_id"  # session metadata: where a Telegram group moved to
 
@@ -41,12 +41,36 @@ def _describe(event: InboundMessage) -> str:
     return f"[{event.platform_type or event.kind}]"
 
 
-def user_input(events: Sequence[Mapping[str, Any]]) -> UserInput:
-    """One turn's input from one or more stored events (several when merged), in order."""
+def user_input(events: Sequence[Mapping[str, Any]], files: Sequence[Attachment] = ()) -> UserInput:
+    """One turn's input from one or more stored events (several when merged), in order, with
+    a line for each attachment that came with them (a model cannot open a file by itself)."""
     messages = [InboundMessage.model_validate(event) for event in events]
-    text = "\n".join(message_text(message) for message in messages)
-    data = {"messages": [_reference(message) for message in messages]}
-    return UserInput(text, data)
+    lines: list[str] = []
+    for message in messages:
+        lines.append(message_text(message))
+        lines += [describe_file(f) for f in files if f.message_key == message.dedup_key]
+    data: dict[str, Any] = {"messages": [_reference(message) for message in messages]}
+    if files:
+        data["attachments"] = [f.id for f in files]
+    return UserInput("\n".join(lines), data)
+
+
+def describe_file(file: Attachment) -> str:
+    """What a text model reads of an attachment."""
+    kind = file.content_type.split("/", 1)[0]
+    if file.state == "ready":
+        return f"[attached {kind}: {file.name} ({file.content_type}, {_size(file.size)})]"
+    if file.state == "pending":
+        return f"[attached {kind}: {file.name}, still downloading]"
+    return f"[attached {kind}: {file.name}, could not be downloaded]"
+
+
+def _size(size: int) -> str:
+    if size < 1024:
+        return f"{size} bytes"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.0f} KB"
+    return f"{size / 1024 / 1024:.1f} MB"
 
 
 def _reference(message: InboundMessage) -> dict[str, Any]:

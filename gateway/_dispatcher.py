@@ -16,6 +16,7 @@ from functools import partial
 
 from agents import Reply, Runner
 from channels import ChannelAdapter
+from channels.web import CHANNEL as WEB
 from store import (
     InboxItem,
     OutboxIn,
@@ -29,6 +30,7 @@ from store import (
 )
 
 from . import _convert as convert
+from ._media.wait import MediaWait, StoredFiles
 from ._metrics import Metrics
 from ._typing import Typing
 from ._wait import wait_event
@@ -58,6 +60,7 @@ class Dispatcher:
         handoff_agent: str | None = None,
         clock: Clock = time.time,
         max_lanes: int | None = None,
+        media: MediaWait | None = None,
     ) -> None:
         self._store = store
         self._runner = runner
@@ -66,6 +69,7 @@ class Dispatcher:
         self._adapters = dict(adapters or {})
         self._on_outbox = on_outbox
         self._handoff = handoff_agent
+        self._media = media or StoredFiles(store)
         self._clock = clock
         self._max_lanes = max_lanes or 8 * config.max_concurrent_turns
         self._slots = asyncio.Semaphore(config.max_concurrent_turns)
@@ -74,6 +78,7 @@ class Dispatcher:
         self._overflow = False  # sessions were left out because every lane was taken
         self._poll_now = asyncio.Event()
         self._stop = asyncio.Event()
+        self._cancels: dict[str, asyncio.Event] = {}  # running turns, by session
         self.running_turns = 0
 
     @property
@@ -116,6 +121,17 @@ class Dispatcher:
                 await self.poll()
             except StoreError as exc:
                 log.warning("dispatcher poll failed: %s", exc)
+
+    def cancel_turn(self, session_id: str) -> bool:
+        """Stop the session's running turn: it commits only the user's message (see the runner).
+
+        False when no turn of the session runs in this process.
+        """
+        cancel = self._cancels.get(session_id)
+        if cancel is None or cancel.is_set():
+            return False
+        cancel.set()
+        return True
 
     async def wait_session(self, session_id: str) -> None:
         """Until the session's lane (if any) has ended (tests)."""
@@ -179,12 +195,15 @@ class Dispatcher:
 
     async def _turn(self, sid: str, batch: Sequence[InboxItem]) -> float:
         typing = self._typing(batch[-1])
+        cancel = self._cancels[sid] = asyncio.Event()
         self.running_turns += 1
         try:
             typing.start()
-            await self._runner.run_turn(
+            files = await self._media.settle([row.dedup_key for row in batch])
+            result = await self._runner.run_turn(
                 sid,
-                convert.user_input([row.event for row in batch]),
+                convert.user_input([row.event for row in batch], files),
+                cancel=cancel,
                 before_commit=partial(
                     _before_commit, [row.id for row in batch], convert.thread_of(batch), typing
                 ),
@@ -203,8 +222,9 @@ class Dispatcher:
             return 0.0
         finally:
             self.running_turns -= 1
+            self._cancels.pop(sid, None)
             await typing.aclose()  # before the sender may send the reply
-        self._metrics.inc(TURNS, outcome="committed")
+        self._metrics.inc(TURNS, outcome="cancelled_by_user" if result.cancelled else "committed")
         self._on_outbox()
         return 0.0
 
@@ -249,7 +269,10 @@ class Dispatcher:
         session = await self._store.get_session(sid)
         if session is None:
             return
-        if self._config.apology:
+        if self._config.apology and session.channel == WEB:
+            apology = {"role": "assistant", "text": self._config.apology, "agent": None}
+            await self._store.record_event(sid, "message", {**apology, "attachments": []})
+        elif self._config.apology:
             chat = convert.reply_target(session.chat_id, session.metadata)
             message = convert.text_message(
                 session.channel, session.account, chat, self._config.apology
@@ -260,9 +283,7 @@ class Dispatcher:
             self._on_outbox()
         target = self._handoff
         if target and session.active_agent != target:
-            await self._store.update_session(sid, active_agent=target)
-            detail = {"from": session.active_agent, "to": target, "reason": "dead_letter"}
-            await self._store.record_event(sid, "handoff", detail)
+            await self._store.set_agent(sid, target, reason="dead_letter")
 
 
 def _before_commit(
@@ -272,6 +293,8 @@ def _before_commit(
     typing.stop()
     turn.complete_inbox(ids)
     session = turn.session
+    if session.channel == WEB:
+        return  # the commit writes the replies to the session's event log: that is the send
     chat = convert.reply_target(session.chat_id, session.metadata)
     for reply in replies:
         message = convert.outbound(session.channel, session.account, chat, reply, thread)

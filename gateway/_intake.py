@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,8 @@ from channels import (
     TelegramAdapter,
 )
 from store import (
+    ATTACHMENT_SOURCES,
+    AttachmentIn,
     Delivery,
     InboxIn,
     MembershipIn,
@@ -31,10 +34,12 @@ from store import (
     StoreError,
 )
 
+from ._media.files import clean_name
 from ._metrics import Metrics
 from ._wait import wait_event
 
 log = logging.getLogger("gateway.intake")
+MEDIA_CHANNELS = frozenset(ATTACHMENT_SOURCES) - {"upload"}
 
 IGNORED = "gateway_updates_ignored_total"
 QUARANTINED = "gateway_webhooks_quarantined_total"
@@ -50,10 +55,7 @@ def to_parsed(delivery: Delivery, result: ParseResult) -> ParsedDelivery:
         if event.dedup_key not in delivery.keys:
             continue  # a duplicate of an event another delivery carried
         if isinstance(event, InboundMessage):
-            dump = event.model_dump(mode="json")
-            inbox.append(
-                InboxIn(event.channel, event.account, event.chat_id, event.dedup_key, dump)
-            )
+            inbox.append(_inbox_item(event))
         elif isinstance(event, DeliveryStatus):
             statuses.append(_status(event))
         elif isinstance(event, MembershipEvent):
@@ -61,6 +63,30 @@ def to_parsed(delivery: Delivery, result: ParseResult) -> ParsedDelivery:
             memberships.append(MembershipIn(event.channel, event.account, event.chat_id, blocked))
     failure = "; ".join(result.failures)[: MAX_ERROR * 10] or None
     return ParsedDelivery(tuple(inbox), tuple(statuses), tuple(memberships), failure)
+
+
+MEDIA_KINDS = frozenset({"image", "document", "audio", "video", "voice", "sticker"})
+DEFAULT_TYPES = {"image": "image/jpeg", "sticker": "image/webp", "voice": "audio/ogg"}
+
+
+def _inbox_item(event: InboundMessage) -> InboxIn:
+    """The inbox row of a message, with its platform file to fetch and its uploads to link."""
+    files: tuple[AttachmentIn, ...] = ()
+    media = event.media
+    if media is not None and event.kind in MEDIA_KINDS and event.channel in MEDIA_CHANNELS:
+        ref = {"account": event.account, "media_id": media.id}
+        content_type = media.mime_type or DEFAULT_TYPES.get(event.kind, "application/octet-stream")
+        name = clean_name(media.file_name, event.kind)
+        files = (AttachmentIn(uuid.uuid4().hex, name, content_type, event.channel, ref),)
+    return InboxIn(
+        event.channel,
+        event.account,
+        event.chat_id,
+        event.dedup_key,
+        event.model_dump(mode="json"),
+        attachments=files,
+        links=event.attachments,
+    )
 
 
 def _status(event: DeliveryStatus) -> StatusIn:

@@ -10,7 +10,9 @@ from aiohttp import web
 from channels import AdapterFactory, ChannelAdapter
 from store import Store
 
+from ._dispatcher import Dispatcher
 from ._metrics import Metrics
+from ._web.feed import EventFeed
 from ._writer import GroupCommitWriter
 from .config import Settings
 
@@ -26,4 +28,6 @@ ADAPTERS = web.AppKey("adapters", Mapping[str, ChannelAdapter])  # by channel na
 # Factories the adapters are built with; channels.ADAPTERS unless a test substitutes one.
 FACTORIES = web.AppKey("adapter_factories", Mapping[str, AdapterFactory])
 WRITER = web.AppKey("writer", GroupCommitWriter)  # the group-commit ingest writer
+DISPATCHER = web.AppKey("dispatcher", Dispatcher)  # absent with ingest_only: no turns run
+FEED = web.AppKey("event_feed", EventFeed)  # wakes /ws sockets when their session's log grows
 AGENT_NAMES = web.AppKey("agent_names", frozenset[str])  # declared agents, for admin handoffs

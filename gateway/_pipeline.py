@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
+from yarl import URL
 
 from agents import Registry, Runner, build_registry
 from channels import ChannelAdapter
@@ -17,7 +21,18 @@ from store import Store
 
 from ._dispatcher import Dispatcher
 from ._intake import Intake
-from ._keys import ADAPTERS, INTAKE_WAKE, METRICS, SENDER_WAKE, SETTINGS, STOPPING, STORE
+from ._keys import (
+    ADAPTERS,
+    DISPATCHER,
+    INTAKE_WAKE,
+    METRICS,
+    SENDER_WAKE,
+    SETTINGS,
+    STOPPING,
+    STORE,
+)
+from ._media.fetch import FetchPolicy
+from ._media.worker import MediaWorker
 from ._metrics import Metrics
 from ._purge import Purger
 from ._sender import Sender
@@ -28,6 +43,7 @@ log = logging.getLogger("gateway.pipeline")
 INTAKE_POLL_SECONDS = 2.0  # deliveries written by another process are seen within this
 DISPATCH_POLL_SECONDS = 5.0
 SENDER_POLL_SECONDS = 2.0
+MEDIA_POLL_SECONDS = 5.0
 
 
 @dataclass
@@ -38,6 +54,7 @@ class Pipeline:
     dispatcher: Dispatcher
     sender: Sender
     purger: Purger
+    media: MediaWorker
     intake_wake: asyncio.Event
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -48,12 +65,14 @@ class Pipeline:
         self._spawn(self.intake.run(self.intake_wake, INTAKE_POLL_SECONDS), "intake")
         self._spawn(self.sender.run(SENDER_POLL_SECONDS), "sender")
         self._spawn(self.purger.run(), "purge")
+        self._spawn(self.media.run(MEDIA_POLL_SECONDS), "media")
 
     async def stop(self, grace: float) -> None:
         """Stop parsing, let running turns finish within ``grace``, roll back the rest."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
         await self.intake.stop()
+        await self.media.stop()  # cut downloads stay pending: fetched again after a start
         await self.dispatcher.drain(max(deadline - loop.time(), 0.0))
         await self.sender.stop(max(deadline - loop.time(), 0.0))
         self.purger.stop()
@@ -83,9 +102,19 @@ def build_pipeline(
     metrics: Metrics,
     intake_wake: asyncio.Event,
     sender_wake: asyncio.Event,
+    http: aiohttp.ClientSession,
 ) -> Pipeline:
     """Wire the pipeline's parts; nothing runs until ``start()``."""
     sender = Sender(store, adapters, settings.sender, metrics=metrics, wake=sender_wake)
+    media = MediaWorker(
+        store,
+        adapters,
+        http,
+        root=Path(settings.media.root),
+        policy=fetch_policy(settings),
+        wait_seconds=settings.media.download_wait_seconds,
+        metrics=metrics,
+    )
     dispatcher = Dispatcher(
         store,
         Runner.from_config(store, registry, settings.agents),
@@ -94,17 +123,35 @@ def build_pipeline(
         adapters=adapters,
         on_outbox=sender_wake.set,
         handoff_agent=_handoff_agent(settings, registry),
+        media=media,
     )
     intake = Intake(
         store,
         adapters,
         starting_agent=settings.agents.starting_agent,
         metrics=metrics,
-        on_sessions=dispatcher.wake,
+        on_sessions=partial(_recorded, dispatcher, media),
     )
     keep = settings.dedup.ttl_hours * 3600  # statuses of sent replies may arrive for days
     purger = Purger(store, interval=settings.dedup.purge_interval_seconds, keep_seconds=keep)
-    return Pipeline(intake, dispatcher, sender, purger, intake_wake)
+    return Pipeline(intake, dispatcher, sender, purger, media, intake_wake)
+
+
+def _recorded(dispatcher: Dispatcher, media: MediaWorker, session_ids: Sequence[str]) -> None:
+    """New inbox rows: their lanes run, and their files (if any) start downloading."""
+    dispatcher.wake(session_ids)
+    media.wake.set()
+
+
+def fetch_policy(settings: Settings) -> FetchPolicy:
+    """``[media]``: the allowlist, and the configured platform APIs as trusted origins."""
+    bases = (settings.telegram.api_base_url, settings.whatsapp.graph_base_url)
+    return FetchPolicy(
+        allowed_hosts=settings.media.allowed_hosts,
+        trusted_origins=frozenset(str(URL(base).origin()) for base in bases),
+        max_bytes=settings.media.max_bytes,
+        timeout=settings.media.download_timeout,
+    )
 
 
 def _handoff_agent(settings: Settings, registry: Registry) -> str | None:
@@ -119,6 +166,7 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
     """Cleanup context: build and start the pipeline; on shutdown drain it, then close agents."""
     settings = app[SETTINGS]
     registry = build_registry(settings.agents)
+    http = aiohttp.ClientSession()  # media downloads; adapters keep their own
     try:
         pipeline = build_pipeline(
             settings,
@@ -128,7 +176,9 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
             metrics=app[METRICS],
             intake_wake=app[INTAKE_WAKE],
             sender_wake=app[SENDER_WAKE],
+            http=http,
         )
+        app[DISPATCHER] = pipeline.dispatcher
         await pipeline.start()
         try:
             yield
@@ -137,3 +187,4 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
             await pipeline.stop(settings.server.shutdown_timeout)
     finally:
         await registry.aclose()
+        await http.close()

@@ -41,6 +41,8 @@ def summarize(settings: Settings) -> list[str]:
         f"dedup: processed ids kept {s.dedup.ttl_hours:g} h",
         f"admin token: {mask(s.admin.token)}",
         f"sandbox: {'on' if s.sandbox.enabled else 'off'}",
+        f"media: {s.media.root}, up to {s.media.max_bytes} bytes a file;"
+        f" downloads from {', '.join(s.media.allowed_hosts) or 'the API base URLs only'}",
         f"telegram: {s.telegram.api_base_url}; bots: {bots or 'none'}",
         f"whatsapp: {s.whatsapp.graph_base_url} {s.whatsapp.api_version}; "
         f"app secret {mask(s.whatsapp.app_secret)}; verify token {mask(s.whatsapp.verify_token)}; "

@@ -14,9 +14,22 @@ from store import open_store
 from ._admin import add_admin_routes
 from ._channels_ctx import channels_ctx
 from ._http import unmatched
-from ._keys import FACTORIES, INTAKE_WAKE, METRICS, SENDER_WAKE, SETTINGS, STOPPING, STORE, WRITER
+from ._keys import (
+    FACTORIES,
+    FEED,
+    INTAKE_WAKE,
+    METRICS,
+    SENDER_WAKE,
+    SETTINGS,
+    STOPPING,
+    STORE,
+    WRITER,
+)
 from ._metrics import Metrics
 from ._pipeline import pipeline_ctx
+from ._web.attachments import add_attachment_routes
+from ._web.feed import EventFeed
+from ._web.ws import add_ws_route
 from ._webhooks import add_webhook_routes
 from ._writer import GroupCommitWriter
 from .config import Settings
@@ -31,7 +44,9 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     if interrupted:
         log.warning("marked %d session(s) interrupted after an unclean stop", len(interrupted))
     app[STORE] = store
+    stop_watching = store.watch_events(app[FEED].notify)
     yield
+    stop_watching()
     await store.aclose()
 
 
@@ -85,11 +100,14 @@ def build_app(
     app[STOPPING] = asyncio.Event()
     app[INTAKE_WAKE] = asyncio.Event()
     app[SENDER_WAKE] = asyncio.Event()
+    app[FEED] = EventFeed()
     # Torn down in reverse: the pipeline's tasks, then the writer (flushes), adapters, store.
     app.cleanup_ctx.extend([_store_ctx, channels_ctx, _writer_ctx])
     if not ingest_only:
         app.cleanup_ctx.append(pipeline_ctx)  # intake, dispatcher, sender, purge
     add_webhook_routes(app)
+    add_ws_route(app)
+    add_attachment_routes(app)  # before the admin API's catch-all
     add_admin_routes(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -27,6 +27,9 @@ def validate_session_id(session_id: object) -> str:
 
 
 def make_session_id(channel: str, account: str, chat_id: str) -> str:
-    """Build the session id of a chat; characters outside the allowed set become ``_``."""
-    raw = f"{channel}-{account}-{chat_id}"
+    """Build the session id of a chat; characters outside the allowed set become ``_``.
+
+    A channel without accounts (the web) passes ``account=""``: ``web-<uuid>``.
+    """
+    raw = f"{channel}-{account}-{chat_id}" if account else f"{channel}-{chat_id}"
     return validate_session_id(_UNSAFE.sub("_", raw))

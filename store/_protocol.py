@@ -185,6 +185,7 @@ class Store(Protocol):
         state: str = "ready",
         message_key: str | None = None,
         media_ref: dict[str, Any] | None = None,
+        attachment_id: str | None = None,
     ) -> Attachment: ...
 
     async def get_attachment(self, session_id: str, attachment_id: str) -> Attachment | None: ...

@@ -79,8 +79,10 @@ def _arrival(item: InboxIn) -> Arrival:
 def _inbox_row(item: InboxIn, now: float) -> tuple[object, ...]:
     if not isinstance(item, InboxIn):
         raise ValueError(f"parsed.inbox holds InboxIn items, got {type(item).__name__}")
-    for name in ("channel", "account", "chat_id", "dedup_key"):
+    for name in ("channel", "chat_id", "dedup_key"):
         check_text(f"InboxIn.{name}", getattr(item, name))
+    if not isinstance(item.account, str):  # "" for a channel without accounts (the web)
+        raise ValueError("InboxIn.account must be a string")
     sid = make_session_id(item.channel, item.account, item.chat_id)
     return (sid, item.dedup_key, json_object("InboxIn.event", item.event), now)
 

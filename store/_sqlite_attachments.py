@@ -54,13 +54,15 @@ class AttachmentMethods:
         state: str = "ready",
         message_key: str | None = None,
         media_ref: dict[str, Any] | None = None,
+        attachment_id: str | None = None,
     ) -> Attachment:
-        """Record a file of the session under a new id; SessionNotFound if there is none."""
+        """Record a file of the session (under a new id, unless the caller made one, e.g. to
+        name the file before the row exists); SessionNotFound if there is no such session."""
         validate_session_id(session_id)
         if not isinstance(name, str) or len(name) > MAX_NAME:
             raise ValueError(f"name must be a string of at most {MAX_NAME} characters")
         values = {
-            "id": uuid.uuid4().hex,
+            "id": uuid.uuid4().hex if attachment_id is None else _check_id(attachment_id),
             "session_id": session_id,
             "name": name,
             "content_type": check_text("content_type", content_type),

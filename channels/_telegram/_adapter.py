@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Self, TypeVar
+from urllib.parse import quote
 
 from telegram import Bot
 from telegram.constants import ChatAction
@@ -19,6 +20,7 @@ from .._errors import (
     RetryableSendError,
     UnknownAccount,
 )
+from .._media import MediaSource, origin
 from .._model import OutboundMessage, ParseResult, SendResult
 from .._parts import Part, send_parts
 from ._bots import BotHandle, build_bot
@@ -49,6 +51,7 @@ class TelegramAdapter:
         self._bots: dict[str, BotHandle] = {
             b.name: build_bot(b, config.api_base_url, config.request_timeout) for b in config.bots
         }
+        self._origin = origin(config.api_base_url)
         self._closed = False
 
     @classmethod
@@ -145,6 +148,26 @@ class TelegramAdapter:
             raise PermanentSendError(CHANNEL, "getFile returned no downloadable file_path")
         data = await self._call(handle, lambda bot: file.download_as_bytearray())
         return bytes(data)
+
+    async def media_source(self, account: str, media_id: str) -> MediaSource:
+        """getFile, then the file's URL on the API server (it holds the bot token)."""
+        handle = self._sender(account)
+        file = await self._call(handle, lambda bot: bot.get_file(media_id))
+        # PTB has already prefixed a remote file_path with base_file_url ({base}/file/bot{token});
+        # anything else (a local path) is refused, as in download_media.
+        prefix = f"{handle.bot.base_file_url}/"
+        remote = file.file_path or ""
+        relative = remote[len(prefix) :] if remote.startswith(prefix) else ""
+        segments = relative.split("/")
+        if not relative or any(part in {"", ".", ".."} for part in segments):
+            raise PermanentSendError(CHANNEL, "getFile returned no downloadable file_path")
+        return MediaSource(
+            url=prefix + quote(relative),  # as PTB's File._get_encoded_url, but "?" and "#" too
+            headers={},
+            trusted_origin=self._origin,
+            file_name=segments[-1],
+            size=file.file_size,
+        )
 
     def _handle(self, account: str | None) -> BotHandle:
         handle = self._bots.get(account) if account is not None else None

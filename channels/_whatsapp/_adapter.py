@@ -17,6 +17,7 @@ from .._errors import (
     PermanentSendError,
     UncertainDelivery,
 )
+from .._media import MediaSource, origin
 from .._model import OutboundMessage, ParseResult, SendResult
 from .._parts import Part, send_parts
 from ._graph import GraphClient
@@ -42,6 +43,7 @@ class WhatsAppAdapter:
         self._tokens = {n.phone_number_id: n.access_token for n in config.numbers}
         self._session = session
         self._owns_session = session is None
+        self._origin = origin(config.graph_base_url)
         self._graph = GraphClient(
             config.graph_base_url, config.api_version, config.request_timeout, self._http
         )
@@ -121,6 +123,22 @@ class WhatsAppAdapter:
             raise PermanentSendError(CHANNEL, f"no download url for media {media_id!r}")
         return await self._graph.get_bytes(url, token)
 
+    async def media_source(self, account: str, media_id: str) -> MediaSource:
+        """GET /{media_id} for the short-lived URL; it is fetched with the same bearer token."""
+        token = self._token(account)
+        info = await self._graph.get_json(quote(media_id, safe=""), token)
+        url = info.get("url")
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            raise PermanentSendError(CHANNEL, f"no download url for media {media_id!r}")
+        mime_type, size = info.get("mime_type"), info.get("file_size")
+        return MediaSource(
+            url=url,
+            headers={"Authorization": f"Bearer {token}"},
+            trusted_origin=self._origin,
+            content_type=mime_type if isinstance(mime_type, str) and mime_type else None,
+            size=_size(size),
+        )
+
     async def aclose(self) -> None:
         """Close the HTTP session if this adapter created it; idempotent."""
         session, self._session = self._session, None
@@ -151,6 +169,17 @@ class WhatsAppAdapter:
             reason = f"phone_number_id {account!r} is not configured"
             raise FatalSendError(CHANNEL, reason, error_code="unknown_account")
         return token.get_secret_value()
+
+
+def _size(value: object) -> int | None:
+    # Graph documents file_size as a number; tolerate a decimal string too.
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str) and value.isdecimal():
+        return int(value)
+    return None
 
 
 def _message_id(answer: dict[str, Any]) -> str:

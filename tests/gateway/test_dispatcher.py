@@ -252,7 +252,7 @@ async def test_dispatcher_dead_letters_after_max_attempts_with_apology_and_hando
     session = await store.get_session(sid)
     assert session is not None
     assert session.active_agent == "human"
-    [event] = [e for e in await store.list_events(sid) if e.kind == "handoff"]
+    [event] = [e for e in await store.list_events(sid) if e.kind == "agent_changed"]
     assert event.detail == {"from": "triage", "to": "human", "reason": "dead_letter"}
     assert (harness.turns("failed"), harness.turns("dead")) == (2, 1)
     assert await harness.user_texts(sid) == []

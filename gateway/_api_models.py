@@ -1,0 +1,271 @@
+"""The bodies of /api/* and /web/* as pydantic models.
+
+Handlers validate their input and serialize every answer through these models, and
+/api/openapi.json is generated from the same models, so the document and the answers cannot
+drift. Inputs are strict (unknown fields refused); outputs are open: the surface may grow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+
+from store import Message, QuarantineItem
+
+OPERATOR = "operator"  # the agent name of an operator's messages
+MAX_ROW_ID = 2**63 - 1  # the largest id (and offset) SQLite and PostgreSQL can hold
+SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"  # store.validate_session_id
+
+Status = Literal["idle", "running", "interrupted"]  # store.SESSION_STATUSES
+ShownRole = Literal["system", "user", "assistant", "operator", "tool"]
+Timestamp = Annotated[  # ISO 8601 with its offset, as datetime.isoformat() writes it
+    datetime,
+    PlainSerializer(lambda value: value.isoformat(), return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}, mode="serialization"),
+]
+RowId = Annotated[int, Field(ge=1, le=MAX_ROW_ID)]
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Output(BaseModel):
+    model_config = ConfigDict(frozen=True, from_attributes=True)
+
+
+# errors
+
+
+class ErrorDetail(_Output):
+    code: str = Field(description="snake_case reason, stable across versions")
+    message: str
+    field: str | None = Field(default=None, description="the request field at fault, if any")
+
+
+class ErrorBody(_Output):
+    """Every refusal: ``{"error": {"code", "message", "field"?}}``."""
+
+    error: ErrorDetail
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+# queries and request bodies
+
+
+class PageQuery(_Input):
+    limit: int = Field(default=50, ge=1, le=500)
+    offset: int = Field(default=0, ge=0, le=MAX_ROW_ID)
+
+
+class SessionsQuery(PageQuery):
+    channel: str | None = None
+    status: Status | None = None
+    agent: str | None = None
+
+
+class EventsQuery(_Input):
+    after: int = Field(default=0, ge=0, le=MAX_ROW_ID, description="events with a larger seq")
+    limit: int = Field(default=100, ge=1, le=500)
+
+
+class ReplyBody(_Input):
+    text: str = Field(min_length=1, max_length=32_768)
+
+
+class HandoffBody(_Input):
+    agent: str = Field(min_length=1, max_length=64)
+
+
+class RewindBody(_Input):
+    message_id: RowId = Field(description="a message of the current branch; it becomes HEAD")
+
+
+# answers
+
+
+class SessionOut(_Output):
+    """A session."""
+
+    session_id: str
+    channel: str
+    account: str
+    chat_id: str
+    active_agent: str
+    status: Status
+    head_id: int | None
+    metadata: dict[str, Any]
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class SessionsPage(_Output):
+    """A page of sessions and the number of every match."""
+
+    sessions: list[SessionOut]
+    total: int = Field(description="every match, not only this page")
+
+
+class MessageOut(_Output):
+    """One message of the history."""
+
+    id: int
+    parent_id: int | None
+    role: ShownRole = Field(
+        description="an operator's reply (assistant, agent operator) is shown as operator"
+    )
+    text: str | None
+    agent: str | None
+    data: dict[str, Any] = Field(description="tool calls, references of the inbound messages")
+    created_at: Timestamp
+    attachments: list[str] = Field(description="ids of the message's attachments")
+
+    @classmethod
+    def of(cls, message: Message) -> MessageOut:
+        """The API's view of a stored message."""
+        role = (
+            OPERATOR if message.role == "assistant" and message.agent == OPERATOR else message.role
+        )
+        fields = {name: getattr(message, name) for name in _MESSAGE_FIELDS}
+        return cls.model_validate(
+            {**fields, "role": role, "attachments": attachment_ids(message.data)}
+        )
+
+
+_MESSAGE_FIELDS = ("id", "parent_id", "text", "agent", "data", "created_at")
+
+
+def attachment_ids(data: dict[str, Any]) -> list[str]:
+    """The ids under ``data["attachments"]``: plain ids, or objects with an ``id``."""
+    found = data.get("attachments")
+    items: Sequence[object] = found if isinstance(found, list) else []
+    ids = [item.get("id") if isinstance(item, dict) else item for item in items]
+    return [i for i in ids if isinstance(i, str)]
+
+
+class MessagesPage(_Output):
+    """The current branch of the history."""
+
+    messages: list[MessageOut] = Field(description="the current branch, oldest first")
+
+
+class ReplyAnswer(_Output):
+    """The operator's message as stored, and its queued send."""
+
+    message: MessageOut
+    outbox_id: int | None = Field(description="the queued send; null for a web session")
+
+
+class EventOut(_Output):
+    """One entry of a session's event log."""
+
+    seq: int = Field(description="1, 2, 3, ... per session")
+    kind: str
+    detail: dict[str, Any]
+    created_at: Timestamp
+
+
+class EventsPage(_Output):
+    """Events after the given sequence number."""
+
+    events: list[EventOut] = Field(description="oldest first")
+
+
+class InboxOut(_Output):
+    """A stored inbound message."""
+
+    id: int
+    session_id: str
+    dedup_key: str
+    event: dict[str, Any]
+    state: str
+    attempts: int
+    error: str | None
+    next_attempt_at: float
+    created_at: Timestamp
+
+
+class OutboxOut(_Output):
+    """A stored reply and what became of it."""
+
+    id: int
+    session_id: str | None
+    channel: str
+    account: str
+    chat_id: str
+    payload: dict[str, Any]
+    state: str
+    attempts: int
+    next_attempt_at: float
+    error: str | None
+    platform_ids: list[str]
+    delivery_state: str | None
+    created_at: Timestamp
+    sent_at: Timestamp | None
+
+
+class DeadLetters(_Output):
+    """Dead inbox and outbox rows, newest first."""
+
+    inbox: list[InboxOut] = Field(description="inbound messages whose turn kept failing")
+    outbox: list[OutboxOut] = Field(description="replies that could not be sent")
+
+
+class QuarantineOut(_Output):
+    """A quarantined delivery, without its body."""
+
+    id: int
+    channel: str
+    account: str | None
+    reason: str
+    received_at: Timestamp
+    replayed_at: Timestamp | None
+    size: int = Field(description="bytes of the body")
+
+    @classmethod
+    def of(cls, item: QuarantineItem) -> QuarantineOut:
+        return cls.model_validate({**_quarantine_fields(item), "size": len(item.body)})
+
+
+def _quarantine_fields(item: QuarantineItem) -> dict[str, Any]:
+    names = ("id", "channel", "account", "reason", "received_at", "replayed_at")
+    return {name: getattr(item, name) for name in names}
+
+
+class QuarantineList(_Output):
+    """Quarantined deliveries."""
+
+    quarantine: list[QuarantineOut] = Field(description="newest first, without bodies")
+
+
+class QuarantineDetail(QuarantineOut):
+    """A quarantined delivery with its body."""
+
+    body: str = Field(description="the delivery as received, decoded as UTF-8")
+
+    @classmethod
+    def of(cls, item: QuarantineItem) -> QuarantineDetail:
+        body = item.body.decode("utf-8", "replace")
+        return cls.model_validate(
+            {**_quarantine_fields(item), "size": len(item.body), "body": body}
+        )
+
+
+class AttachmentOut(_Output):
+    """A stored file of a session."""
+
+    id: str
+    name: str
+    content_type: str
+    size: int
+
+
+class AttachmentAnswer(_Output):
+    """The stored upload."""
+
+    attachment: AttachmentOut

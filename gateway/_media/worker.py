@@ -1,0 +1,158 @@
+"""The media worker: brings platform files (photos, documents, voice notes) into the session's
+attachment folder after the webhook was acknowledged, never on the webhook path.
+
+The intake records each such file as a ``pending`` attachment in the transaction that records
+its message; this worker fetches pending rows (also those a crash left behind) and ends each as
+``ready`` or ``failed``. A turn waits for its message's files at most ``download_wait_seconds``;
+a download still running then is linked when it ends, and the reply does not wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from channels import ChannelAdapter, ChannelError
+from store import Attachment, Store, StoreError
+
+from .._metrics import Metrics
+from .._wait import wait_event
+from .fetch import FetchPolicy, MediaRefused, fetch_to_file
+from .files import attachment_path
+
+log = logging.getLogger("gateway.media")
+
+MEDIA = "gateway_media_downloads_total"
+MAX_ERROR = 300
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one download ended, as ``finish_attachment`` records it."""
+
+    state: str
+    size: int = 0
+    content_type: str | None = None
+    error: str | None = None
+
+
+class MediaWorker:
+    """Downloads pending platform attachments, a bounded number at a time."""
+
+    def __init__(
+        self,
+        store: Store,
+        adapters: Mapping[str, ChannelAdapter],
+        http: aiohttp.ClientSession,
+        *,
+        root: Path,
+        policy: FetchPolicy,
+        wait_seconds: float,
+        metrics: Metrics,
+        max_in_flight: int = 8,
+    ) -> None:
+        self._store = store
+        self._adapters = adapters
+        self._http = http
+        self._root = root
+        self._policy = policy
+        self._wait_seconds = wait_seconds
+        self._metrics = metrics
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._done: dict[str, asyncio.Event] = {}  # attachment id -> set when it ends
+        self.wake = asyncio.Event()
+        self._stopping = False
+
+    async def run(self, poll_seconds: float = 5.0) -> None:
+        """Start a download for every pending row; look again on a wake-up or a poll."""
+        while not self._stopping:
+            self.wake.clear()
+            try:
+                for attachment in await self._store.pending_attachments():
+                    if attachment.id not in self._tasks:
+                        self._start(attachment)
+            except StoreError as exc:
+                log.warning("media pass failed: %s", exc)
+            await wait_event(self.wake, poll_seconds)
+
+    async def stop(self) -> None:
+        """Cut the downloads under way: their rows stay pending and are fetched after a start."""
+        self._stopping = True
+        self.wake.set()
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def settle(self, message_keys: Sequence[str]) -> list[Attachment]:
+        """The messages' attachments; pending ones get up to ``wait_seconds`` to finish."""
+        files = await self._store.message_attachments(message_keys)
+        pending = [a.id for a in files if a.state == "pending"]
+        if not pending or self._wait_seconds <= 0:
+            return files
+        events = [self._done.setdefault(aid, asyncio.Event()) for aid in pending]
+        files = await self._store.message_attachments(message_keys)  # may have ended meanwhile
+        waiting = [e for e, a in zip(events, pending, strict=True) if _still_pending(files, a)]
+        if waiting:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._wait_seconds):
+                    await asyncio.gather(*(event.wait() for event in waiting))
+            files = await self._store.message_attachments(message_keys)
+        return files
+
+    def _start(self, attachment: Attachment) -> None:
+        task = asyncio.create_task(self._fetch(attachment), name=f"media {attachment.id}")
+        self._tasks[attachment.id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(attachment.id, None))
+
+    async def _fetch(self, attachment: Attachment) -> None:
+        async with self._slots:
+            outcome = await self._download(attachment)
+        try:
+            await self._store.finish_attachment(
+                attachment.id,
+                state=outcome.state,
+                size=outcome.size,
+                content_type=outcome.content_type,
+                error=outcome.error,
+            )
+        except StoreError as exc:  # e.g. the session was deleted meanwhile
+            log.info("attachment %s not recorded: %s", attachment.id, exc)
+        finally:
+            done = self._done.pop(attachment.id, None)
+            if done is not None:
+                done.set()
+        self._metrics.inc(MEDIA, channel=attachment.source, outcome=outcome.state)
+
+    async def _download(self, attachment: Attachment) -> Outcome:
+        """Fetch the file; the keyword arguments of ``finish_attachment``."""
+        ref = attachment.media_ref
+        adapter = self._adapters.get(attachment.source)
+        dest = attachment_path(self._root, attachment.session_id, attachment.id)
+        try:
+            if adapter is None:
+                raise ChannelError(attachment.source, "the channel is not configured")
+            source = await adapter.media_source(str(ref.get("account")), str(ref.get("media_id")))
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            result = await fetch_to_file(self._http, source, dest, self._policy)
+        except MediaRefused as exc:
+            return _failed(attachment, exc.code, str(exc))
+        except ChannelError as exc:
+            return _failed(attachment, "platform", exc.reason)
+        return Outcome("ready", result.size, result.content_type)
+
+
+def _still_pending(files: Sequence[Attachment], attachment_id: str) -> bool:
+    return any(a.id == attachment_id and a.state == "pending" for a in files)
+
+
+def _failed(attachment: Attachment, code: str, message: str) -> Outcome:
+    log.warning("%s attachment %s not downloaded: %s", attachment.source, attachment.id, code)
+    return Outcome("failed", error=message[:MAX_ERROR])

@@ -1,0 +1,1 @@
+"""The web surfaces: the ``/ws`` chat channel and the per-session attachments."""

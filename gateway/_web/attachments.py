@@ -1,0 +1,172 @@
+"""Per-session files: a web user's uploads (``POST /web/sessions/{id}/attachments``) and an
+operator's download of any session's file (``GET /api/sessions/{id}/attachments/{att_id}``).
+
+An upload streams to a temporary file in the session's folder, stops at ``media.max_bytes``
+(413, nothing kept), is renamed to its generated id, and only then gets its row: a row always
+has its file. The client's file name is cleaned and kept as metadata, never used as a path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+from aiohttp import BodyPartReader, web
+
+from store import SessionNotFound, validate_session_id
+
+from .._admin import ApiError, admin_route, existing_session
+from .._api_models import AttachmentAnswer, AttachmentOut
+from .._http import json_error
+from .._keys import SETTINGS, STORE
+from .._media.files import attachment_path, clean_name
+from .ws import WEB_SESSION, short
+
+log = logging.getLogger("gateway.web")
+
+CHUNK = 64 * 1024
+FIELD = "file"
+DEFAULT_TYPE = "application/octet-stream"
+_CONTENT_TYPE = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+)
+
+
+class TooLarge(Exception):
+    pass
+
+
+async def upload(request: web.Request) -> web.Response:
+    """POST /web/sessions/{id}/attachments (multipart, field ``file``)."""
+    try:
+        return await _upload(request)
+    except ApiError as exc:
+        response = exc.response()
+        if exc.status == 413:
+            response.force_close()  # the rest of the body is not worth reading
+        return response
+
+
+async def _upload(request: web.Request) -> web.Response:
+    sid = request.match_info["id"]
+    try:
+        validate_session_id(sid)
+    except ValueError as exc:
+        raise ApiError(400, "invalid_session_id", str(exc)) from None
+    store = request.app[STORE]
+    session = await store.get_session(sid) if WEB_SESSION.fullmatch(sid) else None
+    if session is None:
+        raise ApiError(404, "unknown_session", "no such web session")
+    media = request.app[SETTINGS].media
+    limit = media.max_bytes
+    if request.content_length is not None and request.content_length > limit + CHUNK:
+        raise _too_large(limit)
+    part = await _file_part(request)
+    root = Path(media.root)
+    attachment_id = uuid.uuid4().hex
+    dest = attachment_path(root, sid, attachment_id)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        size = await _save(part, dest, limit)
+    except TooLarge:
+        raise _too_large(limit) from None
+    name = clean_name(part.filename, "file")
+    content_type = _content_type(part.headers.get("Content-Type"))
+    try:
+        attachment = await store.create_attachment(
+            sid,
+            name=name,
+            content_type=content_type,
+            source="upload",
+            size=size,
+            attachment_id=attachment_id,
+        )
+    except SessionNotFound:
+        dest.unlink(missing_ok=True)
+        raise ApiError(404, "unknown_session", "no such web session") from None
+    except BaseException:
+        dest.unlink(missing_ok=True)
+        raise
+    log.info("web session %s: attachment of %d bytes stored", short(sid), size)
+    answer = AttachmentAnswer(
+        attachment=AttachmentOut.model_validate(attachment, from_attributes=True)
+    )
+    return web.json_response(answer.model_dump(mode="json"), status=201)
+
+
+async def _file_part(request: web.Request) -> BodyPartReader:
+    if not request.content_type.startswith("multipart/"):
+        raise ApiError(400, "invalid_body", "send multipart/form-data with a 'file' field")
+    try:
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if isinstance(part, BodyPartReader) and part.name == FIELD:
+                return part
+            await part.release()
+    except (ValueError, AssertionError, RuntimeError):
+        raise ApiError(400, "invalid_body", "the multipart body cannot be read") from None
+    raise ApiError(400, "missing_file", "the multipart body has no 'file' field", FIELD)
+
+
+async def _save(part: BodyPartReader, dest: Path, limit: int) -> int:
+    """Stream the part to ``dest``; TooLarge (and nothing on disk) past ``limit`` bytes."""
+    temp = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.part")
+    size = 0
+    try:
+        with temp.open("xb") as file:
+            while chunk := await part.read_chunk(CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge
+                file.write(chunk)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, dest)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return size
+
+
+def _content_type(header: str | None) -> str:
+    value = (header or "").split(";", 1)[0].strip().lower()
+    return value if _CONTENT_TYPE.fullmatch(value) else DEFAULT_TYPE
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, "too_large", f"a file may hold {limit} bytes (media.max_bytes)")
+
+
+@admin_route
+async def download(request: web.Request) -> web.StreamResponse:
+    """GET /api/sessions/{id}/attachments/{att_id}: the file, for an operator."""
+    session = await existing_session(request)
+    raw = request.match_info["att_id"]
+    store = request.app[STORE]
+    try:
+        attachment = await store.get_attachment(session.session_id, raw)
+    except ValueError:
+        attachment = None
+    if attachment is None or attachment.state != "ready":
+        raise ApiError(404, "unknown_attachment", f"no downloaded attachment {raw!r} here")
+    path = attachment_path(Path(request.app[SETTINGS].media.root), session.session_id, raw)
+    if not path.is_file():
+        return json_error(404, "unknown_attachment", "the attachment's file is missing")
+    disposition = f"attachment; filename*=UTF-8''{quote(attachment.name)}"
+    headers = {
+        "Content-Type": attachment.content_type,
+        "Content-Disposition": disposition,
+        "X-Content-Type-Options": "nosniff",
+    }
+    return web.FileResponse(path, headers=headers)
+
+
+def add_attachment_routes(app: web.Application) -> None:
+    """Register the upload and the operator's download (before the /api catch-all)."""
+    app.router.add_post("/web/sessions/{id}/attachments", upload)
+    app.router.add_get("/api/sessions/{id:[^/]*}/attachments/{att_id}", download)

@@ -1,0 +1,82 @@
+"""The ``/ws`` frames: client frames validated with pydantic, server frames built in one place."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from store import SessionEvent
+
+ClientFrameType = Literal["message", "cancel_turn"]
+
+
+class _Frame(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MessageData(_Frame):
+    text: str = ""
+    client_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    attachments: tuple[str, ...] = ()
+
+
+class MessageFrame(_Frame):
+    type: Literal["message"]
+    data: MessageData
+
+
+class CancelFrame(_Frame):
+    type: Literal["cancel_turn"]
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class FrameError(Exception):
+    """A frame the server refuses; the socket stays open and gets an ``error`` frame."""
+
+    def __init__(self, code: str, message: str, client_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.client_id = client_id
+
+
+def parse_frame(text: str) -> MessageFrame | CancelFrame:
+    """A client frame; FrameError naming what is wrong."""
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raise FrameError("invalid_json", "the frame is not JSON") from None
+    if not isinstance(raw, dict):
+        raise FrameError("invalid_frame", "a frame is a JSON object with 'type' and 'data'")
+    kind = raw.get("type")
+    model: type[MessageFrame] | type[CancelFrame]
+    if kind == "message":
+        model = MessageFrame
+    elif kind == "cancel_turn":
+        model = CancelFrame
+    else:
+        raise FrameError("unknown_type", f"unknown frame type {kind!r}; use message or cancel_turn")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        field = ".".join(str(part) for part in first["loc"]) or "frame"
+        raise FrameError("invalid_frame", f"{field}: {first['msg']}") from None
+
+
+def error_frame(code: str, message: str, client_id: str | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {"code": code, "message": message}
+    if client_id is not None:
+        data["client_id"] = client_id
+    return {"type": "error", "data": data}
+
+
+def event_frame(event: SessionEvent) -> dict[str, Any]:
+    """A logged event as the frame of its kind, with its seq."""
+    return {
+        "type": event.kind,
+        "seq": event.seq,
+        "data": {**event.detail, "at": event.created_at.isoformat()},
+    }

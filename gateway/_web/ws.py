@@ -1,0 +1,215 @@
+"""``/ws``: the web chat channel (frames, codes and an example exchange in docs/web.md).
+
+A socket attaches to one web session. Its messages are deliveries like webhooks: the same
+group-commit writer (dedup key ``web:<chat>:<client_id>``), inbox, lanes and runner; ``ack``
+goes out only after the writer's commit. What the socket is shown is read from the session's
+event log, after the last seq it was sent: replayed from ``after`` on connect, then live. So a
+reconnect misses nothing and sees nothing twice, and a turn never depends on a socket.
+
+The session id is the web user's only credential: it is made here (``web-<uuid4>``), never
+taken from a client for a new session, and logged only shortened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import uuid
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from channels.web import ACCOUNT, CHANNEL, web_body, web_dedup_key
+from store import DeliveryIn, Session, Store, StoreError
+
+from .._keys import DISPATCHER, FEED, METRICS, SETTINGS, STORE, WRITER
+from .._wait import wait_event
+from .frames import CancelFrame, FrameError, MessageData, error_frame, event_frame, parse_frame
+
+log = logging.getLogger("gateway.web")
+
+WEB_SESSION = re.compile(r"web-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+PAGE = 500  # events read per query while replaying
+POLL_SECONDS = 2.0  # the log is read this often even unwoken: commits of other processes
+FRAMES = "gateway_ws_frames_total"
+SOCKETS = "gateway_ws_connections_total"
+
+
+def short(session_id: str) -> str:
+    """Enough of a web session id to follow it in a log, too little to use it."""
+    return session_id[:12] + "…"
+
+
+class Refused(Exception):
+    """The socket cannot attach: an ``error`` frame, then the close."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Socket:
+    """One attached socket: frames out under one lock (the pump and the reader both send)."""
+
+    def __init__(self, ws: web.WebSocketResponse, session: Session) -> None:
+        self.ws = ws
+        self.session = session
+        self._lock = asyncio.Lock()
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        async with self._lock:
+            await self.ws.send_json(frame)
+
+
+async def websocket(request: web.Request) -> web.WebSocketResponse:
+    """GET /ws[?session_id=ID&after=SEQ]"""
+    config = request.app[SETTINGS].web
+    # aiohttp closes the socket on a frame over its limit; up to 4x ours the frame is read and
+    # refused with an error frame, so a client's mistake does not cost it the connection.
+    ws = web.WebSocketResponse(
+        heartbeat=config.heartbeat_seconds, max_msg_size=4 * config.max_frame_bytes
+    )
+    await ws.prepare(request)
+    try:
+        session, after = await _attach(request)
+    except Refused as exc:
+        request.app[METRICS].inc(SOCKETS, outcome=exc.code)
+        await ws.send_json(error_frame(exc.code, exc.message))
+        await ws.close(code=4000, message=exc.code.encode())
+        return ws
+    request.app[METRICS].inc(SOCKETS, outcome="attached")
+    log.info("web socket attached to %s after seq %d", short(session.session_id), after)
+    socket = Socket(ws, session)
+    await socket.send({"type": "connection", "data": {"session_id": session.session_id}})
+    with request.app[FEED].watch(session.session_id) as wake:
+        pump = asyncio.create_task(_pump(request.app[STORE], socket, after, wake))
+        try:
+            await _read(request, socket)
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+    return ws
+
+
+async def _attach(request: web.Request) -> tuple[Session, int]:
+    """The session the socket asks for (or a new one) and the seq to replay after."""
+    query = request.query
+    after = _after(query.get("after", "0"))
+    store = request.app[STORE]
+    try:
+        if "session_id" not in query:
+            chat_id = str(uuid.uuid4())
+            starting = request.app[SETTINGS].agents.starting_agent
+            return await store.create_session(CHANNEL, ACCOUNT, chat_id, starting), 0
+        sid = query["session_id"]
+        if not sid:
+            raise Refused("session_not_connected", "session_id is empty: connect without it")
+        if not WEB_SESSION.fullmatch(sid):
+            raise Refused("invalid_session_id", "session_id is not a web session id")
+        session = await store.get_session(sid)
+    except StoreError:
+        raise Refused("store_unavailable", "the store does not answer; try again") from None
+    if session is None or session.channel != CHANNEL:
+        raise Refused("unknown_session", "no such web session")
+    return session, after
+
+
+def _after(raw: str) -> int:
+    if not raw.isdecimal() or len(raw) > 18:
+        raise Refused("invalid_after", "after must be a seq number, 0 or more")
+    return int(raw)
+
+
+async def _pump(store: Store, socket: Socket, after: int, wake: asyncio.Event) -> None:
+    """Send the log after ``after``, then every new event, in seq order, each once."""
+    last = after
+    sid = socket.session.session_id
+    while not socket.ws.closed:
+        wake.clear()  # before the read: an event committed during it sets it again
+        try:
+            events = await store.list_events(sid, after=last, limit=PAGE)
+        except StoreError as exc:
+            log.info("web session %s: log not readable: %s", short(sid), type(exc).__name__)
+            await socket.send(error_frame("session_gone", "the session was deleted or is away"))
+            await socket.ws.close(code=4004, message=b"session_gone")
+            return
+        for event in events:
+            await socket.send(event_frame(event))
+            last = event.seq
+        if len(events) < PAGE:
+            await wait_event(wake, POLL_SECONDS)
+
+
+async def _read(request: web.Request, socket: Socket) -> None:
+    """Answer the client's frames until it goes; a bad frame costs an error frame, no more."""
+    limit = request.app[SETTINGS].web.max_frame_bytes
+    metrics = request.app[METRICS]
+    async for msg in socket.ws:
+        if msg.type == WSMsgType.TEXT:
+            try:
+                if len(msg.data.encode()) > limit:
+                    raise FrameError("frame_too_large", f"a frame may hold {limit} bytes")
+                await _handle(request, socket, msg.data)
+                metrics.inc(FRAMES, outcome="ok")
+            except FrameError as exc:
+                metrics.inc(FRAMES, outcome=exc.code)
+                await socket.send(error_frame(exc.code, exc.message, exc.client_id))
+        elif msg.type == WSMsgType.BINARY:
+            metrics.inc(FRAMES, outcome="binary_frame")
+            await socket.send(error_frame("binary_frame", "frames are JSON text"))
+        elif msg.type == WSMsgType.ERROR:
+            return
+
+
+async def _handle(request: web.Request, socket: Socket, text: str) -> None:
+    frame = parse_frame(text)
+    if isinstance(frame, CancelFrame):
+        dispatcher = request.app.get(DISPATCHER)
+        if dispatcher is None or not dispatcher.cancel_turn(socket.session.session_id):
+            raise FrameError("no_turn_running", "no turn of this session is running")
+        return
+    await _message(request, socket, frame.data)
+
+
+async def _message(request: web.Request, socket: Socket, data: MessageData) -> None:
+    """Check, record durably, then ack (a duplicate is acked too, so the client stops)."""
+    config = request.app[SETTINGS].web
+    cid = data.client_id
+    if len(data.text) > config.max_text_chars:
+        raise FrameError("text_too_long", f"text may hold {config.max_text_chars} chars", cid)
+    if not data.text.strip() and not data.attachments:
+        raise FrameError("empty_message", "a message needs text or attachments", cid)
+    if len(data.attachments) > config.max_attachments:
+        raise FrameError("too_many_attachments", f"at most {config.max_attachments}", cid)
+    await _check_attachments(request.app[STORE], socket.session, data)
+    chat_id = socket.session.chat_id
+    body = web_body(chat_id, cid, data.text, data.attachments)
+    item = DeliveryIn(CHANNEL, None, body, (web_dedup_key(chat_id, cid),))
+    try:
+        result = await request.app[WRITER].submit(item)
+    except Exception as exc:  # whatever the store raised: the client keeps it and re-sends
+        log.warning("web message not recorded: %s", type(exc).__name__)
+        raise FrameError("store_unavailable", "not recorded; send it again", cid) from None
+    duplicate = result.delivery_id is None
+    await socket.send({"type": "ack", "data": {"client_id": cid, "duplicate": duplicate}})
+
+
+async def _check_attachments(store: Store, session: Session, data: MessageData) -> None:
+    for attachment_id in data.attachments:
+        try:
+            found = await store.get_attachment(session.session_id, attachment_id)
+        except ValueError:
+            found = None
+        if found is None or found.state != "ready":
+            raise FrameError(
+                "unknown_attachment", f"no attachment {attachment_id!r} here", data.client_id
+            )
+
+
+def add_ws_route(app: web.Application) -> None:
+    """Register ``GET /ws``."""
+    app.router.add_get("/ws", websocket)
