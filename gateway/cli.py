@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TextIO
@@ -14,6 +13,7 @@ from channels import ChannelError
 from store import InvalidSessionId, StoreError
 
 from . import _commands, _quarantine
+from ._logging import configure_logging
 from .config import Settings, load_settings, resolve_config_path
 from .errors import ConfigError
 
@@ -87,9 +87,7 @@ HANDLERS: dict[str, Handler] = {
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     """Run one command; return the process exit status."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Bot API call is noise
-    logging.getLogger("aiosqlite").setLevel(logging.WARNING)  # DEBUG logs call args: bodies
+    configure_logging()
     path = resolve_config_path(args.config)
     try:
         settings = load_settings(path)
