@@ -1,46 +1,68 @@
-"""The admin API under /api/*: sessions, operator replies and handoffs, dead letters, quarantine.
+"""The admin API under /api/*: sessions, replies, handoffs, rewinds, dead letters, quarantine.
 
 Every route needs ``Authorization: Bearer <admin.token>`` (compared in constant time); an empty
 configured token turns the API off. Input is validated at the edge with pydantic, and every
-refusal is a JSON error naming what was wrong.
+refusal is a JSON error naming what was wrong. Every answer is serialized through the models of
+``_api_models``, which /api/openapi.json (the one route without a token) is generated from.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hmac
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
 from functools import wraps
-from typing import Any, Literal, TypeVar
+from typing import TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agents import build_registry
 from store import (
     InvalidSessionId,
-    Message,
+    MessageNotFound,
     NewMessage,
     OutboxIn,
     RunActive,
     Session,
     SessionDeletedError,
     SessionNotFound,
+    Store,
     TurnActive,
     validate_session_id,
 )
 
+from ._api_models import (
+    MAX_ROW_ID,
+    OPERATOR,
+    DeadLetters,
+    ErrorBody,
+    ErrorDetail,
+    EventOut,
+    EventsPage,
+    EventsQuery,
+    HandoffBody,
+    InboxOut,
+    MessageOut,
+    MessagesPage,
+    OutboxOut,
+    PageQuery,
+    QuarantineDetail,
+    QuarantineList,
+    QuarantineOut,
+    ReplyAnswer,
+    ReplyBody,
+    RewindBody,
+    SessionOut,
+    SessionsPage,
+    SessionsQuery,
+)
 from ._convert import payload, reply_target, text_message
-from ._http import json_error
 from ._keys import AGENT_NAMES, SENDER_WAKE, SETTINGS, STORE
-from ._quarantine import quarantine_json
+from ._openapi import openapi_json
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
-OPERATOR = "operator"  # the agent name of an operator's messages
-Status = Literal["idle", "running", "interrupted"]  # store.SESSION_STATUSES
+WEB = "web"  # the channel whose users read replies from the session's event log, not an outbox
 
 
 class ApiError(Exception):
@@ -51,33 +73,8 @@ class ApiError(Exception):
         self.status, self.code, self.message, self.field = status, code, message, field
 
     def response(self) -> web.Response:
-        extra = {"field": self.field} if self.field else {}
-        return json_error(self.status, self.code, self.message, **extra)
-
-
-class _Input(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SessionsQuery(_Input):
-    limit: int = Field(default=50, ge=1, le=500)
-    offset: int = Field(default=0, ge=0)
-    channel: str | None = None
-    status: Status | None = None
-    agent: str | None = None
-
-
-class PageQuery(_Input):
-    limit: int = Field(default=50, ge=1, le=500)
-    offset: int = Field(default=0, ge=0)
-
-
-class ReplyBody(_Input):
-    text: str = Field(min_length=1, max_length=32_768)
-
-
-class HandoffBody(_Input):
-    agent: str = Field(min_length=1, max_length=64)
+        body = ErrorBody(error=ErrorDetail(code=self.code, message=self.message, field=self.field))
+        return web.json_response(body.dump(), status=self.status)
 
 
 def admin_route(handler: Handler) -> Handler:
@@ -103,26 +100,9 @@ def _authorize(request: web.Request) -> None:
         raise ApiError(401, "unauthorized", "missing or wrong Authorization: Bearer token")
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=_default)
-
-
-def _default(value: object) -> object:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def respond(data: object, status: int = 200) -> web.Response:
-    """JSON with datetimes as ISO 8601 strings."""
-    return web.json_response(data, status=status, dumps=_dumps)
-
-
-def record(row: Any) -> dict[str, Any]:
-    """A store dataclass as a JSON object."""
-    return dataclasses.asdict(row)
+def respond(answer: BaseModel, status: int = 200) -> web.Response:
+    """An answer model as JSON (datetimes as ISO 8601 strings)."""
+    return web.json_response(answer.model_dump(mode="json"), status=status)
 
 
 def parse(model: type[M], data: object) -> M:
@@ -139,7 +119,7 @@ async def json_body(request: web.Request, model: type[M]) -> M:
     """The request body as ``model``: 400 invalid_json, or invalid_field naming the field."""
     try:
         data = await request.json()
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, LookupError):  # UnicodeDecodeError; LookupError: an unknown charset
         raise ApiError(400, "invalid_json", "the body is not JSON") from None
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_json", "the body is not a JSON object")
@@ -159,12 +139,16 @@ async def existing_session(request: web.Request) -> Session:
     sid = session_id(request)
     session = await request.app[STORE].get_session(sid)
     if session is None:
-        raise ApiError(404, "unknown_session", f"no session {sid!r}")
+        raise _unknown_session(sid)
     return session
 
 
 def _run_active(sid: str) -> ApiError:
     return ApiError(409, "run_active", f"session {sid!r} has a turn running; try again soon")
+
+
+def _unknown_session(sid: str) -> ApiError:
+    return ApiError(404, "unknown_session", f"no session {sid!r}")
 
 
 @admin_route
@@ -178,13 +162,18 @@ async def list_sessions(request: web.Request) -> web.Response:
     total = await store.count_sessions(
         channel=query.channel, status=query.status, agent=query.agent
     )
-    return respond({"sessions": [record(s) for s in found], "total": total})
+    sessions = [SessionOut.model_validate(s, from_attributes=True) for s in found]
+    return respond(SessionsPage(sessions=sessions, total=total))
 
 
 @admin_route
 async def show_session(request: web.Request) -> web.Response:
     """GET /api/sessions/{id}"""
-    return respond(record(await existing_session(request)))
+    return respond(_session(await existing_session(request)))
+
+
+def _session(session: Session) -> SessionOut:
+    return SessionOut.model_validate(session, from_attributes=True)
 
 
 @admin_route
@@ -192,11 +181,20 @@ async def session_messages(request: web.Request) -> web.Response:
     """GET /api/sessions/{id}/messages: the current branch, oldest first."""
     session = await existing_session(request)
     branch = await request.app[STORE].get_branch(session.session_id)
-    return respond({"messages": [_message(m) for m in branch]})
+    return respond(MessagesPage(messages=[MessageOut.of(m) for m in branch]))
 
 
-def _message(message: Message) -> dict[str, Any]:
-    return record(message)
+@admin_route
+async def session_events(request: web.Request) -> web.Response:
+    """GET /api/sessions/{id}/events?after=&limit=: the event log after ``after``, oldest first."""
+    query = parse(EventsQuery, dict(request.query))
+    sid = session_id(request)
+    try:
+        found = await request.app[STORE].list_events(sid, after=query.after, limit=query.limit)
+    except SessionNotFound:
+        raise _unknown_session(sid) from None
+    events = [EventOut.model_validate(e, from_attributes=True) for e in found]
+    return respond(EventsPage(events=events))
 
 
 @admin_route
@@ -204,31 +202,40 @@ async def delete_session(request: web.Request) -> web.Response:
     """DELETE /api/sessions/{id}: erase it; a running turn then writes nothing back."""
     sid = session_id(request)
     if not await request.app[STORE].delete_session(sid):
-        raise ApiError(404, "unknown_session", f"no session {sid!r}")
+        raise _unknown_session(sid)
     return web.Response(status=204)
 
 
 @admin_route
 async def operator_reply(request: web.Request) -> web.Response:
-    """POST /api/sessions/{id}/reply {"text"}: history and outbox in one commit, then sent."""
+    """POST /api/sessions/{id}/reply {"text"}: history and outbox in one commit, then sent.
+
+    A web session gets no outbox row: its user reads replies from the session's event log,
+    which the turn's commit writes.
+    """
     session = await existing_session(request)
     body = await json_body(request, ReplyBody)
     sid = session.session_id
     try:
         async with request.app[STORE].turn(sid) as turn:
-            chat = reply_target(turn.session.chat_id, turn.session.metadata)
-            message = text_message(turn.session.channel, turn.session.account, chat, body.text)
             turn.append(NewMessage(role="assistant", text=body.text, agent=OPERATOR))
-            turn.add_outbox(
-                OutboxIn(sid, turn.session.channel, turn.session.account, chat, payload(message))
-            )
+            if turn.session.channel != WEB:
+                turn.add_outbox(_outbox(turn.session, body.text))
     except (RunActive, TurnActive):
         raise _run_active(sid) from None
     except (SessionNotFound, SessionDeletedError):
-        raise ApiError(404, "unknown_session", f"no session {sid!r}") from None
-    request.app[SENDER_WAKE].set()
-    outbox = turn.committed_outbox[0]
-    return respond({"message": _message(turn.committed[0]), "outbox_id": outbox.id}, 202)
+        raise _unknown_session(sid) from None
+    outbox_id = turn.committed_outbox[0].id if turn.committed_outbox else None
+    if outbox_id is not None:
+        request.app[SENDER_WAKE].set()
+    answer = ReplyAnswer(message=MessageOut.of(turn.committed[0]), outbox_id=outbox_id)
+    return respond(answer, 202)
+
+
+def _outbox(session: Session, text: str) -> OutboxIn:
+    chat = reply_target(session.chat_id, session.metadata)
+    message = text_message(session.channel, session.account, chat, text)
+    return OutboxIn(session.session_id, session.channel, session.account, chat, payload(message))
 
 
 @admin_route
@@ -239,16 +246,55 @@ async def handoff(request: web.Request) -> web.Response:
     if body.agent not in request.app[AGENT_NAMES]:
         raise ApiError(400, "unknown_agent", f"no agent named {body.agent!r}", "agent")
     sid = session.session_id
-    if session.status == "running":
-        raise _run_active(sid)  # the turn would commit its own agent over ours
-    store = request.app[STORE]
-    try:
-        updated = await store.update_session(sid, active_agent=body.agent)
+    try:  # refused while a turn runs: it would commit its own agent over ours
+        updated = await request.app[STORE].set_agent(sid, body.agent, reason=OPERATOR)
+    except RunActive:
+        raise _run_active(sid) from None
     except SessionNotFound:
-        raise ApiError(404, "unknown_session", f"no session {sid!r}") from None
-    detail = {"from": session.active_agent, "to": body.agent, "reason": OPERATOR}
-    await store.record_event(sid, "handoff", detail)
-    return respond(record(updated))
+        raise _unknown_session(sid) from None
+    return respond(_session(updated))
+
+
+@admin_route
+async def rewind(request: web.Request) -> web.Response:
+    """POST /api/sessions/{id}/rewind {"message_id"}: HEAD back to a message of the branch.
+
+    The messages after it stay in the table (another branch); the next turn continues from it.
+    """
+    session = await existing_session(request)
+    body = await json_body(request, RewindBody)
+    sid, target = session.session_id, body.message_id
+    if session.status == "running":
+        raise _run_active(sid)
+    store = request.app[STORE]
+    branch = await store.get_branch(sid)
+    if all(message.id != target for message in branch):
+        raise await _off_branch(store, sid, target)
+    try:
+        moved = await store.set_active_head(sid, target)
+    except RunActive:
+        raise _run_active(sid) from None
+    except SessionNotFound:
+        raise _unknown_session(sid) from None
+    except MessageNotFound:  # deleted and created again meanwhile
+        raise _unknown_message(sid, target) from None
+    return respond(_session(moved))
+
+
+async def _off_branch(store: Store, sid: str, message_id: int) -> ApiError:
+    """Why ``message_id`` is not on the current branch: another branch (409) or not ours (404)."""
+    try:
+        await store.get_branch(sid, head_id=message_id)
+    except MessageNotFound:
+        return _unknown_message(sid, message_id)
+    except SessionNotFound:
+        return _unknown_session(sid)
+    message = f"message {message_id} is not on the current branch of {sid!r}"
+    return ApiError(409, "not_on_branch", message, "message_id")
+
+
+def _unknown_message(sid: str, message_id: int) -> ApiError:
+    return ApiError(404, "unknown_message", f"session {sid!r} has no message {message_id}")
 
 
 @admin_route
@@ -258,7 +304,12 @@ async def dead_letters(request: web.Request) -> web.Response:
     store = request.app[STORE]
     inbox = await store.list_dead_inbox(page.limit, page.offset)
     outbox = await store.list_dead_outbox(page.limit, page.offset)
-    return respond({"inbox": [record(i) for i in inbox], "outbox": [record(o) for o in outbox]})
+    return respond(
+        DeadLetters(
+            inbox=[InboxOut.model_validate(i, from_attributes=True) for i in inbox],
+            outbox=[OutboxOut.model_validate(o, from_attributes=True) for o in outbox],
+        )
+    )
 
 
 @admin_route
@@ -266,19 +317,20 @@ async def quarantine(request: web.Request) -> web.Response:
     """GET /api/quarantine: deliveries that could not be parsed, newest first, without bodies."""
     page = parse(PageQuery, dict(request.query))
     items = await request.app[STORE].list_quarantine(page.limit, page.offset)
-    return respond({"quarantine": [quarantine_json(q) for q in items]})
+    return respond(QuarantineList(quarantine=[QuarantineOut.of(q) for q in items]))
 
 
 @admin_route
 async def quarantine_item(request: web.Request) -> web.Response:
     """GET /api/quarantine/{qid}: one quarantined delivery with its body (as UTF-8 text)."""
     raw = request.match_info["qid"]
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):
         raise ApiError(400, "invalid_field", "quarantine id must be a number", "id")
-    item = await request.app[STORE].get_quarantine(int(raw))
+    number = int(raw)
+    item = await request.app[STORE].get_quarantine(number) if 0 < number <= MAX_ROW_ID else None
     if item is None:
         raise ApiError(404, "unknown_quarantine", f"no quarantined delivery {raw}")
-    return respond({**quarantine_json(item), "body": item.body})
+    return respond(QuarantineDetail.of(item))
 
 
 @admin_route
@@ -298,7 +350,10 @@ async def agent_names_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 def add_admin_routes(app: web.Application) -> None:
-    """Register /api/* and the context that knows the agents' names."""
+    """Register /api/* and the context that knows the agents' names.
+
+    A route added here belongs in ``_openapi.OPERATIONS`` too (tests/gateway/test_openapi.py).
+    """
     app.cleanup_ctx.append(agent_names_ctx)
     add = app.router.add_route
     add("GET", "/api/sessions", list_sessions)
@@ -307,7 +362,10 @@ def add_admin_routes(app: web.Application) -> None:
     add("GET", "/api/sessions/{id:[^/]*}/messages", session_messages)
     add("POST", "/api/sessions/{id:[^/]*}/reply", operator_reply)
     add("POST", "/api/sessions/{id:[^/]*}/handoff", handoff)
+    add("POST", "/api/sessions/{id:[^/]*}/rewind", rewind)
+    add("GET", "/api/sessions/{id:[^/]*}/events", session_events)
     add("GET", "/api/deadletters", dead_letters)
     add("GET", "/api/quarantine", quarantine)
     add("GET", "/api/quarantine/{qid}", quarantine_item)
-    add("*", "/api/{tail:.*}", unknown_route)
+    add("GET", "/api/openapi.json", openapi_json)  # no token: it holds no data
+    add("*", r"/api/{tail:[\s\S]*}", unknown_route)  # last; [\s\S], as "." misses a newline

@@ -112,7 +112,7 @@ def build_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
-    app.router.add_route("*", "/{path:.*}", unmatched)  # last: JSON 404 and 405
+    app.router.add_route("*", r"/{path:[\s\S]*}", unmatched)  # last: JSON 404 and 405
     return app
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import BadHttpMessage
 
 from store import SessionNotFound, validate_session_id
 
@@ -108,7 +109,7 @@ async def _file_part(request: web.Request) -> BodyPartReader:
             if isinstance(part, BodyPartReader) and part.name == FIELD:
                 return part
             await part.release()
-    except (ValueError, AssertionError, RuntimeError):
+    except (ValueError, AssertionError, RuntimeError, BadHttpMessage):
         raise ApiError(400, "invalid_body", "the multipart body cannot be read") from None
     raise ApiError(400, "missing_file", "the multipart body has no 'file' field", FIELD)
 

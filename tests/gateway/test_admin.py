@@ -25,6 +25,8 @@ ROUTES = [
     ("DELETE", f"/api/sessions/{SID}"),
     ("POST", f"/api/sessions/{SID}/reply"),
     ("POST", f"/api/sessions/{SID}/handoff"),
+    ("POST", f"/api/sessions/{SID}/rewind"),
+    ("GET", f"/api/sessions/{SID}/events"),
     ("GET", "/api/deadletters"),
     ("GET", "/api/quarantine"),
     ("GET", "/api/quarantine/1"),
@@ -115,6 +117,7 @@ async def test_admin_sessions_list_has_total_and_filters(client: Client) -> None
         ("limit=0", "limit"),
         ("limit=x", "limit"),
         ("offset=-1", "offset"),
+        (f"offset={2**63}", "offset"),  # more than SQLite's integers hold: not a 500
         ("status=busy", "status"),
         ("color=red", "color"),
     ],
@@ -156,14 +159,17 @@ async def test_admin_refuses_a_malformed_session_id(client: Client, path: str) -
         ("DELETE", "/api/sessions/telegram-support-404"),
         ("POST", "/api/sessions/telegram-support-404/reply"),
         ("POST", "/api/sessions/telegram-support-404/handoff"),
+        ("POST", "/api/sessions/telegram-support-404/rewind"),
+        ("GET", "/api/sessions/telegram-support-404/events"),
     ],
 )
 async def test_admin_answers_404_for_an_unknown_session(
     client: Client, method: str, path: str
 ) -> None:
-    response = await client.request(
-        method, path, headers=AUTH, json={"text": "x", "agent": "human"}
-    )
+    body = {"text": "x"} if path.endswith("reply") else {"agent": "human"}
+    if path.endswith("rewind"):
+        body = {"message_id": 1}
+    response = await client.request(method, path, headers=AUTH, json=body)
     assert (await error_of(response, 404))["code"] == "unknown_session"
 
 
@@ -196,7 +202,7 @@ async def test_admin_reply_goes_to_history_and_outbox_in_one_commit(
     )
     assert response.status == 202
     answer = await response.json()
-    assert answer["message"]["role"] == "assistant"
+    assert answer["message"]["role"] == "operator"  # stored as assistant, agent operator
     assert answer["message"]["agent"] == "operator"
     [outbox] = await store_of(client).list_outbox(SID)
     assert outbox.id == answer["outbox_id"]
@@ -267,7 +273,7 @@ async def test_admin_handoff_changes_the_agent_and_records_an_event(client: Clie
     assert session.active_agent == "human"
     [event] = await store_of(client).list_events(SID)
     assert (event.kind, event.detail) == (
-        "handoff",
+        "agent_changed",
         {"from": "triage", "to": "human", "reason": "operator"},
     )
 
@@ -333,6 +339,130 @@ async def test_admin_quarantine_lists_rows_and_shows_one_with_its_body(client: C
     assert (await error_of(bad, 400))["code"] == "invalid_field"
 
 
+@pytest.mark.parametrize(("qid", "status"), [("\u00b2", 400), ("٣", 400), (str(2**64), 404)])
+async def test_admin_quarantine_id_outside_what_the_store_holds_is_refused(
+    client: Client, qid: str, status: int
+) -> None:
+    response = await client.get(f"/api/quarantine/{qid}", headers=AUTH)
+    assert (await error_of(response, status))["code"] in {"invalid_field", "unknown_quarantine"}
+
+
 async def test_admin_unknown_route_is_a_json_404(client: Client) -> None:
     response = await client.get("/api/nothing-here", headers=AUTH)
     assert (await error_of(response, 404))["code"] == "unknown_route"
+
+
+async def test_admin_messages_show_an_operator_reply_with_role_operator(client: Client) -> None:
+    await client.post(f"/api/sessions/{SID}/reply", headers=AUTH, json={"text": "A person."})
+    messages = (await (await client.get(f"/api/sessions/{SID}/messages", headers=AUTH)).json())[
+        "messages"
+    ]
+    assert [(m["role"], m["agent"]) for m in messages][-1] == ("operator", "operator")
+    assert all(m["attachments"] == [] for m in messages)
+
+
+async def test_admin_reply_to_a_web_session_adds_no_outbox_row(client: Client) -> None:
+    web = await store_of(client).create_session("web", "console", "abc", "triage")
+    response = await client.post(
+        f"/api/sessions/{web.session_id}/reply", headers=AUTH, json={"text": "Hello from a person."}
+    )
+    assert response.status == 202
+    answer = await response.json()
+    assert answer["outbox_id"] is None
+    assert answer["message"]["text"] == "Hello from a person."
+    assert await store_of(client).list_outbox(web.session_id) == []
+    assert not client.app[SENDER_WAKE].is_set()
+    kinds = [event.kind for event in await store_of(client).list_events(web.session_id)]
+    assert "message" in kinds  # the web user reads it from the event log
+
+
+async def branch_ids(client: Client, sid: str = SID) -> list[int]:
+    answer = await (await client.get(f"/api/sessions/{sid}/messages", headers=AUTH)).json()
+    return [m["id"] for m in answer["messages"]]
+
+
+async def rewind(client: Client, body: object, sid: str = SID) -> Any:
+    return await client.post(f"/api/sessions/{sid}/rewind", headers=AUTH, json=body)
+
+
+async def test_admin_rewind_moves_head_and_the_next_message_continues_from_it(
+    client: Client, db_path: Path
+) -> None:
+    first, second = await branch_ids(client)
+    response = await rewind(client, {"message_id": first})
+    assert response.status == 200
+    session = await response.json()
+    assert (session["session_id"], session["head_id"]) == (SID, first)
+    assert await branch_ids(client) == [first]
+    reply = await client.post(f"/api/sessions/{SID}/reply", headers=AUTH, json={"text": "again"})
+    new = (await reply.json())["message"]
+    assert new["parent_id"] == first
+    assert await branch_ids(client) == [first, new["id"]]
+    assert rows(db_path, "SELECT id FROM messages WHERE session_id = ? ORDER BY id", SID) == [
+        (first,),
+        (second,),
+        (new["id"],),
+    ]  # the old branch is still there
+    off = await rewind(client, {"message_id": second})
+    error = await error_of(off, 409)
+    assert (error["code"], error["field"]) == ("not_on_branch", "message_id")
+
+
+async def test_admin_rewind_to_the_head_itself_is_a_no_op(client: Client) -> None:
+    ids = await branch_ids(client)
+    response = await rewind(client, {"message_id": ids[-1]})
+    assert (await response.json())["head_id"] == ids[-1]
+    assert await branch_ids(client) == ids
+
+
+async def test_admin_rewind_to_a_message_of_another_session_is_unknown(client: Client) -> None:
+    other = await store_of(client).create_session("telegram", "support", "43", "triage")
+    theirs = await store_of(client).append_message(other.session_id, "user", "mine")
+    before = await branch_ids(client)
+    for message_id in (theirs.id, 999_999):
+        error = await error_of(await rewind(client, {"message_id": message_id}), 404)
+        assert error["code"] == "unknown_message"
+    assert await branch_ids(client) == before
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"message_id": 0}, {"message_id": "x"}, {"message_id": 2**63}, {"message_id": 1, "x": 1}],
+)
+async def test_admin_rewind_names_what_is_wrong_with_the_body(client: Client, body: object) -> None:
+    error = await error_of(await rewind(client, body), 400)
+    assert error["code"] == "invalid_field"
+    assert error["field"] in {"message_id", "x"}
+
+
+async def test_admin_rewind_while_a_turn_runs_is_refused_with_409(
+    client: Client, db_path: Path
+) -> None:
+    first = (await branch_ids(client))[0]
+    async with store_of(client).turn(SID):
+        error = await error_of(await rewind(client, {"message_id": first}), 409)
+        assert error["code"] == "run_active"
+    await mark_running(db_path)
+    error = await error_of(await rewind(client, {"message_id": first}), 409)
+    assert error["code"] == "run_active"
+    session = await store_of(client).get_session(SID)
+    assert session is not None
+    assert session.head_id != first
+
+
+async def test_admin_events_page_through_the_log_by_seq(client: Client) -> None:
+    for agent in ("human", "billing", "triage"):
+        await client.post(f"/api/sessions/{SID}/handoff", headers=AUTH, json={"agent": agent})
+    url = f"/api/sessions/{SID}/events"
+    events = (await (await client.get(url, headers=AUTH)).json())["events"]
+    assert [(e["seq"], e["kind"], e["detail"]["to"]) for e in events] == [
+        (1, "agent_changed", "human"),
+        (2, "agent_changed", "billing"),
+        (3, "agent_changed", "triage"),
+    ]
+    assert set(events[0]) == {"seq", "kind", "detail", "created_at"}
+    page = (await (await client.get(f"{url}?after=1&limit=1", headers=AUTH)).json())["events"]
+    assert [e["seq"] for e in page] == [2]
+    for query, field in [("after=-1", "after"), ("limit=0", "limit"), ("since=1", "since")]:
+        error = await error_of(await client.get(f"{url}?{query}", headers=AUTH), 400)
+        assert (error["code"], error["field"]) == ("invalid_field", field)
