@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import wraps
+from pathlib import Path
 from typing import TypeVar
 
 from aiohttp import web
@@ -58,6 +59,7 @@ from ._api_models import (
 )
 from ._convert import payload, reply_target, text_message
 from ._keys import AGENT_NAMES, SENDER_WAKE, SETTINGS, STORE
+from ._media.files import erase_session
 from ._openapi import openapi_json
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -201,7 +203,8 @@ async def session_events(request: web.Request) -> web.Response:
 async def delete_session(request: web.Request) -> web.Response:
     """DELETE /api/sessions/{id}: erase it; a running turn then writes nothing back."""
     sid = session_id(request)
-    if not await request.app[STORE].delete_session(sid):
+    root = Path(request.app[SETTINGS].media.root)
+    if not await erase_session(request.app[STORE], root, sid):
         raise _unknown_session(sid)
     return web.Response(status=204)
 

@@ -7,11 +7,13 @@ import dataclasses
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, TextIO
 
 from agents import build_registry
 from store import Message, Session, Store, open_store, validate_session_id
 
+from ._media.files import erase_session
 from ._summary import summarize
 from .config import Settings
 
@@ -70,7 +72,7 @@ async def sessions(settings: Settings, args: argparse.Namespace, out: TextIO) ->
             return await _list_sessions(store, args, out)
         if args.action == "show":
             return await _show_session(store, args.session_id, out)
-        return await _delete_session(store, args.session_id, out)
+        return await _delete_session(store, Path(settings.media.root), args.session_id, out)
 
 
 async def _list_sessions(store: Store, args: argparse.Namespace, out: TextIO) -> int:
@@ -91,8 +93,8 @@ async def _show_session(store: Store, session_id: str, out: TextIO) -> int:
     return 0
 
 
-async def _delete_session(store: Store, session_id: str, out: TextIO) -> int:
-    if not await store.delete_session(session_id):
+async def _delete_session(store: Store, root: Path, session_id: str, out: TextIO) -> int:
+    if not await erase_session(store, root, session_id):
         print(f"no session {session_id!r}", file=out)
         return 1
     print(f"deleted session {session_id}", file=out)

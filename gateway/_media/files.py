@@ -11,7 +11,7 @@ import shutil
 import unicodedata
 from pathlib import Path
 
-from store import validate_session_id
+from store import Store, validate_session_id
 
 MAX_NAME = 255
 _HEX = frozenset("0123456789abcdef")
@@ -32,6 +32,15 @@ def attachment_path(root: Path, session_id: str, attachment_id: str) -> Path:
 def remove_session_files(root: Path, session_id: str) -> None:
     """Delete the session's folder and everything in it (nothing if there is none)."""
     shutil.rmtree(session_dir(root, session_id), ignore_errors=True)
+
+
+async def erase_session(store: Store, root: Path, session_id: str) -> bool:
+    """Delete a session: its rows (messages, events, attachments...) in one transaction, then
+    its folder. Rows first: no row ever points at a file that is gone. False if none."""
+    if not await store.delete_session(session_id):
+        return False
+    remove_session_files(root, session_id)
+    return True
 
 
 def clean_name(name: str | None, fallback: str) -> str:

@@ -123,8 +123,11 @@ class MediaWorker:
                 content_type=outcome.content_type,
                 error=outcome.error,
             )
-        except StoreError as exc:  # e.g. the session was deleted meanwhile
-            log.info("attachment %s not recorded: %s", attachment.id, exc)
+        except StoreError as exc:  # e.g. the session was deleted meanwhile: so is the file
+            log.info("attachment %s not recorded: %s", attachment.id, type(exc).__name__)
+            attachment_path(self._root, attachment.session_id, attachment.id).unlink(
+                missing_ok=True
+            )
         finally:
             done = self._done.pop(attachment.id, None)
             if done is not None:
