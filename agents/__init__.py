@@ -12,7 +12,7 @@ from ._errors import (
 )
 from ._loader import build_registry
 from ._loop import Reply
-from ._model import ModelBackend, ModelMessage, ModelResponse, ToolCall, ToolSpec
+from ._model import ImagePart, ModelBackend, ModelMessage, ModelResponse, ToolCall, ToolSpec
 from ._openai import OpenAIModel
 from ._pruning import ChatMessage, prune_to_turns
 from ._registry import Registry
@@ -22,6 +22,7 @@ from ._runner import Runner, TurnResult, UserInput
 from ._tools import Tool, ToolResult, tool
 
 __all__ = [
+    "ImagePart",
     "Agent",
     "AgentConfig",
     "AgentConfigError",

@@ -44,6 +44,7 @@ class OpenAIModelConfig(_Section):
     max_retries: int = Field(default=3, ge=0)  # on 429, 5xx and network errors
     backoff: float = Field(default=0.5, gt=0)  # first retry delay; doubles each time
     max_backoff: float = Field(default=30.0, gt=0)
+    vision: bool = False  # the model takes images: a user's photos go as image parts
 
 
 class AgentConfig(_Section):

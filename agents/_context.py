@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from ._agent import Agent
-from ._model import ModelMessage, ModelResponse, ModelRole, ToolCall
+from ._model import ImagePart, ModelMessage, ModelResponse, ModelRole, ToolCall
 from ._pruning import prune_to_turns
 from ._tools import ToolResult
 
@@ -30,6 +31,17 @@ def build_context(
     """Instructions as the first system message, then the last ``max_turns`` whole turns."""
     head = [ModelMessage("system", agent.instructions)] if agent.instructions else []
     return head + [to_model_message(m) for m in prune_to_turns(history, max_turns)]
+
+
+def with_images(context: list[ModelMessage], images: tuple[ImagePart, ...]) -> list[ModelMessage]:
+    """The context with ``images`` on its last user message (this turn's)."""
+    if not images:
+        return context
+    for index in range(len(context) - 1, -1, -1):
+        if context[index].role == "user":
+            context[index] = replace(context[index], images=images)
+            break
+    return context
 
 
 def to_model_message(message: StoredMessage) -> ModelMessage:

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from store import NewMessage, Turn
 
 from ._agent import Agent, handoff_target
-from ._context import StoredMessage, assistant_data, build_context, tool_data
+from ._context import StoredMessage, assistant_data, build_context, tool_data, with_images
 from ._errors import StepLimitExceeded
-from ._model import ModelResponse, ToolCall
+from ._model import ImagePart, ModelResponse, ToolCall
 from ._registry import Registry
 from ._tools import ToolResult
 
@@ -39,8 +39,16 @@ class Limits:
 class TurnLoop:
     """Runs one turn inside an open store turn; everything it writes is buffered there."""
 
-    def __init__(self, turn: Turn, registry: Registry, limits: Limits, agent: Agent) -> None:
+    def __init__(
+        self,
+        turn: Turn,
+        registry: Registry,
+        limits: Limits,
+        agent: Agent,
+        images: tuple[ImagePart, ...] = (),
+    ) -> None:
         self.turn = turn
+        self.images = images
         self.registry = registry
         self.limits = limits
         self.agent = agent
@@ -60,7 +68,9 @@ class TurnLoop:
 
     async def _ask(self) -> ModelResponse:
         history: list[StoredMessage] = [*self.turn.history, *self.turn.pending]
-        context = build_context(self.agent, history, self.limits.max_turns)
+        context = with_images(
+            build_context(self.agent, history, self.limits.max_turns), self.images
+        )
         model = self.registry.model_for(self.agent)
         return await model.complete(context, self.registry.tool_specs(self.agent))
 

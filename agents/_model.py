@@ -28,6 +28,17 @@ class ToolSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ImagePart:
+    """An image the user sent with this turn's message, for a model that can see."""
+
+    content_type: str  # image/jpeg, image/png, ...
+    data: bytes
+
+    def __repr__(self) -> str:  # never the bytes, in a log or a traceback
+        return f"ImagePart({self.content_type!r}, {len(self.data)} bytes)"
+
+
+@dataclass(frozen=True, slots=True)
 class ModelMessage:
     """One message of the context a model receives."""
 
@@ -36,6 +47,7 @@ class ModelMessage:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None  # the tool's name, on tool results
+    images: tuple[ImagePart, ...] = ()  # the current user message's, never the history's
 
 
 @dataclass(frozen=True, slots=True)

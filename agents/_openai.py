@@ -58,7 +58,8 @@ class OpenAIModel:
         self, messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]
     ) -> ModelResponse:
         """POST the context; retry transient failures; parse the first choice."""
-        body = json.dumps(request_body(self._config.model, messages, tools))
+        wire = request_body(self._config.model, messages, tools, vision=self._config.vision)
+        body = json.dumps(wire)
         for attempt in range(self._config.max_retries + 1):
             try:
                 return await self._post(body)

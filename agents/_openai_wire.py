@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ._model import ModelMessage, ModelResponse, ToolCall, ToolSpec
+from ._model import ImagePart, ModelMessage, ModelResponse, ToolCall, ToolSpec
 
 
 class _Wire(BaseModel):
@@ -39,10 +40,17 @@ class _Completion(_Wire):
 
 
 def request_body(
-    model: str, messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]
+    model: str,
+    messages: Sequence[ModelMessage],
+    tools: Sequence[ToolSpec],
+    *,
+    vision: bool = False,
 ) -> dict[str, Any]:
-    """The JSON body of a POST to ``{base_url}/chat/completions``."""
-    body: dict[str, Any] = {"model": model, "messages": [_message(m) for m in messages]}
+    """The JSON body of a POST to ``{base_url}/chat/completions``; images only with ``vision``."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [_message(m, vision=vision) for m in messages],
+    }
     if tools:
         body["tools"] = [_tool(spec) for spec in tools]
     return body
@@ -70,9 +78,13 @@ def _call(call: _ToolCall) -> ToolCall:
     return ToolCall(call.id, call.function.name, arguments)
 
 
-def _message(message: ModelMessage) -> dict[str, Any]:
+def _message(message: ModelMessage, *, vision: bool = False) -> dict[str, Any]:
     # only an assistant message may have null content (when it carries tool calls)
+    content: str | None | list[dict[str, Any]]
     content = message.text if message.role == "assistant" else message.text or ""
+    if vision and message.images and message.role == "user":
+        content = [{"type": "text", "text": message.text or ""}]
+        content += [_image(image) for image in message.images]
     out: dict[str, Any] = {"role": message.role, "content": content}
     if message.role == "assistant" and message.tool_calls:
         out["tool_calls"] = [
@@ -86,6 +98,11 @@ def _message(message: ModelMessage) -> dict[str, Any]:
     if message.role == "tool":
         out["tool_call_id"] = message.tool_call_id
     return out
+
+
+def _image(image: ImagePart) -> dict[str, Any]:
+    data = base64.b64encode(image.data).decode("ascii")
+    return {"type": "image_url", "image_url": {"url": f"data:{image.content_type};base64,{data}"}}
 
 
 def _tool(spec: ToolSpec) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from store import NewMessage, Store, Turn
 from ._config import AgentsConfig
 from ._errors import TurnCancelled, TurnTimeout
 from ._loop import Limits, Reply, TurnLoop
+from ._model import ImagePart
 from ._registry import Registry
 from ._resolver import resolve_agent
 
@@ -25,6 +26,7 @@ class UserInput:
 
     text: str
     data: Mapping[str, Any] = field(default_factory=dict)  # kept on the stored user message
+    images: tuple[ImagePart, ...] = ()  # shown to a model that can see; not stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +111,7 @@ class Runner:
     async def _work(self, turn: Turn, inbound: UserInput) -> list[Reply]:
         agent = resolve_agent(turn, self._registry)
         turn.append(NewMessage("user", inbound.text, data=dict(inbound.data)))
-        return await TurnLoop(turn, self._registry, self._limits, agent).run()
+        return await TurnLoop(turn, self._registry, self._limits, agent, inbound.images).run()
 
     async def _guarded(
         self, session_id: str, work: Coroutine[Any, Any, T], cancel: asyncio.Event | None

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 
 from agents import Reply, Runner
@@ -200,9 +201,10 @@ class Dispatcher:
         try:
             typing.start()
             files = await self._media.settle([row.dedup_key for row in batch])
+            inbound = convert.user_input([row.event for row in batch], files)
             result = await self._runner.run_turn(
                 sid,
-                convert.user_input([row.event for row in batch], files),
+                replace(inbound, images=await self._media.images(files)),
                 cancel=cancel,
                 before_commit=partial(
                     _before_commit, [row.id for row in batch], convert.thread_of(batch), typing

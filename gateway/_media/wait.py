@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from agents import ImagePart
 from store import Attachment, Store
 
 
 class MediaWait(Protocol):
     async def settle(self, message_keys: Sequence[str]) -> list[Attachment]:
         """The attachments of these inbound messages, once downloaded or after the wait."""
+
+    async def images(self, files: Sequence[Attachment]) -> tuple[ImagePart, ...]:
+        """The downloaded images among ``files``, for a model that can see."""
 
 
 class StoredFiles:
@@ -21,3 +25,6 @@ class StoredFiles:
 
     async def settle(self, message_keys: Sequence[str]) -> list[Attachment]:
         return await self._store.message_attachments(message_keys)
+
+    async def images(self, files: Sequence[Attachment]) -> tuple[ImagePart, ...]:
+        return ()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import aiohttp
 
+from agents import ImagePart
 from channels import ChannelAdapter, ChannelError
 from store import Attachment, Store, StoreError
 
@@ -29,6 +30,8 @@ from .files import attachment_path
 log = logging.getLogger("gateway.media")
 
 MEDIA = "gateway_media_downloads_total"
+IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif"})
+MAX_IMAGE_BYTES = 5 * 1024 * 1024  # larger photos are described, not sent to the model
 MAX_ERROR = 300
 
 
@@ -106,6 +109,23 @@ class MediaWorker:
                     await asyncio.gather(*(event.wait() for event in waiting))
             files = await self._store.message_attachments(message_keys)
         return files
+
+    async def images(self, files: Sequence[Attachment]) -> tuple[ImagePart, ...]:
+        """The ready images a model may be shown (common formats, at most MAX_IMAGE_BYTES)."""
+        parts: list[ImagePart] = []
+        for file in files:
+            if file.state != "ready" or file.content_type not in IMAGE_TYPES:
+                continue
+            if file.size > MAX_IMAGE_BYTES:
+                continue
+            path = attachment_path(self._root, file.session_id, file.id)
+            try:
+                data = await asyncio.to_thread(path.read_bytes)
+            except OSError as exc:  # deleted with its session meanwhile: the text still says
+                log.info("image %s not readable: %s", file.id, type(exc).__name__)
+                continue
+            parts.append(ImagePart(file.content_type, data))
+        return tuple(parts)
 
     def _start(self, attachment: Attachment) -> None:
         task = asyncio.create_task(self._fetch(attachment), name=f"media {attachment.id}")

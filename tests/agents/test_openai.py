@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 from collections import deque
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from agents import (
     AgentsConfig,
+    ImagePart,
     ModelBackendError,
     ModelMessage,
     OpenAIModel,
@@ -334,3 +336,59 @@ async def test_openai_registry_reads_key_from_named_variable(
         await registry.aclose()
     assert api.headers[0]["Authorization"] == f"Bearer {KEY}"
     assert api.bodies[0]["model"] == "llama"
+
+
+PNG = b"\x89PNG\r\n\x1a\n fake image bytes"
+
+
+async def _vision_model(test_server: TestServer, *, vision: bool) -> OpenAIModel:
+    config = OpenAIModelConfig(
+        base_url=str(test_server.make_url("/v1")), model="gpt-test", vision=vision
+    )
+    return OpenAIModel("fake", config, api_key=KEY, sleep=Sleeps())
+
+
+async def test_openai_vision_model_gets_this_turns_images_as_image_parts(
+    fake: tuple[FakeOpenAI, TestServer], store: SQLiteStore, session_id: str
+) -> None:
+    api, test_server = fake
+    backend = await _vision_model(test_server, vision=True)
+    api.answer(completion("A cat."))
+    api.answer(completion("Still a cat."))
+    runner = Runner(store, make_registry(backend, backend))
+    try:
+        photo = ImagePart("image/png", PNG)
+        await runner.run_turn(session_id, UserInput("what is this?", images=(photo,)))
+        await runner.run_turn(session_id, UserInput("and now?"))
+    finally:
+        await backend.aclose()
+    data_url = "data:image/png;base64," + base64.b64encode(PNG).decode()
+    assert api.bodies[0]["messages"][-1] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": data_url}},
+        ],
+    }
+    # The next turn does not send the image again: the history keeps its text only.
+    assert [m["content"] for m in api.bodies[1]["messages"] if m["role"] == "user"] == [
+        "what is this?",
+        "and now?",
+    ]
+    assert "image" not in repr(await store.get_branch(session_id))
+
+
+async def test_openai_model_without_vision_gets_text_only(
+    fake: tuple[FakeOpenAI, TestServer], store: SQLiteStore, session_id: str
+) -> None:
+    api, test_server = fake
+    backend = await _vision_model(test_server, vision=False)
+    api.answer(completion("I cannot see."))
+    runner = Runner(store, make_registry(backend, backend))
+    try:
+        photo = ImagePart("image/png", PNG)
+        await runner.run_turn(session_id, UserInput("[attached image: cat.png]", images=(photo,)))
+    finally:
+        await backend.aclose()
+    assert api.bodies[0]["messages"][-1] == {"role": "user", "content": "[attached image: cat.png]"}
+    assert "fake image bytes" not in repr(photo)
