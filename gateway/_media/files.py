@@ -7,6 +7,7 @@ original name is kept only as cleaned metadata.
 
 from __future__ import annotations
 
+import re
 import shutil
 import unicodedata
 from pathlib import Path
@@ -15,6 +16,7 @@ from store import Store, validate_session_id
 
 MAX_NAME = 255
 _HEX = frozenset("0123456789abcdef")
+_LEADING = re.compile(r"^[\s.]+")  # dots and spaces in front, in any mix
 
 
 def session_dir(root: Path, session_id: str) -> Path:
@@ -47,9 +49,10 @@ def clean_name(name: str | None, fallback: str) -> str:
     """A file name fit to show: its last path part, no control characters, at most 255 chars.
 
     ``../../etc/passwd`` -> ``passwd``; ``C:\\x\\y.txt`` -> ``y.txt``; NUL and other control
-    characters are dropped; leading dots go, so no name is hidden or ``..``.
+    characters are dropped; leading dots go (with any spaces between them: ``. ..`` too), so
+    no name is hidden or ``..``.
     """
     text = (name or "").replace("\\", "/").rsplit("/", 1)[-1]
     text = "".join(ch for ch in text if unicodedata.category(ch)[0] != "C")
-    text = unicodedata.normalize("NFC", text).strip().lstrip(".").strip()
-    return text[:MAX_NAME] or fallback
+    text = _LEADING.sub("", unicodedata.normalize("NFC", text))
+    return text[:MAX_NAME].rstrip() or fallback

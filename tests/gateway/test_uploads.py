@@ -1,0 +1,494 @@
+"""Per-session attachments in-process: the whole app (pipeline, demo agents) on a real SQLite
+file and a real media folder. Web sessions come from ``/ws``; files are read off the disk and
+rows with the stdlib sqlite3 module, never through the code under test."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import re
+import unicodedata
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from channels.web import web_dedup_key
+from gateway._keys import STORE
+from gateway.app import build_app
+from gateway.cli import main
+from tests.e2e.gateway_proc import eventually
+from tests.e2e.ws_client import WebClient, is_turn_end
+
+from .ingest_helpers import AUTH, rows, settings
+
+Client = TestClient[web.Request, web.Application]
+MAX_BYTES = 1000
+HEX32 = re.compile(r"[0-9a-f]{32}")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+BOUNDARY = "gateway-test-boundary-5c1b2e"
+MULTIPART = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+SESSION_TABLES = ("sessions", "messages", "session_events", "inbox", "outbox", "attachments")
+
+
+@dataclass(frozen=True)
+class Gateway:
+    client: Client
+    db: Path
+    media: Path
+    tmp: Path
+
+    def folder(self, sid: str) -> Path:
+        return self.media / sid
+
+
+@pytest.fixture
+async def gw(aiohttp_client: Any, tmp_path: Path) -> Gateway:
+    db, media = tmp_path / "gateway.db", tmp_path / "media"
+    app = build_app(settings(db, media={"root": str(media), "max_bytes": MAX_BYTES}))
+    client: Client = await aiohttp_client(app)
+    return Gateway(client, db, media, tmp_path)
+
+
+@asynccontextmanager
+async def web_session(client: Client) -> AsyncIterator[WebClient]:
+    """A new web session's socket, its ``connection`` frame read."""
+    async with client.ws_connect("/ws") as ws:
+        socket = WebClient(ws)
+        first = await socket.next()
+        assert first["type"] == "connection", first
+        yield socket
+
+
+def url(sid: str) -> str:
+    return f"/web/sessions/{sid}/attachments"
+
+
+def form(data: bytes, name: str = "notes.txt", content_type: str = "text/plain") -> Any:
+    body = aiohttp.FormData()
+    body.add_field("file", data, filename=name, content_type=content_type)
+    return body
+
+
+async def uploaded(client: Client, sid: str, data: bytes, name: str = "notes.txt") -> str:
+    """Upload and return the new attachment's id."""
+    response = await client.post(url(sid), data=form(data, name))
+    assert response.status == 201, await response.text()
+    attachment_id: str = (await response.json())["attachment"]["id"]
+    return attachment_id
+
+
+def multipart(data: bytes, disposition: str, content_type: str = "text/plain") -> bytes:
+    """One ``file`` part, its Content-Disposition parameters written as given (UTF-8)."""
+    head = (
+        f"--{BOUNDARY}\r\n"
+        f'Content-Disposition: form-data; name="file"; {disposition}\r\n'
+        f"Content-Type: {content_type}\r\n\r\n"
+    )
+    return head.encode() + data + f"\r\n--{BOUNDARY}--\r\n".encode()
+
+
+async def error_of(response: aiohttp.ClientResponse, status: int) -> str:
+    assert response.status == status, await response.text()
+    code: str = (await response.json())["error"]["code"]
+    return code
+
+
+def files_under(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file())
+
+
+def session_counts(db: Path, sid: str) -> dict[str, int]:
+    return {
+        t: rows(db, f"SELECT count(*) FROM {t} WHERE session_id = ?", sid)[0][0]
+        for t in SESSION_TABLES
+    }
+
+
+async def say(
+    socket: WebClient, text: str, client_id: str, attachments: list[str]
+) -> dict[str, Any]:
+    """Send a message frame; its answer (``ack`` or ``error``)."""
+    data = {"text": text, "client_id": client_id, "attachments": attachments}
+    await socket.send({"type": "message", "data": data})
+    answers = await socket.until(
+        lambda f: f["type"] in ("ack", "error") and f["data"].get("client_id") == client_id,
+        f"answer to {client_id}",
+    )
+    return answers[-1]
+
+
+async def converse(socket: WebClient, attachment_id: str, client_id: str = "c1") -> None:
+    """A message with one attachment, answered by the demo triage agent: the turn ends."""
+    assert (await say(socket, "here is my file", client_id, [attachment_id]))["type"] == "ack"
+    await socket.has(is_turn_end, "turn end")
+
+
+# 1. upload
+
+
+async def test_upload_stores_the_exact_bytes_under_the_session_and_its_row(gw: Gateway) -> None:
+    data = bytes(range(256)) * 3  # every byte value, NUL and CR LF included
+    async with web_session(gw.client) as socket:
+        sid = socket.session_id
+        response = await gw.client.post(url(sid), data=form(data, "notes.txt"))
+        assert response.status == 201
+        answer = await response.json()
+    attachment = answer["attachment"]
+    assert set(attachment) == {"id", "name", "content_type", "size"}
+    assert HEX32.fullmatch(attachment["id"])
+    assert attachment == {
+        "id": attachment["id"],
+        "name": "notes.txt",
+        "content_type": "text/plain",
+        "size": len(data),
+    }
+    assert files_under(gw.media) == [gw.folder(sid) / attachment["id"]]
+    assert (gw.folder(sid) / attachment["id"]).read_bytes() == data
+    stored = rows(
+        gw.db,
+        "SELECT session_id, name, content_type, size, state, source FROM attachments WHERE id = ?",
+        attachment["id"],
+    )
+    assert stored == [(sid, "notes.txt", "text/plain", len(data), "ready", "upload")]
+
+
+# 2. referenced in a message
+
+
+async def test_message_with_an_attachment_reaches_the_turn_and_its_stored_message(
+    gw: Gateway,
+) -> None:
+    async with web_session(gw.client) as socket:
+        sid = socket.session_id
+        attachment_id = await uploaded(gw.client, sid, b"hello world", "notes.txt")
+        ack = await say(socket, "here is my file", "c1", [attachment_id])
+        assert ack["type"] == "ack"
+        assert ack["data"] == {"client_id": "c1", "duplicate": False}
+        shown = await socket.has(
+            lambda f: f["type"] == "message" and f["data"]["role"] == "user", "user message"
+        )
+        assert shown["data"]["attachments"] == [attachment_id]
+        await socket.has(is_turn_end, "turn end")
+
+    async def stored_user_message() -> bool:
+        return bool(
+            rows(gw.db, "SELECT 1 FROM messages WHERE session_id = ? AND role = 'user'", sid)
+        )
+
+    await eventually(stored_user_message, "the turn's user message")
+    [(text, data)] = rows(
+        gw.db, "SELECT text, data FROM messages WHERE session_id = ? AND role = 'user'", sid
+    )
+    assert json.loads(data)["attachments"] == [attachment_id]
+    assert "here is my file" in text
+    assert "[attached text: notes.txt (text/plain, 11 bytes)]" in text
+
+
+@pytest.mark.parametrize("kind", ["other_session", "made_up", "malformed"])
+async def test_message_with_a_foreign_or_unknown_attachment_gets_an_error_and_no_inbox_row(
+    gw: Gateway, kind: str
+) -> None:
+    async with web_session(gw.client) as other, web_session(gw.client) as socket:
+        foreign = await uploaded(gw.client, other.session_id, b"not yours")
+        attachment_id = {
+            "other_session": foreign,
+            "made_up": uuid.uuid4().hex,
+            "malformed": "../../etc/passwd",
+        }[kind]
+        error = await say(socket, "look", "bad-1", [attachment_id])
+        assert error["type"] == "error"
+        assert error["data"]["code"] == "unknown_attachment"
+        # the socket stays open and usable
+        own = await uploaded(gw.client, socket.session_id, b"mine")
+        assert (await say(socket, "look", "good-1", [own]))["type"] == "ack"
+    chat_id = socket.session_id.removeprefix("web-")
+    bad_key, good_key = web_dedup_key(chat_id, "bad-1"), web_dedup_key(chat_id, "good-1")
+
+    def inbox_keys() -> set[str]:
+        return {k for (k,) in rows(gw.db, "SELECT dedup_key FROM inbox")}
+
+    # the ack follows the delivery's commit; the inbox row comes after it, in order
+    await eventually(lambda: good_key in inbox_keys(), "the good message's inbox row")
+    assert bad_key not in inbox_keys()
+    assert rows(gw.db, "SELECT count(*) FROM processed_messages WHERE key LIKE '%bad-1%'") == [(0,)]
+    assert session_counts(gw.db, socket.session_id)["inbox"] == 1
+
+
+# 3. an operator's download
+
+
+async def test_operator_downloads_the_file_with_safe_headers(gw: Gateway) -> None:
+    data = b"\x00\xffna\xefve bytes\r\n"
+    async with web_session(gw.client) as socket:
+        sid = socket.session_id
+        # as a browser sends it: the name in raw UTF-8 (aiohttp's own client would
+        # percent-encode it, and aiohttp's server keeps those escapes as they are)
+        body = multipart(data, 'filename="résumé final.txt"', "text/plain; charset=utf-8")
+        response = await gw.client.post(url(sid), data=body, headers=MULTIPART)
+        attachment_id = (await response.json())["attachment"]["id"]
+    response = await gw.client.get(f"/api/sessions/{sid}/attachments/{attachment_id}", headers=AUTH)
+    assert response.status == 200
+    assert await response.read() == data
+    assert response.headers["Content-Type"] == "text/plain"
+    assert response.headers["Content-Disposition"] == (
+        "attachment; filename*=UTF-8''r%C3%A9sum%C3%A9%20final.txt"
+    )
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+
+
+async def test_operator_download_refusals(gw: Gateway) -> None:
+    async with web_session(gw.client) as first, web_session(gw.client) as second:
+        mine = await uploaded(gw.client, first.session_id, b"first's")
+        theirs = await uploaded(gw.client, second.session_id, b"second's")
+    path = f"/api/sessions/{first.session_id}/attachments"
+    assert await error_of(await gw.client.get(f"{path}/{mine}"), 401) == "unauthorized"
+    wrong = {"Authorization": "Bearer wrong"}
+    response = await gw.client.get(f"{path}/{mine}", headers=wrong)
+    assert await error_of(response, 401) == "unauthorized"
+    # another session's id is not found here, though it exists
+    assert await error_of(await gw.client.get(f"{path}/{theirs}", headers=AUTH), 404) == (
+        "unknown_attachment"
+    )
+    # a malformed id is a 404 too (the store refuses it, the route says "not here"), not a 400
+    for malformed in ("not-an-id", mine.upper(), mine[:31], mine + "0", "..."):
+        response = await gw.client.get(f"{path}/{malformed}", headers=AUTH)
+        assert await error_of(response, 404) == "unknown_attachment", malformed
+    unknown = f"/api/sessions/web-{uuid.uuid4()}/attachments/{mine}"
+    assert await error_of(await gw.client.get(unknown, headers=AUTH), 404) == "unknown_session"
+
+
+# 4. size limit
+
+
+async def chunked(body: bytes, size: int = 200) -> AsyncIterator[bytes]:
+    for start in range(0, len(body), size):
+        yield body[start : start + size]
+
+
+@pytest.mark.parametrize(
+    ("size", "how"),
+    [
+        (MAX_BYTES + 1, "content_length"),  # read, then refused once past the limit
+        (200_000, "content_length"),  # refused on the header, before the body is read
+        (MAX_BYTES + 1, "chunked"),
+        (20_000, "chunked"),
+    ],
+)
+async def test_upload_over_max_bytes_is_413_and_leaves_nothing(
+    gw: Gateway, size: int, how: str
+) -> None:
+    async with web_session(gw.client) as socket:
+        sid = socket.session_id
+        body = multipart(b"x" * size, 'filename="big.bin"')
+        data: Any = body if how == "content_length" else chunked(body)
+        response = await gw.client.post(url(sid), data=data, headers=MULTIPART)
+        assert await error_of(response, 413) == "too_large"
+        assert files_under(gw.media) == []  # no file, no .part
+        assert rows(gw.db, "SELECT count(*) FROM attachments")[0][0] == 0
+        # exactly the limit is fine
+        exact = multipart(b"y" * MAX_BYTES, 'filename="exact.bin"')
+        fits = await gw.client.post(url(sid), data=chunked(exact), headers=MULTIPART)
+        assert fits.status == 201
+        assert (await fits.json())["attachment"]["size"] == MAX_BYTES
+
+
+# 5. crafted file names
+
+PATTERNS = [
+    "../x.txt",
+    "../../etc/passwd",
+    "../../../../../../../../etc/hosts",
+    "/etc/shadow",
+    "/",
+    "./../.ssh/authorized_keys",
+    "a\x00b.txt",
+    "\x00",
+    "evil.txt\x00.jpg",
+    "x" * 1000,
+    "ü" * 1000,
+    "C:\\x\\..\\y",
+    "..\\..\\boot.ini",
+    "\\\\server\\share\\doc",
+    "C:",
+    "report\u202efdp.exe",
+    "\u202e",
+    "e\u0301\u0308\u0323.txt",
+    "\u0301\u0301\u0301",
+    "😀🎉.png",
+    "👨‍👩‍👧‍👦" * 40,
+    ".",
+    "..",
+    "...",
+    ". ..",
+    "",
+    " ",
+    "line\nbreak.txt",
+    "crlf\r\nSet-Cookie: a=b",
+    "tab\tbell\x07esc\x1b[2J",
+    "del\x7f\x85nel",
+    '"quoted".txt',
+    "semi;colon.txt",
+    "percent%2F..%2Fname",
+    "zero\u200bwidth\ufeff",
+    "שלום/../עולם.txt",
+]
+
+
+def crafted(index: int) -> str:
+    """The index-th crafted name: a pattern, with a prefix or suffix after the first round."""
+    pattern = PATTERNS[index % len(PATTERNS)]
+    match index // len(PATTERNS):
+        case 0:
+            return pattern
+        case 1:
+            return f"{pattern}/"
+        case 2:
+            return f"..{pattern}"
+        case 3:
+            return f"{pattern}\x00/../{index}"
+        case 4:
+            return f"sub/{pattern}"
+        case _:
+            return f"\\{pattern}\\.."
+
+
+def disposition(index: int, name: str) -> str:
+    """Send every name once percent-encoded (RFC 5987: it arrives exactly as written) and,
+    where a multipart header can carry it, as a browser's quoted string."""
+    if index % 2 == 0 or CONTROL.search(name) or len(name.encode()) > 4000:
+        return f"filename*=UTF-8''{quote(name, safe='')}"
+    escaped = name.replace("\\", "\\\\").replace('"', '\\"')
+    return f'filename="{escaped}"'
+
+
+async def test_upload_crafted_names_stay_in_the_session_folder(gw: Gateway) -> None:
+    names = list(dict.fromkeys(crafted(i) for i in range(400)))[:200]  # unique, in order
+    assert len(names) == 200
+    ids: dict[str, bytes] = {}  # attachment id -> the bytes sent
+    async with web_session(gw.client) as socket:
+        sid = socket.session_id
+        for index, name in enumerate(names):
+            body = multipart(f"file {index}".encode(), disposition(index, name))
+            response = await gw.client.post(url(sid), data=body, headers=MULTIPART)
+            assert response.status == 201, (name, await response.text())
+            attachment = (await response.json())["attachment"]
+            shown = attachment["name"]
+            assert shown, name
+            assert not {"/", "\\", "\x00"} & set(shown), (name, shown)
+            assert not CONTROL.search(shown), (name, shown)
+            # nor any other Unicode "other" character: format (U+202E), surrogate, unassigned
+            assert all(unicodedata.category(ch)[0] != "C" for ch in shown), (name, shown)
+            assert len(shown) <= 255, name
+            assert shown not in (".", ".."), name
+            ids[attachment["id"]] = f"file {index}".encode()
+    assert len(ids) == 200
+    stored = files_under(gw.media)
+    assert {p.name for p in stored} == set(ids)
+    for path in stored:
+        assert path.parent == gw.folder(sid)
+        assert HEX32.fullmatch(path.name)
+        assert path.read_bytes() == ids[path.name]
+    assert sorted(p.relative_to(gw.tmp) for p in gw.tmp.rglob("*") if p.is_dir()) == [
+        Path("media"),
+        Path("media") / sid,
+    ]
+    outside = {p.name for p in files_under(gw.tmp) if gw.media not in p.parents}
+    assert outside <= {"gateway.db", "gateway.db-wal", "gateway.db-shm", "gateway.db-journal"}
+
+
+# 6. refusals
+
+
+async def test_upload_refusals(gw: Gateway) -> None:
+    store = gw.client.app[STORE]
+    telegram = await store.create_session("telegram", "support", "1", "triage")
+    assert telegram.session_id == "telegram-support-1"
+    missing = f"web-{uuid.uuid4()}"
+    for sid in (missing, telegram.session_id):
+        response = await gw.client.post(url(sid), data=form(b"x"))
+        assert await error_of(response, 404) == "unknown_session", sid
+    for sid in ("bad%20id!", "a.b", "x" * 129):
+        response = await gw.client.post(url(sid), data=form(b"x"))
+        assert await error_of(response, 400) == "invalid_session_id", sid
+    async with web_session(gw.client) as socket:
+        sid = socket.session_id
+        response = await gw.client.post(url(sid), json={"file": "x"})
+        assert await error_of(response, 400) == "invalid_body"
+        response = await gw.client.post(
+            url(sid), data=b"file=x", headers={"Content-Type": "text/plain"}
+        )
+        assert await error_of(response, 400) == "invalid_body"
+        other = aiohttp.FormData()
+        other.add_field("document", b"x", filename="a.txt")
+        assert await error_of(await gw.client.post(url(sid), data=other), 400) == "missing_file"
+        # a plain field named "file" (no filename) is taken as a file named "file"
+        plain = aiohttp.FormData({"file": "just a field"}, default_to_multipart=True)
+        response = await gw.client.post(url(sid), data=plain)
+        assert response.status == 201
+        assert (await response.json())["attachment"]["name"] == "file"
+    assert not gw.folder(missing).exists()
+    assert not gw.folder(telegram.session_id).exists()
+
+
+# 7. deleted with the session
+
+
+async def two_sessions(gw: Gateway) -> tuple[str, str, list[Path]]:
+    """Two web sessions with files, a finished turn each; the second's files."""
+    async with web_session(gw.client) as doomed, web_session(gw.client) as kept:
+        for socket in (doomed, kept):
+            first = await uploaded(gw.client, socket.session_id, b"one")
+            await uploaded(gw.client, socket.session_id, b"two")
+            await converse(socket, first)
+    counts = session_counts(gw.db, doomed.session_id)
+    assert all(counts[t] > 0 for t in ("messages", "session_events", "inbox", "attachments"))
+    return doomed.session_id, kept.session_id, files_under(gw.folder(kept.session_id))
+
+
+def assert_erased(
+    gw: Gateway, sid: str, kept: str, kept_files: list[Path], before: dict[str, int]
+) -> None:
+    assert not gw.folder(sid).exists()
+    assert session_counts(gw.db, sid) == dict.fromkeys(SESSION_TABLES, 0)
+    assert rows(gw.db, "SELECT count(*) FROM inbox WHERE dedup_key LIKE ?", f"web:{sid[4:]}:%") == [
+        (0,)
+    ]
+    assert files_under(gw.folder(kept)) == kept_files
+    assert sorted(p.read_bytes() for p in kept_files) == [b"one", b"two"]
+    assert session_counts(gw.db, kept) == before
+
+
+async def test_delete_session_through_the_api_removes_its_files_and_rows(gw: Gateway) -> None:
+    sid, kept, kept_files = await two_sessions(gw)
+    before = session_counts(gw.db, kept)
+    assert session_counts(gw.db, sid)["attachments"] == 2
+    response = await gw.client.delete(f"/api/sessions/{sid}", headers=AUTH)
+    assert response.status == 204
+    assert_erased(gw, sid, kept, kept_files, before)
+    again = await gw.client.delete(f"/api/sessions/{sid}", headers=AUTH)
+    assert await error_of(again, 404) == "unknown_session"
+
+
+async def test_delete_session_through_the_cli_removes_its_files_and_rows(gw: Gateway) -> None:
+    sid, kept, kept_files = await two_sessions(gw)
+    before = session_counts(gw.db, kept)
+    await gw.client.close()  # the CLI works offline, on a stopped gateway's store
+    config = gw.tmp / "config.toml"
+    config.write_text(
+        f'[store]\nurl = "sqlite:///{gw.db}"\n[media]\nroot = "{gw.media}"\n', encoding="utf-8"
+    )
+    out = io.StringIO()
+    code = await asyncio.to_thread(main, ["--config", str(config), "sessions", "delete", sid], out)
+    assert code == 0, out.getvalue()
+    assert f"deleted session {sid}" in out.getvalue()
+    assert_erased(gw, sid, kept, kept_files, before)
