@@ -27,6 +27,7 @@ from ._keys import (
 )
 from ._metrics import Metrics
 from ._pipeline import pipeline_ctx
+from ._sandbox import add_sandbox_routes, sandbox_warnings
 from ._web.attachments import add_attachment_routes
 from ._web.feed import EventFeed
 from ._web.ws import add_ws_route
@@ -109,6 +110,9 @@ def build_app(
     add_ws_route(app)
     add_attachment_routes(app)  # before the admin API's catch-all
     add_admin_routes(app)
+    add_sandbox_routes(app, settings)
+    for warning in sandbox_warnings(settings):
+        log.warning("SANDBOX: %s", warning)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

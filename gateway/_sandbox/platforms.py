@@ -1,0 +1,224 @@
+"""Fake Telegram Bot API and Graph API routes: they accept what the gateway sends, answer as the
+platforms do (with their error shapes for a wrong token or an unknown method), and record it."""
+
+from __future__ import annotations
+
+import hmac
+import itertools
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+
+from .._keys import SETTINGS
+from .keys import SANDBOX
+from .state import SandboxState
+
+TELEGRAM = "telegram"
+WHATSAPP = "whatsapp"
+_message_ids = itertools.count(1)
+
+
+def _telegram_error(status: int, description: str) -> web.Response:
+    body = {"ok": False, "error_code": status, "description": description}
+    return web.json_response(body, status=status)
+
+
+def _telegram_ok(result: Any) -> web.Response:
+    return web.json_response({"ok": True, "result": result})
+
+
+def _bot_name(request: web.Request, token: str) -> str | None:
+    for bot in request.app[SETTINGS].telegram.bots:
+        if hmac.compare_digest(bot.token.get_secret_value().encode(), token.encode()):
+            return bot.name
+    return None
+
+
+async def _fields(request: web.Request) -> dict[str, Any]:
+    """PTB sends form fields (JSON-encoded where structured); accept JSON bodies too."""
+    if request.content_type == "application/json":
+        data = await request.json()
+        return data if isinstance(data, dict) else {}
+    form = await request.post()
+    fields: dict[str, Any] = {}
+    for key, value in form.items():
+        text = value if isinstance(value, str) else ""
+        try:
+            fields[key] = json.loads(text) if text[:1] in "[{" else text
+        except ValueError:
+            fields[key] = text
+    return fields
+
+
+def _keyboard(markup: object) -> tuple[dict[str, str], ...]:
+    if not isinstance(markup, dict):
+        return ()
+    rows = markup.get("inline_keyboard") or []
+    return tuple(
+        {"id": str(button.get("callback_data", "")), "title": str(button.get("text", ""))}
+        for row in rows
+        for button in row
+        if isinstance(button, dict)
+    )
+
+
+async def telegram_method(request: web.Request) -> web.Response:
+    """POST /sandbox/telegram/bot{token}/{method}"""
+    state: SandboxState = request.app[SANDBOX]
+    bot = _bot_name(request, request.match_info["token"])
+    if bot is None:
+        return _telegram_error(401, "Unauthorized")
+    method = request.match_info["method"]
+    fields = await _fields(request)
+    chat_id = str(fields.get("chat_id", ""))
+    if method in ("sendMessage", "sendPhoto", "sendDocument"):
+        message_id = next(_message_ids)
+        text = fields.get("text") or fields.get("caption")
+        buttons = _keyboard(fields.get("reply_markup"))
+        state.record(
+            TELEGRAM, bot, chat_id, method, text=text, buttons=buttons, platform_id=str(message_id)
+        )
+        chat = int(chat_id) if chat_id.lstrip("-").isdigit() else 0
+        message: dict[str, Any] = {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": {"id": chat, "type": "private" if chat > 0 else "group"},
+            "text": text or "",
+        }
+        if buttons:
+            message["reply_markup"] = fields.get("reply_markup")
+        return _telegram_ok(message)
+    if method in ("sendChatAction", "answerCallbackQuery", "setWebhook", "deleteWebhook"):
+        state.record(TELEGRAM, bot, chat_id, method)
+        return _telegram_ok(True)
+    if method == "getMe":
+        return _telegram_ok({"id": 1, "is_bot": True, "first_name": bot, "username": f"{bot}_bot"})
+    if method == "getFile":
+        file_id = str(fields.get("file_id", ""))
+        media = state.media.get(file_id)
+        if media is None:
+            return _telegram_error(400, "Bad Request: invalid file_id")
+        state.record(TELEGRAM, bot, "", method)
+        path = f"sandbox/{file_id}"
+        result = {
+            "file_id": file_id,
+            "file_unique_id": file_id,
+            "file_size": len(media.data),
+            "file_path": path,
+        }
+        return _telegram_ok(result)
+    return _telegram_error(404, "Not Found: method not found")
+
+
+async def telegram_file(request: web.Request) -> web.StreamResponse:
+    """GET /sandbox/telegram/file/bot{token}/sandbox/{file_id}"""
+    if _bot_name(request, request.match_info["token"]) is None:
+        return _telegram_error(401, "Unauthorized")
+    media = request.app[SANDBOX].media.get(request.match_info["file_id"])
+    if media is None:
+        return _telegram_error(404, "Not Found")
+    return web.Response(body=media.data, content_type=media.content_type)
+
+
+def _graph_error(status: int, code: int, message: str) -> web.Response:
+    error = {"message": message, "type": "OAuthException", "code": code, "fbtrace_id": "sandbox"}
+    return web.json_response({"error": error}, status=status)
+
+
+def _number_of_token(request: web.Request) -> set[str]:
+    """The phone_number_ids whose access token the request carries."""
+    scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return set()
+    return {
+        number.phone_number_id
+        for number in request.app[SETTINGS].whatsapp.numbers
+        if hmac.compare_digest(number.access_token.get_secret_value().encode(), sent.encode())
+    }
+
+
+def _graph_text(body: dict[str, Any]) -> tuple[str | None, tuple[dict[str, str], ...]]:
+    kind = body.get("type")
+    if kind == "text":
+        return str(body.get("text", {}).get("body", "")), ()
+    if kind == "interactive":
+        interactive = body.get("interactive", {})
+        text = str(interactive.get("body", {}).get("text", ""))
+        action = interactive.get("action", {})
+        buttons = [b.get("reply", {}) for b in action.get("buttons", [])]
+        rows = [row for section in action.get("sections", []) for row in section.get("rows", [])]
+        found = tuple(
+            {"id": str(b.get("id", "")), "title": str(b.get("title", ""))} for b in buttons + rows
+        )
+        return text, found
+    media = body.get(str(kind), {})
+    return (media.get("caption") if isinstance(media, dict) else None), ()
+
+
+async def graph_messages(request: web.Request) -> web.Response:
+    """POST /sandbox/graph/{version}/{number}/messages: a message, or mark-as-read."""
+    number = request.match_info["number"]
+    if number not in _number_of_token(request):
+        return _graph_error(401, 190, "Invalid OAuth access token - Cannot parse access token")
+    try:
+        body = await request.json()
+    except ValueError:
+        return _graph_error(400, 100, "Invalid parameter")
+    if not isinstance(body, dict):
+        return _graph_error(400, 100, "Invalid parameter")
+    state: SandboxState = request.app[SANDBOX]
+    if body.get("status") == "read":
+        state.record(WHATSAPP, number, "", "read", platform_id=str(body.get("message_id")))
+        return web.json_response({"success": True})
+    to = str(body.get("to", ""))
+    text, buttons = _graph_text(body)
+    wamid = f"wamid.sandbox{next(_message_ids)}"
+    state.record(WHATSAPP, number, to, "messages", text=text, buttons=buttons, platform_id=wamid)
+    return web.json_response(
+        {
+            "messaging_product": "whatsapp",
+            "contacts": [{"input": to, "wa_id": to}],
+            "messages": [{"id": wamid}],
+        }
+    )
+
+
+async def graph_media(request: web.Request) -> web.Response:
+    """GET /sandbox/graph/{version}/{media_id}: the media's metadata with its download URL."""
+    if not _number_of_token(request):
+        return _graph_error(401, 190, "Invalid OAuth access token - Cannot parse access token")
+    media_id = request.match_info["media_id"]
+    media = request.app[SANDBOX].media.get(media_id)
+    if media is None:
+        return _graph_error(404, 100, "Unsupported get request.")
+    base = request.app[SETTINGS].whatsapp.graph_base_url.rstrip("/")
+    return web.json_response(
+        {
+            "messaging_product": "whatsapp",
+            "url": f"{base}/media/{media_id}",
+            "mime_type": media.content_type,
+            "file_size": len(media.data),
+            "id": media_id,
+        }
+    )
+
+
+async def graph_media_bytes(request: web.Request) -> web.Response:
+    """GET /sandbox/graph/media/{media_id}: the bytes, with the same token."""
+    if not _number_of_token(request):
+        return _graph_error(401, 190, "Invalid OAuth access token - Cannot parse access token")
+    media = request.app[SANDBOX].media.get(request.match_info["media_id"])
+    if media is None:
+        return _graph_error(404, 100, "Unsupported get request.")
+    return web.Response(body=media.data, content_type=media.content_type)
+
+
+def add_platform_routes(app: web.Application) -> None:
+    add = app.router.add_route
+    add("POST", "/sandbox/telegram/bot{token}/{method}", telegram_method)
+    add("GET", "/sandbox/telegram/file/bot{token}/sandbox/{file_id}", telegram_file)
+    add("GET", "/sandbox/graph/media/{media_id}", graph_media_bytes)
+    add("POST", "/sandbox/graph/{version}/{number}/messages", graph_messages)
+    add("GET", "/sandbox/graph/{version}/{media_id}", graph_media)
