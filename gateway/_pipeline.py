@@ -61,6 +61,7 @@ class Pipeline:
     async def start(self) -> None:
         """Reconcile interrupted runs, queue what is pending, then start every loop."""
         await self.dispatcher.start()  # before any turn can run: it marks `running` interrupted
+        await self.media.sweep()  # before any upload or download of this process can begin
         self._spawn(self.dispatcher.run(DISPATCH_POLL_SECONDS), "dispatcher")
         self._spawn(self.intake.run(self.intake_wake, INTAKE_POLL_SECONDS), "intake")
         self._spawn(self.sender.run(SENDER_POLL_SECONDS), "sender")

@@ -310,12 +310,14 @@ def _is_ip(host: str) -> bool:
 
 
 def _content_type(response: aiohttp.ClientResponse, announced: str | None) -> str | None:
-    # A file server's generic answer says less than what the platform API announced.
+    # A file server's generic answer says less than what the platform API announced, or than
+    # the type the message itself named (None keeps that one: Telegram's getFile names none,
+    # and its file server answers application/octet-stream for a PDF document).
     header = response.headers.get("Content-Type")
     served = header.split(";", 1)[0].strip().lower() if header else None
     if served and served != "application/octet-stream":
         return served
-    return announced or served
+    return announced
 
 
 def _open_new(path: Path) -> BinaryIO:

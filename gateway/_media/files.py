@@ -36,6 +36,18 @@ def remove_session_files(root: Path, session_id: str) -> None:
     shutil.rmtree(session_dir(root, session_id), ignore_errors=True)
 
 
+def remove_partial_files(root: Path) -> int:
+    """Delete the ``.part`` files of downloads and uploads cut by a stop or a crash.
+
+    Called once at start, before this process begins any download; returns how many went.
+    """
+    removed = 0
+    for part in root.glob("*/.*.part"):
+        part.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
 async def erase_session(store: Store, root: Path, session_id: str) -> bool:
     """Delete a session: its rows (messages, events, attachments...) in one transaction, then
     its folder. Rows first: no row ever points at a file that is gone. False if none."""

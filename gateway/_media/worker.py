@@ -25,7 +25,7 @@ from store import Attachment, Store, StoreError
 from .._metrics import Metrics
 from .._wait import wait_event
 from .fetch import FetchPolicy, MediaRefused, fetch_to_file
-from .files import attachment_path
+from .files import attachment_path, remove_partial_files
 
 log = logging.getLogger("gateway.media")
 
@@ -72,6 +72,12 @@ class MediaWorker:
         self._done: dict[str, asyncio.Event] = {}  # attachment id -> set when it ends
         self.wake = asyncio.Event()
         self._stopping = False
+
+    async def sweep(self) -> None:
+        """Before serving: delete the partial files a stop or a crash left behind."""
+        removed = await asyncio.to_thread(remove_partial_files, self._root)
+        if removed:
+            log.info("removed %d partial file(s) a stop or a crash left in the media root", removed)
 
     async def run(self, poll_seconds: float = 5.0) -> None:
         """Start a download for every pending row; look again on a wake-up or a poll."""
@@ -169,6 +175,9 @@ class MediaWorker:
             return _failed(attachment, exc.code, str(exc))
         except ChannelError as exc:
             return _failed(attachment, "platform", exc.reason)
+        except OSError as exc:  # the media root cannot be written: say so, do not retry forever
+            log.error("media root %s not writable: %s", self._root, type(exc).__name__)
+            return _failed(attachment, "storage", f"storage: {type(exc).__name__}")
         return Outcome("ready", result.size, result.content_type)
 
 

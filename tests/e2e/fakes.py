@@ -3,21 +3,30 @@
 They run in the test process on 127.0.0.1 (port 0); the gateway under test is a subprocess
 that talks to them over loopback. Every request is recorded with the time it arrived, and a
 chat can be given faults for its next sends: ``429:<seconds>``, ``500`` or ``hang``.
+
+Media: a fake serves the files a test registers (``add_media``): Graph's ``GET /<version>/<id>``
+and ``/media-bytes/<id>``, Telegram's ``getFile`` and ``/file/bot<token>/<path>``. A file's
+download can answer a redirect, hang until ``release``, announce more than it sends, or stream
+without a length; every media request is recorded as a ``Hit`` with its headers. ``Sink`` is a
+server that must receive nothing: it records whatever reaches it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
 HANG = "hang"
+SINK_BODY = b"sink bytes, not the file"
+MediaAnswer = Literal["serve", "redirect", "hang", "announce", "stream"]
 
 
 @dataclass(frozen=True)
@@ -33,10 +42,44 @@ class Request:
 
 
 @dataclass
+class Hit:
+    """One media request (metadata, getFile or download) as a fake or the sink received it."""
+
+    method: str
+    path: str  # with the query string
+    headers: dict[str, str]
+    at: float  # time.monotonic() when it arrived
+    answered: float | None = None  # when its handler returned (None while it hangs)
+
+
+@dataclass
+class MediaFile:
+    """A file a fake serves, how its API describes it and how its download answers.
+
+    ``answer``: ``serve`` the bytes; ``redirect`` to ``location``; ``hang`` until the fake's
+    ``release``, then serve; ``announce`` a Content-Length of ``content_length`` and send no
+    body until ``release``; ``stream`` ``stream_bytes`` bytes chunked, without a length.
+    """
+
+    data: bytes = b""
+    content_type: str = "application/octet-stream"  # served, and Graph's mime_type
+    size: int | None = None  # file_size in the metadata / File; None: not announced
+    url: str | None = None  # Graph: the metadata's url (None: the fake's own /media-bytes/<id>)
+    file_path: str = ""  # Telegram: the File's file_path
+    answer: MediaAnswer = "serve"
+    location: str = ""
+    content_length: int = 0
+    stream_bytes: int = 0
+    streamed: int = 0  # bytes the stream handed to the socket before it ended or was cut
+
+
+@dataclass
 class FakePlatform:
     """What both fakes share: the request log, per-chat faults, and a wake-up per request."""
 
     requests: list[Request] = field(default_factory=list)
+    hits: list[Hit] = field(default_factory=list)  # media requests, in arrival order
+    media: dict[str, MediaFile] = field(default_factory=dict)
     faults: defaultdict[str, deque[str]] = field(default_factory=lambda: defaultdict(deque))
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     release: asyncio.Event = field(default_factory=asyncio.Event)  # ends hanging requests
@@ -55,6 +98,32 @@ class FakePlatform:
     def texts(self, chat_id: str) -> list[str]:
         """Texts accepted for ``chat_id``, in arrival order."""
         return [r.text or "" for r in self.sent() if r.chat_id == chat_id and r.text is not None]
+
+    def add_media(
+        self,
+        key: str,
+        data: bytes = b"",
+        *,
+        content_type: str = "application/octet-stream",
+        announce_size: bool = True,
+        **options: Any,
+    ) -> MediaFile:
+        """Serve a file under a Graph media id or a Telegram file_id; the size is announced as
+        ``len(data)`` unless ``announce_size`` is false or ``size`` is given."""
+        size = options.pop("size", len(data) if announce_size else None)
+        file = MediaFile(data, content_type, size, **options)
+        self.media[key] = file
+        return file
+
+    def media_hits(self, fragment: str) -> list[Hit]:
+        """The media requests whose path contains ``fragment``."""
+        return [hit for hit in self.hits if fragment in hit.path]
+
+    def record_hit(self, request: web.Request) -> Hit:
+        hit = Hit(request.method, request.path_qs, dict(request.headers), time.monotonic())
+        self.hits.append(hit)
+        self.changed.set()
+        return hit
 
     def _record(self, method: str, chat_id: str, text: str | None, body: dict[str, Any]) -> str:
         """Record the request; return the fault to answer with ("ok" for none)."""
@@ -77,11 +146,14 @@ class FakeTelegram(FakePlatform):
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/bot{token}/{method}", self._call)
+        app.router.add_get("/file/bot{token}/{path:.*}", self._file)
         return app
 
     async def _call(self, request: web.Request) -> web.StreamResponse:
         method = request.match_info["method"]
         fields = await _fields(request)
+        if method == "getFile":
+            return self._get_file(request, str(fields.get("file_id", "")))
         chat_id = str(fields.get("chat_id", ""))
         outcome = self._record(method, chat_id, fields.get("text"), fields)
         fault = await _fault(self, outcome, telegram=True)
@@ -96,6 +168,24 @@ class FakeTelegram(FakePlatform):
         message = {"message_id": next(self._ids), "date": 1735689600, "text": text or ""}
         return {**message, "chat": {"id": chat, "type": "private"}}
 
+    def _get_file(self, request: web.Request, file_id: str) -> web.Response:
+        hit = self.record_hit(request)
+        hit.answered = hit.at
+        file = self.media.get(file_id)
+        if file is None:
+            body = {"ok": False, "error_code": 400, "description": "Bad Request: invalid file_id"}
+            return web.json_response(body, status=400)
+        path = file.file_path or f"documents/{file_id}"
+        result = {"file_id": file_id, "file_unique_id": f"u{file_id[:16]}", "file_path": path}
+        if file.size is not None:
+            result["file_size"] = file.size
+        return _ok(result)
+
+    async def _file(self, request: web.Request) -> web.StreamResponse:
+        path = request.match_info["path"]
+        file = next((f for f in self.media.values() if f.file_path == path), None)
+        return await _serve_media(self, request, file)
+
 
 class FakeGraph(FakePlatform):
     """``POST /<version>/<number>/messages``: messages get ``wamid.out<n>``; reads succeed."""
@@ -103,7 +193,32 @@ class FakeGraph(FakePlatform):
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/{version}/{number}/messages", self._messages)
+        app.router.add_get("/media-bytes/{media_id}", self._media_bytes)  # before the next
+        app.router.add_get("/{version}/{media_id}", self._media_info)
         return app
+
+    async def _media_info(self, request: web.Request) -> web.Response:
+        hit = self.record_hit(request)
+        hit.answered = hit.at
+        media_id = request.match_info["media_id"]
+        file = self.media.get(media_id)
+        if file is None:
+            error = {"message": "Unsupported get request", "code": 100, "type": "OAuthException"}
+            return web.json_response({"error": error}, status=400)
+        url = file.url or str(request.url.origin().with_path(f"/media-bytes/{media_id}"))
+        info: dict[str, Any] = {
+            "messaging_product": "whatsapp",
+            "url": url,
+            "mime_type": file.content_type,
+            "sha256": hashlib.sha256(file.data).hexdigest(),
+            "id": media_id,
+        }
+        if file.size is not None:
+            info["file_size"] = file.size
+        return web.json_response(info)
+
+    async def _media_bytes(self, request: web.Request) -> web.StreamResponse:
+        return await _serve_media(self, request, self.media.get(request.match_info["media_id"]))
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -149,6 +264,54 @@ async def _fault(fake: FakePlatform, outcome: str, *, telegram: bool) -> web.Res
     return web.json_response({"error": error}, status=500)
 
 
+async def _serve_media(
+    fake: FakePlatform, request: web.Request, file: MediaFile | None
+) -> web.StreamResponse:
+    hit = fake.record_hit(request)
+    try:
+        if file is None:
+            return web.Response(status=404, text="no such file")
+        if file.answer == "redirect":
+            return web.Response(status=302, headers={"Location": file.location})
+        if file.answer == "announce":
+            return await _announce(fake, request, file)
+        if file.answer == "stream":
+            return await _stream(request, file)
+        if file.answer == HANG:
+            await fake.release.wait()
+        return web.Response(body=file.data, headers={"Content-Type": file.content_type})
+    finally:
+        hit.answered = time.monotonic()
+        fake.changed.set()
+
+
+async def _announce(
+    fake: FakePlatform, request: web.Request, file: MediaFile
+) -> web.StreamResponse:
+    """Headers announcing ``file.content_length`` bytes, then nothing until released."""
+    response = web.StreamResponse(headers={"Content-Type": file.content_type})
+    response.content_length = file.content_length
+    await response.prepare(request)
+    await fake.release.wait()
+    return response  # the body stays short: the client is gone or must see a broken payload
+
+
+async def _stream(request: web.Request, file: MediaFile) -> web.StreamResponse:
+    """``file.stream_bytes`` bytes, chunked, until done or the client goes away."""
+    response = web.StreamResponse(headers={"Content-Type": file.content_type})
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    chunk = b"s" * 4096
+    try:
+        while file.streamed < file.stream_bytes:
+            await response.write(chunk)
+            file.streamed += len(chunk)
+        await response.write_eof()
+    except ConnectionResetError:
+        pass
+    return response
+
+
 def _graph_text(body: dict[str, Any]) -> str | None:
     if body.get("type") == "text":
         return str(body["text"]["body"])
@@ -168,3 +331,20 @@ async def _fields(request: web.Request) -> dict[str, Any]:
         return {k: v if isinstance(v, str) else json.dumps(v) for k, v in data.items()}
     form = await request.post()
     return {key: str(value) for key, value in form.items()}
+
+
+class Sink:
+    """A server no download may reach: it records every request and answers 200 with bytes."""
+
+    def __init__(self) -> None:
+        self.hits: list[Hit] = []
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", self._any)
+        return app
+
+    async def _any(self, request: web.Request) -> web.Response:
+        at = time.monotonic()
+        self.hits.append(Hit(request.method, request.path_qs, dict(request.headers), at, at))
+        return web.Response(body=SINK_BODY, content_type="image/jpeg")

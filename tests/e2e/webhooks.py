@@ -27,6 +27,53 @@ class Delivery:
 
 def telegram_text(update_id: int, chat_id: int, text: str) -> Delivery:
     """An Update carrying a private text message."""
+    return _telegram_message(update_id, chat_id, {"text": text})
+
+
+def telegram_photo(
+    update_id: int, chat_id: int, sizes: list[tuple[str, int, int]], caption: str | None = None
+) -> Delivery:
+    """A photo message: ``sizes`` are ``(file_id, width, height)``, smallest first as sent."""
+    photo = [
+        {
+            "file_id": fid,
+            "file_unique_id": f"u{fid}",
+            "file_size": w * h // 10,
+            "width": w,
+            "height": h,
+        }
+        for fid, w, h in sizes
+    ]
+    fields: dict[str, Any] = {"photo": photo}
+    if caption is not None:
+        fields["caption"] = caption
+    return _telegram_message(update_id, chat_id, fields)
+
+
+def telegram_document(
+    update_id: int,
+    chat_id: int,
+    file_id: str,
+    file_name: str,
+    mime_type: str,
+    file_size: int,
+    caption: str | None = None,
+) -> Delivery:
+    """A document message (a file sent without compression)."""
+    document = {
+        "file_id": file_id,
+        "file_unique_id": f"u{file_id}",
+        "file_name": file_name,
+        "mime_type": mime_type,
+        "file_size": file_size,
+    }
+    fields: dict[str, Any] = {"document": document}
+    if caption is not None:
+        fields["caption"] = caption
+    return _telegram_message(update_id, chat_id, fields)
+
+
+def _telegram_message(update_id: int, chat_id: int, fields: dict[str, Any]) -> Delivery:
     user = {"id": chat_id, "is_bot": False, "first_name": "Ann"}
     update = {
         "update_id": update_id,
@@ -35,7 +82,7 @@ def telegram_text(update_id: int, chat_id: int, text: str) -> Delivery:
             "date": 1735689600,
             "chat": {"id": chat_id, "type": "private", "first_name": "Ann"},
             "from": user,
-            "text": text,
+            **fields,
         },
     }
     body = json.dumps(update).encode()
@@ -74,6 +121,36 @@ def whatsapp_texts(wa_id: str, *messages: tuple[str, str]) -> Delivery:
                 }
                 for wamid, text in messages
             ],
+        }
+    )
+
+
+def whatsapp_image(
+    wamid: str, media_id: str, *, mime_type: str = "image/jpeg", caption: str | None = None
+) -> dict[str, Any]:
+    """An image message object (for ``whatsapp_messages``), as Meta sends it."""
+    image = {"mime_type": mime_type, "sha256": "4654+8g=", "id": media_id}
+    if caption is not None:
+        image["caption"] = caption
+    return {"id": wamid, "timestamp": "1735689600", "type": "image", "image": image}
+
+
+def whatsapp_document(
+    wamid: str, media_id: str, filename: str, mime_type: str, caption: str | None = None
+) -> dict[str, Any]:
+    """A document message object (for ``whatsapp_messages``)."""
+    document = {"filename": filename, "mime_type": mime_type, "sha256": "grw=", "id": media_id}
+    if caption is not None:
+        document["caption"] = caption
+    return {"id": wamid, "timestamp": "1735689600", "type": "document", "document": document}
+
+
+def whatsapp_messages(wa_id: str, *messages: dict[str, Any]) -> Delivery:
+    """A delivery of message objects (e.g. ``whatsapp_image(...)``) from one user."""
+    return _whatsapp(
+        {
+            "contacts": [{"profile": {"name": "Bob"}, "wa_id": wa_id}],
+            "messages": [{"from": wa_id, **message} for message in messages],
         }
     )
 

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway._media.files import MAX_NAME, attachment_path, clean_name, session_dir
+from gateway._media.files import (
+    MAX_NAME,
+    attachment_path,
+    clean_name,
+    remove_partial_files,
+    session_dir,
+)
 from store import InvalidSessionId
 
 ROOT = Path("/srv/media")
@@ -108,3 +114,14 @@ def test_session_dir_refuses_an_invalid_session_id(session_id: str) -> None:
         session_dir(ROOT, session_id)
     with pytest.raises(InvalidSessionId):
         attachment_path(ROOT, session_id, HEX)
+
+
+def test_remove_partial_files_takes_only_part_files(tmp_path: Path) -> None:
+    folder = tmp_path / "web-1"
+    folder.mkdir()
+    (folder / ".0123.ab12.part").write_bytes(b"cut")
+    (folder / ("0" * 32)).write_bytes(b"kept")
+    (tmp_path / "notes.part").write_bytes(b"not in a session folder")
+    assert remove_partial_files(tmp_path) == 1
+    assert sorted(p.name for p in folder.iterdir()) == ["0" * 32]
+    assert (tmp_path / "notes.part").exists()
