@@ -58,7 +58,7 @@ from ._api_models import (
     SessionsQuery,
 )
 from ._convert import payload, reply_target, text_message
-from ._keys import AGENT_NAMES, SENDER_WAKE, SETTINGS, STORE
+from ._keys import AGENT_NAMES, AGENTS, SENDER_WAKE, SETTINGS, STORE, AgentInfo
 from ._media.files import erase_session
 from ._openapi import openapi_json
 
@@ -155,14 +155,19 @@ def _unknown_session(sid: str) -> ApiError:
 
 @admin_route
 async def list_sessions(request: web.Request) -> web.Response:
-    """GET /api/sessions?limit=&offset=&channel=&status=&agent="""
+    """GET /api/sessions?limit=&offset=&channel=&status=&agent=&q="""
     query = parse(SessionsQuery, dict(request.query))
     store = request.app[STORE]
     found = await store.list_sessions(
-        query.limit, query.offset, channel=query.channel, status=query.status, agent=query.agent
+        query.limit,
+        query.offset,
+        channel=query.channel,
+        status=query.status,
+        agent=query.agent,
+        search=query.q,
     )
     total = await store.count_sessions(
-        channel=query.channel, status=query.status, agent=query.agent
+        channel=query.channel, status=query.status, agent=query.agent, search=query.q
     )
     sessions = [SessionOut.model_validate(s, from_attributes=True) for s in found]
     return respond(SessionsPage(sessions=sessions, total=total))
@@ -221,7 +226,8 @@ async def operator_reply(request: web.Request) -> web.Response:
     sid = session.session_id
     try:
         async with request.app[STORE].turn(sid) as turn:
-            turn.append(NewMessage(role="assistant", text=body.text, agent=OPERATOR))
+            data = {"operator": body.operator} if body.operator else {}
+            turn.append(NewMessage(role="assistant", text=body.text, agent=OPERATOR, data=data))
             if turn.session.channel != WEB:
                 turn.add_outbox(_outbox(turn.session, body.text))
     except (RunActive, TurnActive):
@@ -347,6 +353,10 @@ async def agent_names_ctx(app: web.Application) -> AsyncIterator[None]:
     registry = build_registry(app[SETTINGS].agents)
     try:
         app[AGENT_NAMES] = frozenset(registry.names)
+        declared = [registry.get(name) for name in registry.names]
+        app[AGENTS] = tuple(
+            AgentInfo(agent.name, agent.kind, agent.description) for agent in declared if agent
+        )
     finally:
         await registry.aclose()
     yield

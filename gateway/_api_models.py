@@ -67,6 +67,9 @@ class SessionsQuery(PageQuery):
     channel: str | None = None
     status: Status | None = None
     agent: str | None = None
+    q: str | None = Field(
+        default=None, max_length=128, description="a substring of the chat id or the session id"
+    )
 
 
 class EventsQuery(_Input):
@@ -76,6 +79,9 @@ class EventsQuery(_Input):
 
 class ReplyBody(_Input):
     text: str = Field(min_length=1, max_length=32_768)
+    operator: str | None = Field(
+        default=None, min_length=1, max_length=64, description="the replying person's name"
+    )
 
 
 class HandoffBody(_Input):
@@ -159,6 +165,56 @@ class ReplyAnswer(_Output):
 
     message: MessageOut
     outbox_id: int | None = Field(description="the queued send; null for a web session")
+
+
+class QueuedSession(SessionOut):
+    """A session waiting for a person: its active agent is a human agent."""
+
+    waiting_since: Timestamp = Field(description="when it was handed to that agent")
+    waiting_seconds: float
+
+
+class QueuePage(_Output):
+    """The human-support queue, oldest waiting first."""
+
+    queue: list[QueuedSession]
+
+
+class AgentOut(_Output):
+    """A declared agent."""
+
+    name: str
+    kind: Literal["bot", "human"]
+    description: str
+
+
+class AgentsPage(_Output):
+    agents: list[AgentOut]
+
+
+class CancelAnswer(_Output):
+    """The running turn was told to stop; its end shows as a turn_cancelled event."""
+
+    cancelled: bool
+
+
+class TicketAnswer(_Output):
+    """A one-time ticket that authenticates the console's live feed (/console/live)."""
+
+    ticket: str
+    expires_in: float = Field(description="seconds it stays valid; it works once")
+
+
+class SandboxInfo(_Output):
+    enabled: bool
+    telegram: list[str] = Field(description="bot names")
+    whatsapp: list[str] = Field(description="phone_number_ids")
+
+
+class ConsoleConfig(_Output):
+    """What the console needs to know of this gateway."""
+
+    sandbox: SandboxInfo
 
 
 class EventOut(_Output):

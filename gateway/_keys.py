@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -15,6 +16,16 @@ from ._metrics import Metrics
 from ._web.feed import EventFeed
 from ._writer import GroupCommitWriter
 from .config import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInfo:
+    """What the admin API tells of a declared agent."""
+
+    name: str
+    kind: str  # bot / human
+    description: str
+
 
 SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", Store)
@@ -30,4 +41,5 @@ FACTORIES = web.AppKey("adapter_factories", Mapping[str, AdapterFactory])
 WRITER = web.AppKey("writer", GroupCommitWriter)  # the group-commit ingest writer
 DISPATCHER = web.AppKey("dispatcher", Dispatcher)  # absent with ingest_only: no turns run
 FEED = web.AppKey("event_feed", EventFeed)  # wakes /ws sockets when their session's log grows
+AGENTS = web.AppKey("agents", tuple["AgentInfo", ...])  # declared agents, for the console
 AGENT_NAMES = web.AppKey("agent_names", frozenset[str])  # declared agents, for admin handoffs

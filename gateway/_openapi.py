@@ -21,7 +21,10 @@ from pydantic import BaseModel
 
 from ._api_models import (
     SESSION_ID_PATTERN,
+    AgentsPage,
     AttachmentAnswer,
+    CancelAnswer,
+    ConsoleConfig,
     DeadLetters,
     ErrorBody,
     EventsPage,
@@ -31,12 +34,14 @@ from ._api_models import (
     PageQuery,
     QuarantineDetail,
     QuarantineList,
+    QueuePage,
     ReplyAnswer,
     ReplyBody,
     RewindBody,
     SessionOut,
     SessionsPage,
     SessionsQuery,
+    TicketAnswer,
 )
 
 REF = "#/components/schemas/{model}"
@@ -159,6 +164,31 @@ OPERATIONS: tuple[Operation, ...] = (
         "/api/sessions/{id}/attachments/{att_id}",
         "One attachment's bytes",
         {200: FILE, 400: BAD_ID, 404: f"{NO_SESSION}; unknown_attachment"},
+    ),
+    Operation(
+        "POST",
+        "/api/sessions/{id}/cancel",
+        "Stop the session's running turn: only the user's message is kept (docs/web.md)",
+        {202: CancelAnswer, 400: BAD_ID, 404: NO_SESSION, 409: "no_turn_running"},
+    ),
+    Operation(
+        "GET",
+        "/api/queue",
+        "The human-support queue: sessions a human agent holds, oldest waiting first",
+        {200: QueuePage},
+    ),
+    Operation("GET", "/api/agents", "The declared agents and their kind", {200: AgentsPage}),
+    Operation(
+        "POST",
+        "/api/console/ticket",
+        "A one-time ticket for the console's live feed (GET /console/live)",
+        {200: TicketAnswer},
+    ),
+    Operation(
+        "GET",
+        "/api/console/config",
+        "What the console shows: whether the sandbox is on, and its accounts",
+        {200: ConsoleConfig},
     ),
     Operation(
         "GET",

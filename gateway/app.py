@@ -13,6 +13,7 @@ from store import open_store
 
 from ._admin import add_admin_routes
 from ._channels_ctx import channels_ctx
+from ._console import add_console_routes
 from ._http import unmatched
 from ._keys import (
     FACTORIES,
@@ -109,6 +110,7 @@ def build_app(
     add_webhook_routes(app)
     add_ws_route(app)
     add_attachment_routes(app)  # before the admin API's catch-all
+    add_console_routes(app)  # likewise
     add_admin_routes(app)
     add_sandbox_routes(app, settings)
     for warning in sandbox_warnings(settings):

@@ -123,6 +123,7 @@ class Store(Protocol):
         channel: str | None = None,
         status: SessionStatus | None = None,
         agent: str | None = None,
+        search: str | None = None,
     ) -> list[Session]: ...
 
     async def count_sessions(
@@ -131,6 +132,7 @@ class Store(Protocol):
         channel: str | None = None,
         status: SessionStatus | None = None,
         agent: str | None = None,
+        search: str | None = None,
     ) -> int: ...
 
     async def interrupt_running(self) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any
 from ._errors import OutboxNotFound, OutboxNotPending, SessionNotFound
 from ._pipeline_rows import OUTBOX_COLUMNS, dump_list, to_outbox
 from ._pipeline_types import DELIVERY_STATES, OutboxItem
+from ._sql_sessions import add_event
 
 # A status only moves a row forward (statuses can arrive out of order); "failed" is final.
 STATUS_RANK = {state: rank for rank, state in enumerate(DELIVERY_STATES, start=1)}
@@ -68,12 +69,14 @@ def sent(conn: sqlite3.Connection, outbox_id: int, platform_ids: Sequence[str], 
     row = conn.execute(
         "UPDATE outbox SET state = 'sent', sent_at = ?, platform_ids = ?,"
         " attempts = attempts + 1, error = NULL"
-        " WHERE id = ? AND state = 'pending' RETURNING channel, account",
+        " WHERE id = ? AND state = 'pending' RETURNING channel, account, session_id",
         (now, dump_list(list(platform_ids)), outbox_id),
     ).fetchone()
     if row is None:
         raise _refusal(conn, outbox_id)
     _index_platform_ids(conn, row[0], row[1], outbox_id, platform_ids)
+    if row[2] is not None:
+        add_event(conn, row[2], "status", {"outbox_id": outbox_id, "state": "sent"}, now)
 
 
 def progress(
@@ -128,15 +131,20 @@ def redirect(conn: sqlite3.Connection, outbox_id: int, chat_id: str, error: str)
         raise _refusal(conn, outbox_id)
 
 
-def failed(conn: sqlite3.Connection, outbox_id: int, error: str, state: str) -> None:
-    """End a pending row in ``state`` (failed, dead or uncertain)."""
-    cursor = conn.execute(
+def failed(
+    conn: sqlite3.Connection, outbox_id: int, error: str, state: str, now: float
+) -> None:
+    """End a pending row in ``state`` (failed, dead or uncertain), logged as a ``status``."""
+    row = conn.execute(
         "UPDATE outbox SET state = ?, attempts = attempts + 1, error = ?"
-        " WHERE id = ? AND state = 'pending'",
+        " WHERE id = ? AND state = 'pending' RETURNING session_id",
         (state, error, outbox_id),
-    )
-    if cursor.rowcount == 0:
+    ).fetchone()
+    if row is None:
         raise _refusal(conn, outbox_id)
+    if row[0] is not None:
+        detail = {"outbox_id": outbox_id, "state": "failed", "error": error, "outcome": state}
+        add_event(conn, row[0], "status", detail, now)
 
 
 # The oldest pending row of its chat: a newer reply never overtakes one waiting for a retry.

@@ -86,17 +86,27 @@ def delete_session(conn: sqlite3.Connection, session_id: str) -> bool:
     return cursor.rowcount > 0
 
 
-def _where(filters: Filters) -> tuple[str, list[Any]]:
-    if not filters:
+def _where(filters: Filters, search: str | None = None) -> tuple[str, list[Any]]:
+    clauses = [f"{col} = ?" for col in filters]
+    params: list[Any] = list(filters.values())
+    if search:
+        pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        clauses.append("(chat_id LIKE ? ESCAPE '\\' OR session_id LIKE ? ESCAPE '\\')")
+        params += [pattern, pattern]
+    if not clauses:
         return "", []
-    return " WHERE " + " AND ".join(f"{col} = ?" for col in filters), list(filters.values())
+    return " WHERE " + " AND ".join(clauses), params
 
 
 def list_sessions(
-    conn: sqlite3.Connection, filters: Filters, limit: int, offset: int
+    conn: sqlite3.Connection,
+    filters: Filters,
+    limit: int,
+    offset: int,
+    search: str | None = None,
 ) -> list[Session]:
     """A page of sessions, most recently updated first, then by id."""
-    where, params = _where(filters)
+    where, params = _where(filters, search)
     rows = conn.execute(
         f"SELECT {SESSION_COLUMNS} FROM sessions{where}"
         " ORDER BY updated_at DESC, session_id LIMIT ? OFFSET ?",
@@ -105,9 +115,9 @@ def list_sessions(
     return [to_session(row) for row in rows]
 
 
-def count_sessions(conn: sqlite3.Connection, filters: Filters) -> int:
+def count_sessions(conn: sqlite3.Connection, filters: Filters, search: str | None = None) -> int:
     """How many sessions match the filters."""
-    where, params = _where(filters)
+    where, params = _where(filters, search)
     count: int = conn.execute(f"SELECT count(*) FROM sessions{where}", params).fetchone()[0]
     return count
 
@@ -268,6 +278,8 @@ def message_event(message: Message) -> dict[str, Any]:
     buttons = message.data.get("buttons")
     if buttons:
         detail["buttons"] = buttons
+    if operator and message.data.get("operator"):
+        detail["operator"] = message.data["operator"]  # the person's name
     return detail
 
 

@@ -177,12 +177,16 @@ class SQLiteStore(PipelineMethods, AttachmentMethods):
         channel: str | None = None,
         status: SessionStatus | None = None,
         agent: str | None = None,
+        search: str | None = None,
     ) -> list[Session]:
-        """A page of sessions, most recently updated first."""
+        """A page of sessions, most recently updated first; ``search``: a substring of the chat
+        id or the session id."""
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
         check_int("offset", offset, 0)
         filters = _filters(channel, status, agent)
-        run = partial(sql.list_sessions, filters=filters, limit=limit, offset=offset)
+        run = partial(
+            sql.list_sessions, filters=filters, limit=limit, offset=offset, search=search
+        )
         return await self._db.read(run)
 
     async def count_sessions(
@@ -191,10 +195,11 @@ class SQLiteStore(PipelineMethods, AttachmentMethods):
         channel: str | None = None,
         status: SessionStatus | None = None,
         agent: str | None = None,
+        search: str | None = None,
     ) -> int:
         """How many sessions match the filters."""
         filters = _filters(channel, status, agent)
-        return await self._db.read(partial(sql.count_sessions, filters=filters))
+        return await self._db.read(partial(sql.count_sessions, filters=filters, search=search))
 
     async def interrupt_running(self) -> list[str]:
         """Turn every ``running`` session into ``interrupted``; return their ids."""

@@ -213,7 +213,8 @@ class PipelineMethods:
         check_text("error", error)
         if state not in OUTBOX_FAILED_STATES:
             raise ValueError(f"state must be one of {OUTBOX_FAILED_STATES}, got {state!r}")
-        await self._db.write(partial(outbox.failed, outbox_id=outbox_id, error=error, state=state))
+        run = partial(outbox.failed, outbox_id=outbox_id, error=error, state=state, now=self._now())
+        await self._db.write(run)
 
     async def list_outbox(self, session_id: str) -> list[OutboxItem]:
         """A session's outbox rows in id order; SessionNotFound for an unknown session."""

@@ -191,16 +191,22 @@ class SQLiteTurn:
         )
         for kind, detail, at in self._events:
             insert_event(conn, sid, kind, detail, at)
+        if self._inbox_done:
+            inbox_sql.complete(conn, sid, list(self._inbox_done), now)
+        outbox = [outbox_sql.insert(conn, values, now) for values in self._outbox]
         answers = [m for m in committed if m.role == "assistant" and m.text]
-        for message in answers:
-            add_event(conn, sid, "message", message_event(message), now)
+        # One outbox row per answer, in order (the dispatcher and the operator reply add them
+        # so): the event names the row, so its delivery statuses can be shown beside it.
+        sending = [row.id for row in outbox] if len(outbox) == len(answers) else []
+        for index, message in enumerate(answers):
+            shown = message_event(message)
+            if sending:
+                shown["outbox_id"] = sending[index]
+            add_event(conn, sid, "message", shown, now)
         if self._cancelled:
             add_event(conn, sid, "turn_cancelled", {"reason": "cancelled"}, now)
         else:
             add_event(conn, sid, "turn_finished", {"replies": len(answers)}, now)
-        if self._inbox_done:
-            inbox_sql.complete(conn, sid, list(self._inbox_done), now)
-        outbox = [outbox_sql.insert(conn, values, now) for values in self._outbox]
         for hook in self._hooks:
             hook(conn, committed)
         return committed, outbox

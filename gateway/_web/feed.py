@@ -8,8 +8,30 @@ itself, so a missed or doubled wake-up cannot lose or repeat one: the log is the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+
+from store import SessionEvent, Store
+
+from .._wait import wait_event
+
+PAGE = 500  # events read per query while replaying
+POLL_SECONDS = 2.0  # the log is read this often even unwoken: commits of other processes
+Send = Callable[[SessionEvent], Awaitable[None]]
+
+
+class Changes:
+    """The sessions that changed since the watcher last took them."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.sessions: set[str] = set()
+
+    def take(self) -> list[str]:
+        taken = sorted(self.sessions)
+        self.sessions.clear()
+        self.event.clear()
+        return taken
 
 
 class EventFeed:
@@ -17,12 +39,26 @@ class EventFeed:
 
     def __init__(self) -> None:
         self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._everything: set[Changes] = set()
 
     def notify(self, session_ids: frozenset[str]) -> None:
         """The store's listener: these sessions' logs grew."""
         for sid in session_ids:
             for wake in self._watchers.get(sid, ()):
                 wake.set()
+        for changes in self._everything:
+            changes.sessions |= session_ids
+            changes.event.set()
+
+    @contextmanager
+    def watch_all(self) -> Iterator[Changes]:
+        """Every session that changes, while the ``with`` block lasts (the console's list)."""
+        changes = Changes()
+        self._everything.add(changes)
+        try:
+            yield changes
+        finally:
+            self._everything.discard(changes)
 
     @contextmanager
     def watch(self, session_id: str) -> Iterator[asyncio.Event]:
@@ -41,3 +77,21 @@ class EventFeed:
     def watching(self, session_id: str) -> int:
         """How many sockets watch the session now."""
         return len(self._watchers.get(session_id, ()))
+
+
+async def follow_log(
+    store: Store, session_id: str, after: int, wake: asyncio.Event, send: Send
+) -> None:
+    """Send the session's log after ``after``, then each new event, in seq order, each once.
+
+    Runs until cancelled; the store's errors (a deleted session) end it by raising.
+    """
+    last = after
+    while True:
+        wake.clear()  # before the read: an event committed during it sets it again
+        events = await store.list_events(session_id, after=last, limit=PAGE)
+        for event in events:
+            await send(event)
+            last = event.seq
+        if len(events) < PAGE:
+            await wait_event(wake, POLL_SECONDS)

@@ -22,17 +22,15 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from channels.web import ACCOUNT, CHANNEL, web_body, web_dedup_key
-from store import DeliveryIn, Session, Store, StoreError
+from store import DeliveryIn, Session, SessionEvent, Store, StoreError
 
 from .._keys import DISPATCHER, FEED, METRICS, SETTINGS, STORE, WRITER
-from .._wait import wait_event
+from .feed import follow_log
 from .frames import CancelFrame, FrameError, MessageData, error_frame, event_frame, parse_frame
 
 log = logging.getLogger("gateway.web")
 
 WEB_SESSION = re.compile(r"web-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
-PAGE = 500  # events read per query while replaying
-POLL_SECONDS = 2.0  # the log is read this often even unwoken: commits of other processes
 FRAMES = "gateway_ws_frames_total"
 SOCKETS = "gateway_ws_connections_total"
 
@@ -125,23 +123,20 @@ def _after(raw: str) -> int:
 
 
 async def _pump(store: Store, socket: Socket, after: int, wake: asyncio.Event) -> None:
-    """Send the log after ``after``, then every new event, in seq order, each once."""
-    last = after
+    """The session's log to the socket (see ``follow_log``) until the socket or session goes."""
     sid = socket.session.session_id
-    while not socket.ws.closed:
-        wake.clear()  # before the read: an event committed during it sets it again
-        try:
-            events = await store.list_events(sid, after=last, limit=PAGE)
-        except StoreError as exc:
-            log.info("web session %s: log not readable: %s", short(sid), type(exc).__name__)
-            await socket.send(error_frame("session_gone", "the session was deleted or is away"))
-            await socket.ws.close(code=4004, message=b"session_gone")
-            return
-        for event in events:
-            await socket.send(event_frame(event))
-            last = event.seq
-        if len(events) < PAGE:
-            await wait_event(wake, POLL_SECONDS)
+
+    async def send(event: SessionEvent) -> None:
+        await socket.send(event_frame(event))
+
+    try:
+        await follow_log(store, sid, after, wake, send)
+    except ConnectionError:
+        return  # the socket went while an event was on its way: the reader ends the handler
+    except StoreError as exc:
+        log.info("web session %s: log not readable: %s", short(sid), type(exc).__name__)
+        await socket.send(error_frame("session_gone", "the session was deleted or is away"))
+        await socket.ws.close(code=4004, message=b"session_gone")
 
 
 async def _read(request: web.Request, socket: Socket) -> None:

@@ -221,9 +221,16 @@ async def test_sender_records_a_permanent_error_on_the_row_and_the_session(
     assert failed.state == "failed"
     assert "blocked by the user" in (failed.error or "")
     assert item.session_id is not None
-    [event] = await store.list_events(item.session_id)
-    assert event.kind == "send_failed"
+    events = await store.list_events(item.session_id)
+    [event] = [e for e in events if e.kind == "send_failed"]
     assert event.detail["outbox_id"] == item.id
+    [status] = [e.detail for e in events if e.kind == "status"]
+    assert (status["outbox_id"], status["state"], status["outcome"]) == (
+        item.id,
+        "failed",
+        "failed",
+    )
+    assert "blocked by the user" in status["error"]
     relay.clock.now += 86_400
     await relay.steps(2)
     assert len(bots.calls) == 1

@@ -108,8 +108,24 @@ async def test_delivery_status_is_logged_in_the_session_of_the_reply(
         StatusIn(CHANNEL, ACCOUNT, "wamid.unknown", "read", None),
     )
     await file_store.record_parsed(None, ParsedDelivery(statuses=statuses), starting_agent=AGENT)
-    [event] = await file_store.list_events(SID)
-    assert (event.kind, event.detail) == ("status", {"outbox_id": row.id, "state": "delivered"})
+    events = await file_store.list_events(SID)
+    assert [(e.kind, e.detail) for e in events] == [
+        ("status", {"outbox_id": row.id, "state": "sent"}),  # logged by outbox_sent itself
+        ("status", {"outbox_id": row.id, "state": "delivered"}),
+    ]
+
+
+async def test_answers_name_their_outbox_row_when_each_has_one(file_store: SQLiteStore) -> None:
+    await file_store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
+    async with file_store.turn(SID) as turn:
+        for text in ("one", "two"):
+            turn.append(NewMessage("assistant", text, agent=AGENT))
+            turn.add_outbox(OutboxIn(SID, CHANNEL, ACCOUNT, "1", {"text": text}))
+    rows = [row.id for row in turn.committed_outbox]
+    shown = [e.detail for e in await file_store.list_events(SID) if e.kind == "message"]
+    assert [(d["text"], d["outbox_id"]) for d in shown] == list(
+        zip(["one", "two"], rows, strict=True)
+    )
 
 
 async def test_turn_logs_start_answers_and_finish(file_store: SQLiteStore) -> None:

@@ -1,0 +1,180 @@
+"""The console's routes in-process, with the whole pipeline: the human queue, agents, cancel,
+the live feed's ticket and frames, search, an operator's name, and the console's page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from gateway._keys import STORE
+from gateway.app import build_app
+from tests.e2e.ws_client import WebClient, is_turn_end
+
+from .ingest_helpers import ADMIN_TOKEN, AUTH, settings
+
+Client = TestClient[web.Request, web.Application]
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any, tmp_path: Path) -> Client:
+    app = build_app(settings(tmp_path / "gateway.db", media={"root": str(tmp_path / "media")}))
+    made: Client = await aiohttp_client(app)
+    return made
+
+
+async def web_turn(client: Client, text: str) -> str:
+    """A web session that said ``text`` and got its answer; its id."""
+    async with client.ws_connect("/ws") as ws:
+        socket = WebClient(ws)
+        await socket.next()
+        await socket.say(text, "c1")
+        await socket.until(is_turn_end, "turn end")
+        return socket.session_id
+
+
+async def json_of(response: aiohttp.ClientResponse, status: int) -> Any:
+    assert response.status == status, await response.text()
+    return await response.json()
+
+
+async def test_home_redirects_to_the_console(client: Client) -> None:
+    response = await client.get("/", allow_redirects=False)
+    assert (response.status, response.headers["Location"]) == (302, "/console")
+
+
+async def test_queue_lists_sessions_held_by_a_human_agent_oldest_first(client: Client) -> None:
+    first = await web_turn(client, "I want to talk to a person")
+    second = await web_turn(client, "operator please")
+    await web_turn(client, "hello")  # stays with triage: not in the queue
+    queue = (await json_of(await client.get("/api/queue", headers=AUTH), 200))["queue"]
+    assert [entry["session_id"] for entry in queue] == [first, second]
+    assert all(entry["active_agent"] == "human" for entry in queue)
+    assert queue[0]["waiting_since"] <= queue[1]["waiting_since"]
+    assert all(entry["waiting_seconds"] >= 0 for entry in queue)
+
+
+async def test_agents_are_listed_with_their_kind(client: Client) -> None:
+    agents = (await json_of(await client.get("/api/agents", headers=AUTH), 200))["agents"]
+    assert {a["name"]: a["kind"] for a in agents} == {
+        "triage": "bot",
+        "billing": "bot",
+        "human": "human",
+    }
+
+
+async def test_search_finds_sessions_by_a_piece_of_the_chat_id(client: Client) -> None:
+    sid = await web_turn(client, "hello")
+    await web_turn(client, "hello again")
+    piece = sid[4:12]
+    found = await json_of(await client.get(f"/api/sessions?q={piece}", headers=AUTH), 200)
+    assert [s["session_id"] for s in found["sessions"]] == [sid]
+    assert found["total"] == 1
+    none = await json_of(await client.get("/api/sessions?q=%25_", headers=AUTH), 200)
+    assert none["total"] == 0  # LIKE's wildcards are matched as themselves
+
+
+async def test_operator_reply_keeps_the_operators_name(client: Client) -> None:
+    sid = await web_turn(client, "a person please")
+    body = {"text": "Hi, Ann here.", "operator": "Ann"}
+    answer = await json_of(
+        await client.post(f"/api/sessions/{sid}/reply", json=body, headers=AUTH), 202
+    )
+    assert answer["message"]["data"] == {"operator": "Ann"}
+    assert answer["message"]["role"] == "operator"
+    events = await client.app[STORE].list_events(sid)
+    [shown] = [e.detail for e in events if e.kind == "message" and e.detail["role"] == "operator"]
+    assert (shown["text"], shown["operator"]) == ("Hi, Ann here.", "Ann")
+
+
+async def test_cancel_without_a_running_turn_is_409_in_words(client: Client) -> None:
+    sid = await web_turn(client, "hello")
+    error = await json_of(await client.post(f"/api/sessions/{sid}/cancel", headers=AUTH), 409)
+    assert error["error"]["code"] == "no_turn_running"
+    missing = await client.post("/api/sessions/web-nobody/cancel", headers=AUTH)
+    assert missing.status == 404
+
+
+async def test_console_config_says_whether_the_sandbox_is_on(client: Client) -> None:
+    config = await json_of(await client.get("/api/console/config", headers=AUTH), 200)
+    assert config["sandbox"]["enabled"] is False
+    assert config["sandbox"]["telegram"] == ["support", "sales"]
+    assert (await client.get("/api/console/config")).status == 401
+
+
+async def live(client: Client) -> aiohttp.ClientWebSocketResponse:
+    ticket = await json_of(await client.post("/api/console/ticket", headers=AUTH), 200)
+    assert ticket["expires_in"] > 0
+    ws = await client.ws_connect("/console/live")
+    await ws.send_json({"type": "auth", "ticket": ticket["ticket"]})
+    assert await ws.receive_json(timeout=10) == {"type": "ready"}
+    return ws
+
+
+async def test_live_feed_needs_a_fresh_ticket_used_once(client: Client) -> None:
+    ticket = (await json_of(await client.post("/api/console/ticket", headers=AUTH), 200))["ticket"]
+    first = await client.ws_connect("/console/live")
+    await first.send_json({"type": "auth", "ticket": ticket})
+    assert (await first.receive_json(timeout=10))["type"] == "ready"
+    await first.close()
+    for offered in (ticket, ADMIN_TOKEN, "made-up"):  # used already; the token is not a ticket
+        again = await client.ws_connect("/console/live")
+        await again.send_json({"type": "auth", "ticket": offered})
+        frame = await again.receive_json(timeout=10)
+        assert frame["data"]["code"] == "unauthorized"
+        assert (await again.receive(timeout=10)).type in (
+            aiohttp.WSMsgType.CLOSE,
+            aiohttp.WSMsgType.CLOSED,
+        )
+    assert (await client.post("/api/console/ticket")).status == 401
+
+
+async def test_live_feed_replays_a_watched_session_then_tells_of_every_change(
+    client: Client,
+) -> None:
+    sid = await web_turn(client, "hello")
+    ws = await live(client)
+    await ws.send_json({"type": "watch", "session_id": sid, "after": 1})
+    replayed = [await ws.receive_json(timeout=10) for _ in range(3)]
+    assert [(f["type"], f["seq"], f["session_id"]) for f in replayed] == [
+        ("turn_started", 2, sid),
+        ("message", 3, sid),
+        ("turn_finished", 4, sid),
+    ]
+    other = await web_turn(client, "another chat")
+    changed: set[str] = set()
+    while other not in changed:
+        frame = await ws.receive_json(timeout=10)
+        if frame["type"] == "sessions_changed":
+            changed |= set(frame["session_ids"])
+        else:
+            pytest.fail(f"only the watched session's events may come: {frame}")
+    await ws.send_json({"type": "watch", "session_id": "bad id!", "after": 0})
+    assert (await not_a_change(ws))["data"]["code"] == "invalid_session_id"
+    await ws.close()
+
+
+async def not_a_change(ws: aiohttp.ClientWebSocketResponse) -> Any:
+    """The next frame that is not a ``sessions_changed``."""
+    while (frame := await ws.receive_json(timeout=10))["type"] == "sessions_changed":
+        pass
+    return frame
+
+
+async def test_console_page_and_its_files_are_served(client: Client) -> None:
+    page = await client.get("/console")
+    assert page.status == 200
+    assert "text/html" in page.headers["Content-Type"]
+    missing = await client.get("/console/static/nothing-here.js")
+    assert missing.status == 404
+
+
+async def test_live_feed_says_when_a_watched_session_does_not_exist(client: Client) -> None:
+    ws = await live(client)
+    await ws.send_json({"type": "watch", "session_id": "telegram-support-404", "after": 0})
+    assert (await not_a_change(ws))["data"]["code"] == "unknown_session"
+    await ws.close()
