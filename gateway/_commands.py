@@ -14,6 +14,7 @@ from agents import build_registry
 from store import Message, Session, Store, open_store, validate_session_id
 
 from ._media.files import erase_session
+from ._sandbox import sandbox_warnings
 from ._summary import summarize
 from .config import Settings
 
@@ -45,6 +46,8 @@ async def check_config(settings: Settings, args: argparse.Namespace, out: TextIO
         for line in summarize(settings):
             print(f"  {line}", file=out)
         print(f"  agents declared: {', '.join(registry.names)}", file=out)
+        for warning in sandbox_warnings(settings):
+            print(f"  warning: {warning}", file=out)
         handoff = settings.dispatcher.dead_letter_handoff
         if handoff and registry.get(handoff) is None:
             print(

@@ -84,6 +84,19 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(text=request.app[METRICS].render(), content_type="text/plain")
 
 
+DEMO_TOKEN = "change-me"  # config.example.toml's admin token when GATEWAY_ADMIN_TOKEN is unset
+
+
+def sandbox_banner(settings: Settings) -> str:
+    """What ``make run`` prints: where the console is, and how to sign in (on stdout, never in
+    the log; the token itself only when it is the example's public demo value)."""
+    host = settings.server.host if settings.server.host not in ("0.0.0.0", "::") else "127.0.0.1"
+    url = f"http://{host}:{settings.server.port}/"
+    token = settings.admin.token.get_secret_value()
+    how = f"the admin token {token!r}" if token == DEMO_TOKEN else "your admin.token"
+    return f"Sandbox on: open {url} and sign in with {how} to play both sides."
+
+
 def build_app(
     settings: Settings,
     *,
@@ -124,6 +137,8 @@ def build_app(
 
 def serve(settings: Settings) -> None:
     """Serve until SIGINT/SIGTERM, then shut down cleanly."""
+    if settings.sandbox.enabled:
+        print(sandbox_banner(settings), flush=True)
     web.run_app(
         build_app(settings),
         host=settings.server.host,

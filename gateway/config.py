@@ -138,9 +138,29 @@ def load_settings(path: Path, environ: Mapping[str, str] = os.environ) -> Settin
 def parse_settings(raw: dict[str, object], environ: Mapping[str, str]) -> Settings:
     """Validate an already parsed TOML document."""
     try:
-        return Settings.model_validate(substitute(raw, environ))
+        settings = Settings.model_validate(substitute(raw, environ))
     except ValidationError as exc:
         raise _first_error(exc) from None
+    return with_local_urls(settings)
+
+
+def with_local_urls(settings: Settings) -> Settings:
+    """An API base URL that is a path (``/sandbox/telegram``) means this gateway itself: it is
+    made absolute with the server's own address, so the sandbox follows ``server.port``."""
+    own = f"http://{_loopback(settings.server.host)}:{settings.server.port}"
+    telegram, whatsapp = settings.telegram, settings.whatsapp
+    if telegram.api_base_url.startswith("/"):
+        telegram = telegram.model_copy(update={"api_base_url": own + telegram.api_base_url})
+    if whatsapp.graph_base_url.startswith("/"):
+        whatsapp = whatsapp.model_copy(update={"graph_base_url": own + whatsapp.graph_base_url})
+    return settings.model_copy(update={"telegram": telegram, "whatsapp": whatsapp})
+
+
+def _loopback(host: str) -> str:
+    """Where this server is reached from itself: a wildcard address means loopback."""
+    if host in ("", "0.0.0.0", "::"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
 
 
 def _first_error(exc: ValidationError) -> ConfigError:

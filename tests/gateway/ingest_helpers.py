@@ -36,6 +36,7 @@ def settings(db_path: Path, **sections: dict[str, Any]) -> Settings:
         {
             "store": {"url": f"sqlite:///{db_path}"},
             "admin": {"token": ADMIN_TOKEN},
+            "sandbox": {"enabled": False},
             "telegram": {"api_base_url": "http://127.0.0.1:9", "bots": _bots()},
             "whatsapp": {
                 "graph_base_url": "http://127.0.0.1:9",

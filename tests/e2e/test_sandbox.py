@@ -1,0 +1,176 @@
+"""The sandbox as ``make run`` serves it: config.example.toml, unchanged, on a free port; the
+simulator's deliveries go through the real webhook routes and every reply reaches the fake APIs."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway._sandbox import sandbox_warnings
+from gateway.config import parse_settings
+
+from .gateway_proc import REPO, Gateway, eventually, free_port
+from .test_roundtrip import BILLING, HELP
+
+AUTH = {"Authorization": "Bearer change-me"}  # config.example.toml's demo token
+WA_USER = "4915112345678"
+NUMBER = "100000000000001"
+
+
+@pytest.fixture
+async def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Gateway]:
+    """``gateway serve --config config.example.toml`` in an empty directory, as ``make run``."""
+    port = free_port()
+    monkeypatch.setenv("GATEWAY_PORT", str(port))
+    for name in ("GATEWAY_ADMIN_TOKEN", "TELEGRAM_API_BASE_URL", "WHATSAPP_GRAPH_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    text = (REPO / "config.example.toml").read_text(encoding="utf-8")
+    gateway = Gateway(tmp_path, text, port, tmp_path / "data" / "gateway.db")
+    await gateway.start()
+    yield gateway
+    await gateway.ensure_stopped()
+
+
+async def simulate(http: aiohttp.ClientSession, gateway: Gateway, **body: Any) -> Any:
+    async with http.post(f"{gateway.url}/sandbox/api/simulate", json=body, headers=AUTH) as r:
+        assert r.status == 200, await r.text()
+        answer = await r.json()
+    assert answer["webhook_status"] == 200
+    return answer
+
+
+async def sent_texts(http: aiohttp.ClientSession, gateway: Gateway, channel: str, chat: str) -> Any:
+    query = {"channel": channel, "chat_id": chat}
+    async with http.get(f"{gateway.url}/sandbox/api/sent", params=query, headers=AUTH) as r:
+        assert r.status == 200
+        calls = (await r.json())["sent"]
+    return [c for c in calls if c["method"] in ("sendMessage", "messages")]
+
+
+async def test_make_run_prints_where_to_sign_in(demo: Gateway) -> None:
+    await eventually(lambda: "Sandbox on: open" in demo.log(), "the banner")
+    assert f"http://127.0.0.1:{demo.port}/" in demo.log()
+    assert "'change-me'" in demo.log()
+
+
+async def test_telegram_round_trip_with_a_button_press(
+    demo: Gateway, http: aiohttp.ClientSession
+) -> None:
+    await simulate(http, demo, channel="telegram", chat_id="42", text="hello")
+    await eventually(
+        lambda: _has(http, demo, "telegram", "42", HELP), "the help reply at the fake Bot API"
+    )
+    [first] = await sent_texts(http, demo, "telegram", "42")
+    assert [b["title"] for b in first["buttons"]] == ["Billing", "Talk to a person"]
+    await simulate(http, demo, channel="telegram", chat_id="42", button="Billing")
+    await eventually(lambda: _has(http, demo, "telegram", "42", BILLING), "billing's reply")
+    async with http.get(f"{demo.url}/api/sessions/telegram-support-42", headers=AUTH) as r:
+        assert (await r.json())["active_agent"] == "billing"
+    states = demo.query("SELECT state FROM outbox WHERE session_id = 'telegram-support-42'")
+    assert {s for (s,) in states} == {"sent"}
+
+
+async def test_whatsapp_invoice_status_and_image(
+    demo: Gateway, http: aiohttp.ClientSession
+) -> None:
+    sid = f"whatsapp-{NUMBER}-{WA_USER}"
+    await simulate(http, demo, channel="whatsapp", chat_id=WA_USER, text="my invoice INV-1001")
+    invoice = "Invoice INV-1001: 49.00 EUR, paid, due 2024-05-01."
+    await eventually(lambda: _has(http, demo, "whatsapp", WA_USER, invoice), "the invoice")
+    [reply] = await sent_texts(http, demo, "whatsapp", WA_USER)
+    await simulate(
+        http,
+        demo,
+        channel="whatsapp",
+        chat_id=WA_USER,
+        status={"message_id": reply["platform_id"], "state": "read"},
+    )
+    await eventually(
+        lambda: (
+            demo.query("SELECT delivery_state FROM outbox WHERE session_id = ?", sid) == [("read",)]
+        ),
+        "the read status on the reply's row",
+    )
+    await simulate(http, demo, channel="whatsapp", chat_id=WA_USER, image={"caption": "receipt"})
+    await eventually(
+        lambda: (
+            demo.query("SELECT state, content_type FROM attachments WHERE session_id = ?", sid)
+            == [("ready", "image/png")]
+        ),
+        "the image fetched from the sandbox's Graph API",
+    )
+    [(name,)] = demo.query("SELECT id FROM attachments WHERE session_id = ?", sid)
+    assert (demo.directory / "data" / "media" / sid / name).read_bytes().startswith(b"\x89PNG")
+
+
+async def test_simulate_refusals_name_the_problem(
+    demo: Gateway, http: aiohttp.ClientSession
+) -> None:
+    cases: list[tuple[dict[str, Any], int, str]] = [
+        (
+            {"channel": "telegram", "chat_id": "42", "text": "a", "button": "b"},
+            400,
+            "invalid_field",
+        ),
+        ({"channel": "telegram", "chat_id": "42"}, 400, "invalid_field"),
+        ({"channel": "sms", "chat_id": "42", "text": "a"}, 400, "invalid_field"),
+        ({"channel": "telegram", "chat_id": "x", "text": "a"}, 400, "invalid_field"),
+        ({"channel": "telegram", "chat_id": "42", "button": "nowhere"}, 404, "unknown_button"),
+        (
+            {
+                "channel": "telegram",
+                "chat_id": "42",
+                "status": {"message_id": "1", "state": "read"},
+            },
+            400,
+            "invalid_field",
+        ),
+        (
+            {"channel": "telegram", "chat_id": "42", "text": "a", "account": "x"},
+            400,
+            "unknown_account",
+        ),
+    ]
+    for body, status, code in cases:
+        async with http.post(f"{demo.url}/sandbox/api/simulate", json=body, headers=AUTH) as r:
+            assert r.status == status, (body, await r.text())
+            assert (await r.json())["error"]["code"] == code
+    async with http.post(f"{demo.url}/sandbox/api/simulate", json=cases[0][0]) as r:
+        assert r.status == 401
+    assert demo.query("SELECT count(*) FROM sessions") == [(0,)]
+
+
+async def test_fake_apis_refuse_a_wrong_token_as_the_platforms_do(
+    demo: Gateway, http: aiohttp.ClientSession
+) -> None:
+    async with http.post(f"{demo.url}/sandbox/telegram/bot1:wrong/sendMessage", data={}) as r:
+        assert (r.status, (await r.json())["description"]) == (401, "Unauthorized")
+    url = f"{demo.url}/sandbox/graph/v21.0/{NUMBER}/messages"
+    async with http.post(url, json={}, headers={"Authorization": "Bearer nope"}) as r:
+        assert r.status == 401
+        assert (await r.json())["error"]["code"] == 190
+
+
+def test_the_sandbox_says_when_it_is_misplaced() -> None:
+    raw = tomllib.loads((REPO / "config.example.toml").read_text(encoding="utf-8"))
+    assert sandbox_warnings(parse_settings(raw, {})) == []
+    raw["server"]["host"] = "0.0.0.0"
+    raw["telegram"]["bots"][0]["token"] = "123456789:" + "A" * 35
+    raw["whatsapp"]["numbers"][0]["access_token"] = "EAAG" + "x" * 100
+    raw["whatsapp"]["graph_base_url"] = "https://graph.facebook.com"
+    warnings = sandbox_warnings(parse_settings(raw, {}))
+    assert len(warnings) == 4
+    assert "not a loopback address" in warnings[0]
+    raw["sandbox"]["enabled"] = False
+    assert sandbox_warnings(parse_settings(raw, {})) == []
+
+
+async def _has(
+    http: aiohttp.ClientSession, gateway: Gateway, channel: str, chat: str, text: str
+) -> bool:
+    return any(c["text"] == text for c in await sent_texts(http, gateway, channel, chat))
