@@ -41,5 +41,7 @@ FACTORIES = web.AppKey("adapter_factories", Mapping[str, AdapterFactory])
 WRITER = web.AppKey("writer", GroupCommitWriter)  # the group-commit ingest writer
 DISPATCHER = web.AppKey("dispatcher", Dispatcher)  # absent with ingest_only: no turns run
 FEED = web.AppKey("event_feed", EventFeed)  # wakes /ws sockets when their session's log grows
+# Open /ws and /console/live sockets: closed at shutdown, which would otherwise wait for them.
+SOCKETS = web.AppKey("open_sockets", set[web.WebSocketResponse])
 AGENTS = web.AppKey("agents", tuple["AgentInfo", ...])  # declared agents, for the console
 AGENT_NAMES = web.AppKey("agent_names", frozenset[str])  # declared agents, for admin handoffs

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 
 from channels import ADAPTERS, AdapterFactory
 from store import open_store
@@ -22,6 +22,7 @@ from ._keys import (
     METRICS,
     SENDER_WAKE,
     SETTINGS,
+    SOCKETS,
     STOPPING,
     STORE,
     WRITER,
@@ -62,6 +63,13 @@ async def _writer_ctx(app: web.Application) -> AsyncIterator[None]:
     app[WRITER] = writer
     yield
     await writer.aclose()  # the server stopped taking requests: commit what is queued
+
+
+async def _close_sockets(app: web.Application) -> None:
+    """Shutdown: say goodbye to every open socket (their clients reconnect and resume)."""
+    sockets: set[web.WebSocketResponse] = app[SOCKETS]
+    for ws in list(sockets):
+        await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down")
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -116,6 +124,8 @@ def build_app(
     app[INTAKE_WAKE] = asyncio.Event()
     app[SENDER_WAKE] = asyncio.Event()
     app[FEED] = EventFeed()
+    app[SOCKETS] = set()
+    app.on_shutdown.append(_close_sockets)
     # Torn down in reverse: the pipeline's tasks, then the writer (flushes), adapters, store.
     app.cleanup_ctx.extend([_store_ctx, channels_ctx, _writer_ctx])
     if not ingest_only:

@@ -131,9 +131,7 @@ def redirect(conn: sqlite3.Connection, outbox_id: int, chat_id: str, error: str)
         raise _refusal(conn, outbox_id)
 
 
-def failed(
-    conn: sqlite3.Connection, outbox_id: int, error: str, state: str, now: float
-) -> None:
+def failed(conn: sqlite3.Connection, outbox_id: int, error: str, state: str, now: float) -> None:
     """End a pending row in ``state`` (failed, dead or uncertain), logged as a ``status``."""
     row = conn.execute(
         "UPDATE outbox SET state = ?, attempts = attempts + 1, error = ?"

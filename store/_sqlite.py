@@ -184,9 +184,7 @@ class SQLiteStore(PipelineMethods, AttachmentMethods):
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
         check_int("offset", offset, 0)
         filters = _filters(channel, status, agent)
-        run = partial(
-            sql.list_sessions, filters=filters, limit=limit, offset=offset, search=search
-        )
+        run = partial(sql.list_sessions, filters=filters, limit=limit, offset=offset, search=search)
         return await self._db.read(run)
 
     async def count_sessions(

@@ -19,7 +19,7 @@ from aiohttp import WSMsgType, web
 
 from store import InvalidSessionId, SessionEvent, StoreError, validate_session_id
 
-from .._keys import FEED, STORE
+from .._keys import FEED, SOCKETS, STORE
 from .._web.feed import Changes, follow_log
 from .keys import TICKETS
 
@@ -86,11 +86,14 @@ async def live(request: web.Request) -> web.WebSocketResponse:
         await ws.close(code=4001, message=b"unauthorized")
         return ws
     await socket.send({"type": "ready"})
+    open_sockets = request.app[SOCKETS]
+    open_sockets.add(ws)
     with request.app[FEED].watch_all() as changes:
         notifier = asyncio.create_task(socket.changes(changes))
         try:
             await _read(socket)
         finally:
+            open_sockets.discard(ws)
             notifier.cancel()
             await socket.unwatch()
             with contextlib.suppress(asyncio.CancelledError):

@@ -21,9 +21,16 @@ def add_sandbox_routes(app: web.Application, settings: Settings) -> None:
     if not settings.sandbox.enabled:
         return
     app[SANDBOX] = SandboxState()
+    app.on_shutdown.append(_end_long_polls)
     add_platform_routes(app)
     app.router.add_post("/sandbox/api/simulate", simulate)
     app.router.add_get("/sandbox/api/sent", sent)
+
+
+async def _end_long_polls(app: web.Application) -> None:
+    state = app[SANDBOX]
+    state.closing = True
+    state.changed.set()
 
 
 def sandbox_warnings(settings: Settings) -> list[str]:

@@ -245,7 +245,7 @@ async def sent(request: web.Request) -> web.Response:
     state: SandboxState = request.app[SANDBOX]
     calls = state.sent(query.channel, query.chat_id, query.after)
     deadline = asyncio.get_running_loop().time() + query.wait
-    while not calls and query.wait:
+    while not calls and query.wait and not state.closing:
         remaining = deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
             break

@@ -53,6 +53,7 @@ class SandboxState:
     calls: list[Call] = field(default_factory=list)
     media: dict[str, MediaFile] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    closing: bool = False  # shutdown: long polls answer at once
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _last_update_id: int = 0
 

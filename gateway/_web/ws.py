@@ -24,7 +24,7 @@ from aiohttp import WSMsgType, web
 from channels.web import ACCOUNT, CHANNEL, web_body, web_dedup_key
 from store import DeliveryIn, Session, SessionEvent, Store, StoreError
 
-from .._keys import DISPATCHER, FEED, METRICS, SETTINGS, STORE, WRITER
+from .._keys import DISPATCHER, FEED, METRICS, SETTINGS, SOCKETS, STORE, WRITER
 from .feed import follow_log
 from .frames import CancelFrame, FrameError, MessageData, error_frame, event_frame, parse_frame
 
@@ -32,7 +32,7 @@ log = logging.getLogger("gateway.web")
 
 WEB_SESSION = re.compile(r"web-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 FRAMES = "gateway_ws_frames_total"
-SOCKETS = "gateway_ws_connections_total"
+CONNECTIONS = "gateway_ws_connections_total"
 
 
 def short(session_id: str) -> str:
@@ -74,19 +74,22 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     try:
         session, after = await _attach(request)
     except Refused as exc:
-        request.app[METRICS].inc(SOCKETS, outcome=exc.code)
+        request.app[METRICS].inc(CONNECTIONS, outcome=exc.code)
         await ws.send_json(error_frame(exc.code, exc.message))
         await ws.close(code=4000, message=exc.code.encode())
         return ws
-    request.app[METRICS].inc(SOCKETS, outcome="attached")
+    request.app[METRICS].inc(CONNECTIONS, outcome="attached")
     log.info("web socket attached to %s after seq %d", short(session.session_id), after)
     socket = Socket(ws, session)
     await socket.send({"type": "connection", "data": {"session_id": session.session_id}})
+    open_sockets = request.app[SOCKETS]
+    open_sockets.add(ws)
     with request.app[FEED].watch(session.session_id) as wake:
         pump = asyncio.create_task(_pump(request.app[STORE], socket, after, wake))
         try:
             await _read(request, socket)
         finally:
+            open_sockets.discard(ws)
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pump

@@ -77,3 +77,10 @@ def test_demo_lookup_invoice_unknown_number() -> None:
     assert lookup_invoice(number="INV-9") == (
         "No invoice INV-9 was found. Demo invoices: INV-1001, INV-1002, INV-1003."
     )
+
+
+async def test_demo_billing_passes_a_request_for_a_person_on(db_path: Path) -> None:
+    await turn(db_path, "my invoice please")
+    person = await turn(db_path, "I would like to talk to a person")
+    assert (person.agent_before, person.agent_after) == ("billing", "human")
+    assert texts(person) == ["Thank you. A person from our team will answer you here shortly."]

@@ -23,6 +23,8 @@ BOT_SECRET = "e2e-telegram-secret"
 APP_SECRET = "e2e-app-secret"
 NUMBER = "100000000000001"
 START_SECONDS = 30.0  # a start that takes longer than this is a failure, not a slow machine
+# Variables a config may read: a developer's shell must not change what the tests run.
+CONFIG_PREFIXES = ("GATEWAY_", "TELEGRAM_", "WHATSAPP_", "OPENAI_")
 
 
 def free_port() -> int:
@@ -119,10 +121,22 @@ async def eventually(
 
 
 class Gateway:
-    """One gateway installation (config + database) that can be started, killed and restarted."""
+    """One gateway installation (config + database) that can be started, killed and restarted.
 
-    def __init__(self, directory: Path, config: str, port: int, db: Path) -> None:
+    The process gets this process's environment without the variables a config may read,
+    plus ``env``.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: str,
+        port: int,
+        db: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.directory = directory
+        self.env = dict(env or {})
         self.port = port
         self.db = db
         self.url = f"http://127.0.0.1:{port}"
@@ -148,9 +162,13 @@ class Gateway:
                 cwd=self.directory,
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env=self.environment(),
             )
         await eventually(self._ready, "the gateway's /readyz", seconds=START_SECONDS)
+
+    def environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(CONFIG_PREFIXES)}
+        return env | self.env | {"PYTHONUNBUFFERED": "1"}
 
     async def _ready(self) -> bool:
         assert self.process is not None

@@ -3,6 +3,7 @@ simulator's deliveries go through the real webhook routes and every reply reache
 
 from __future__ import annotations
 
+import asyncio
 import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,14 +24,12 @@ NUMBER = "100000000000001"
 
 
 @pytest.fixture
-async def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Gateway]:
+async def demo(tmp_path: Path) -> AsyncIterator[Gateway]:
     """``gateway serve --config config.example.toml`` in an empty directory, as ``make run``."""
     port = free_port()
-    monkeypatch.setenv("GATEWAY_PORT", str(port))
-    for name in ("GATEWAY_ADMIN_TOKEN", "TELEGRAM_API_BASE_URL", "WHATSAPP_GRAPH_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
     text = (REPO / "config.example.toml").read_text(encoding="utf-8")
-    gateway = Gateway(tmp_path, text, port, tmp_path / "data" / "gateway.db")
+    env = {"GATEWAY_PORT": str(port)}
+    gateway = Gateway(tmp_path, text, port, tmp_path / "data" / "gateway.db", env)
     await gateway.start()
     yield gateway
     await gateway.ensure_stopped()
@@ -174,3 +173,19 @@ async def _has(
     http: aiohttp.ClientSession, gateway: Gateway, channel: str, chat: str, text: str
 ) -> bool:
     return any(c["text"] == text for c in await sent_texts(http, gateway, channel, chat))
+
+
+async def test_sigterm_closes_sockets_and_long_polls_instead_of_waiting_for_them(
+    demo: Gateway, http: aiohttp.ClientSession
+) -> None:
+    url = f"{demo.url}/sandbox/api/sent?wait=25"
+    poll = asyncio.create_task(http.get(url, headers=AUTH))  # sent before the socket connects
+    ws = await http.ws_connect(f"{demo.url}/ws")
+    assert (await ws.receive_json())["type"] == "connection"
+    await eventually(lambda: "attached" in demo.log(), "the socket's attach in the log")
+    stopping = asyncio.create_task(demo.stop())
+    closing = await ws.receive(timeout=20)
+    assert (closing.type, closing.data) == (aiohttp.WSMsgType.CLOSE, 1001)
+    answer = await poll
+    assert (answer.status, await answer.json()) == (200, {"sent": []})
+    assert await stopping == 0

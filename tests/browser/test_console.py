@@ -1,0 +1,340 @@
+"""The operator console in a real browser: the demo loop on both platforms through the sandbox,
+the live feed across a dropped connection, a 409 while a real turn runs, and the token.
+
+Every wait is one of Playwright's auto-waiting ``expect`` assertions or an event; no sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from playwright.async_api import Locator, Page, Request, Route, WebSocket, expect
+from pytest_aiohttp import AiohttpServer
+
+from tests.e2e.gateway_proc import eventually
+from tests.e2e.ws_client import SlowModel, slow_agents
+
+from .conftest import EXAMPLE_CONFIG, REPO, ConsoleGateway, StartGateway
+
+QUEUE_SHOT = REPO / "docs" / "console-queue.png"
+CONVERSATION_SHOT = REPO / "docs" / "console-conversation.png"
+WA_USER = "4915112345678"  # the simulator's default WhatsApp chat
+TG_USER = "42"  # and Telegram's
+HELP = "Hello! I can help with bills"  # triage's reply
+QUEUED = "A person from our team will answer"  # human's handoff reply
+RUN_ACTIVE = "A turn is running for this session; try again in a moment."
+
+
+# The page, as a person uses it
+
+
+async def sign_in(page: Page, gateway: ConsoleGateway, operator: str | None = "Ann") -> None:
+    await page.goto(gateway.url + "/")
+    await page.get_by_test_id("token-input").fill(gateway.token)
+    await page.get_by_test_id("sign-in").click()
+    await expect(page.get_by_test_id("live-status")).to_have_attribute("data-state", "live")
+    if operator:
+        await page.get_by_test_id("operator-name").fill(operator)
+
+
+async def say(page: Page, text: str) -> None:
+    """Type as the simulated end user."""
+    await page.get_by_test_id("sim-text").fill(text)
+    await page.get_by_test_id("sim-send").click()
+
+
+def bot_said(page: Page, text: str) -> Locator:
+    """What the simulated user got from the gateway, containing ``text``."""
+    return page.locator('[data-testid="sim-bubble"][data-from="bot"]', has_text=text)
+
+
+async def press(page: Page, said: str, button: str) -> None:
+    """Press a button of a message the simulated user got."""
+    await bot_said(page, said).get_by_test_id("sim-button").filter(has_text=button).click()
+
+
+def listed(page: Page, session: str) -> Locator:
+    """The session's entry in the sessions list (the queue or the rest)."""
+    return page.get_by_test_id("sessions").locator(f'[data-session-id="{session}"]')
+
+
+def conversation(page: Page) -> Locator:
+    return page.get_by_test_id("conversation")
+
+
+def shown(page: Page, role: str, text: str) -> Locator:
+    """Messages of the operator's view with this role, containing ``text``."""
+    return conversation(page).locator(f'[data-testid="message"][data-role="{role}"]', has_text=text)
+
+
+async def reply(page: Page, text: str) -> None:
+    await conversation(page).get_by_test_id("reply-text").fill(text)
+    await conversation(page).get_by_test_id("reply-send").click()
+
+
+async def hand_to(page: Page, agent: str) -> None:
+    await conversation(page).get_by_test_id("handoff-agent").select_option(agent)
+    await conversation(page).get_by_test_id("handoff-send").click()
+
+
+async def account(gateway: ConsoleGateway, channel: str) -> str:
+    config = await gateway.call("GET", "/api/console/config")
+    assert isinstance(config, dict)
+    name: str = config["sandbox"][channel][0]
+    return name
+
+
+# (a) and (b): the demo loop
+
+
+async def test_whatsapp_demo_loop_through_the_human_queue(
+    page: Page, gateway: ConsoleGateway
+) -> None:
+    session = f"whatsapp-{await account(gateway, 'whatsapp')}-{WA_USER}"
+    await sign_in(page, gateway)
+    await expect(page.get_by_test_id("sim-channel")).to_have_value("whatsapp")
+    await expect(page.get_by_test_id("sim-chat")).to_have_value(WA_USER)
+
+    await say(page, "Hello, a question about invoice INV-1001")
+    await expect(bot_said(page, "Invoice INV-1001: 49.00 EUR, paid")).to_be_visible()
+    await say(page, "menu")
+    await expect(bot_said(page, HELP)).to_be_visible()
+    await say(page, "I would like to talk to a person")
+    await expect(bot_said(page, QUEUED)).to_be_visible()
+
+    waiting = page.get_by_test_id("queue-item").first
+    await expect(waiting).to_have_attribute("data-session-id", session)
+    await expect(waiting.get_by_test_id("waiting")).to_contain_text("waiting")
+    await waiting.click()
+    view = conversation(page)
+    await expect(view.get_by_test_id("conv-agent")).to_have_text("human")
+    await expect(view.get_by_test_id("marker-agent-changed").last).to_contain_text(
+        "triage → human (handoff)"
+    )
+    billing = shown(page, "assistant", "Invoice INV-1001")
+    await expect(billing.get_by_test_id("message-author")).to_have_text("agent billing")
+    await expect(billing.get_by_test_id("delivery-status")).to_have_text("sent")
+    await page.screenshot(path=QUEUE_SHOT)
+
+    await reply(page, "Hello, this is Ann from support. INV-1001 is paid; anything else?")
+    await expect(bot_said(page, "this is Ann from support")).to_be_visible()
+    answer = shown(page, "operator", "this is Ann from support")
+    await expect(answer.get_by_test_id("message-author")).to_have_text("operator: Ann")
+    await expect(answer.get_by_test_id("delivery-status")).to_have_text("sent")
+    # The user reads it: WhatsApp reports it, and the console shows it beside the reply.
+    await bot_said(page, "this is Ann from support").hover()  # its status links show on hover
+    await bot_said(page, "this is Ann from support").get_by_test_id("sim-status-read").click()
+    await expect(answer.get_by_test_id("delivery-status")).to_have_text("read")
+
+    await hand_to(page, "triage")
+    await expect(view.get_by_test_id("conv-agent")).to_have_text("triage")
+    await expect(view.get_by_test_id("marker-agent-changed").last).to_contain_text(
+        "human → triage (by an operator)"
+    )
+    await expect(page.get_by_test_id("queue-item")).to_have_count(0)
+
+    await say(page, "Thanks! And what about invoice INV-1002?")
+    await expect(bot_said(page, "Invoice INV-1002: 120.50 EUR, open")).to_be_visible()
+    await expect(shown(page, "assistant", "Invoice INV-1002")).to_be_visible()
+    await expect(view.get_by_test_id("action-error")).to_be_hidden()
+    await page.screenshot(path=CONVERSATION_SHOT)
+
+
+async def test_telegram_demo_loop_with_button_presses(page: Page, gateway: ConsoleGateway) -> None:
+    session = f"telegram-{await account(gateway, 'telegram')}-{TG_USER}"
+    await sign_in(page, gateway, operator="Ben")
+    await page.get_by_test_id("sim-channel").select_option("telegram")
+    await expect(page.get_by_test_id("sim-chat")).to_have_value(TG_USER)
+
+    await say(page, "hello")
+    await expect(bot_said(page, HELP)).to_be_visible()
+    await press(page, HELP, "Talk to a person")
+    await expect(bot_said(page, QUEUED)).to_be_visible()
+
+    waiting = page.get_by_test_id("queue-item").first
+    await expect(waiting).to_have_attribute("data-session-id", session)
+    await waiting.click()
+    await expect(conversation(page).get_by_test_id("conv-agent")).to_have_text("human")
+    await reply(page, "Hi, Ben here. How can I help?")
+    await expect(bot_said(page, "Ben here")).to_be_visible()
+    answer = shown(page, "operator", "Ben here")
+    await expect(answer.get_by_test_id("message-author")).to_have_text("operator: Ben")
+    await expect(answer.get_by_test_id("delivery-status")).to_have_text("sent")
+
+    await hand_to(page, "triage")
+    await expect(conversation(page).get_by_test_id("conv-agent")).to_have_text("triage")
+    await say(page, "I have a payment question")
+    await expect(bot_said(page, "Billing here")).to_be_visible()
+    await press(page, "Billing here", "menu")
+    await expect(bot_said(page, HELP)).to_have_count(2)
+    await expect(conversation(page).get_by_test_id("conv-agent")).to_have_text("triage")
+    await expect(shown(page, "assistant", HELP)).to_have_count(2)
+
+
+async def test_rewind_and_delete_from_the_conversation(page: Page, gateway: ConsoleGateway) -> None:
+    session = f"telegram-{await account(gateway, 'telegram')}-{TG_USER}"
+    await sign_in(page, gateway)
+    await page.get_by_test_id("sim-channel").select_option("telegram")
+    await say(page, "hello")
+    await expect(bot_said(page, HELP)).to_be_visible()
+    await page.get_by_test_id("sim-open-session").click()
+    first = shown(page, "user", "hello")
+    await expect(shown(page, "assistant", HELP)).to_be_visible()
+
+    await first.hover()  # its rewind button shows on hover
+    await first.get_by_test_id("rewind").click()
+    await expect(conversation(page).get_by_test_id("marker-head-moved")).to_be_visible()
+    await expect(shown(page, "assistant", HELP)).to_have_count(0)  # not on the branch any more
+    await expect(first.get_by_test_id("rewind")).to_have_count(0)  # it is the head now
+
+    await conversation(page).get_by_test_id("delete-session").click()
+    await conversation(page).get_by_test_id("keep-session").click()
+    await expect(conversation(page).get_by_test_id("delete-confirm")).to_be_hidden()
+    await conversation(page).get_by_test_id("delete-session").click()
+    await conversation(page).get_by_test_id("confirm-delete").click()
+    await expect(conversation(page).get_by_test_id("session-gone")).to_be_visible()
+    await expect(listed(page, session)).to_have_count(0)
+
+
+# (c) the live feed across a dropped connection
+
+
+async def test_a_dropped_live_feed_catches_up_without_duplicates(
+    page: Page, gateway: ConsoleGateway
+) -> None:
+    chat = "4915110000001"
+    session = f"whatsapp-{await account(gateway, 'whatsapp')}-{chat}"
+    simulate = {"channel": "whatsapp", "chat_id": chat}
+    await gateway.call("POST", "/sandbox/api/simulate", {**simulate, "text": "hello"})
+    await sign_in(page, gateway)
+    await listed(page, session).click()
+    await expect(shown(page, "assistant", HELP)).to_have_count(1)
+
+    released = asyncio.Event()
+
+    async def hold(route: Route) -> None:  # the reconnect waits for its ticket until released
+        await released.wait()
+        await route.continue_()
+
+    await page.route("**/api/console/ticket", hold)
+    await page.evaluate("window.__console.live.dropForTest()")
+    await expect(page.get_by_test_id("live-status")).to_have_attribute("data-state", "reconnecting")
+
+    question = "Meanwhile: where is invoice INV-1003?"
+    await gateway.call("POST", "/sandbox/api/simulate", {**simulate, "text": question})
+
+    async def answered() -> bool:
+        page_ = await gateway.call("GET", f"/api/sessions/{session}/messages")
+        assert isinstance(page_, dict)
+        return any("INV-1003: 9.99 EUR" in (m["text"] or "") for m in page_["messages"])
+
+    await eventually(answered, "billing's answer in the history")
+    await expect(shown(page, "user", question)).to_have_count(0)  # nothing came while dropped
+
+    released.set()
+    await expect(page.get_by_test_id("live-status")).to_have_attribute("data-state", "live")
+    await expect(shown(page, "assistant", "INV-1003: 9.99 EUR")).to_have_count(1)
+    await expect(shown(page, "user", question)).to_have_count(1)
+    await expect(shown(page, "user", "hello")).to_have_count(1)
+    await expect(shown(page, "assistant", HELP)).to_have_count(1)
+    branch = await gateway.call("GET", f"/api/sessions/{session}/messages")
+    assert isinstance(branch, dict)
+    ids = (
+        await conversation(page)
+        .locator('[data-testid="message"]')
+        .evaluate_all("items => items.map(item => Number(item.dataset.messageId))")
+    )
+    assert ids == [m["id"] for m in branch["messages"]]
+
+
+# (d) a 409 while a real turn runs
+
+
+async def test_a_running_turn_refuses_the_operator_in_words(
+    page: Page, start_gateway: StartGateway, aiohttp_server: AiohttpServer, tmp_path: Path
+) -> None:
+    model = SlowModel()
+    server = await aiohttp_server(model.app(), host="127.0.0.1")
+    example = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+    config = tmp_path / "slow.toml"
+    agents = slow_agents(str(server.make_url("")).rstrip("/"))
+    config.write_text(example[: example.index("\n[agents]")] + agents, encoding="utf-8")
+    try:
+        gateway = await start_gateway(config, "slow")
+        await sign_in(page, gateway)
+        await say(page, "Is anyone there?")
+        await asyncio.wait_for(model.started.wait(), 20)
+        await page.get_by_test_id("sim-open-session").click()
+        view = conversation(page)
+        await expect(view.get_by_test_id("conv-status")).to_have_attribute("data-status", "running")
+        pending = shown(page, "user", "Is anyone there?")  # recorded, its turn not yet done
+        await expect(pending).to_contain_text("waiting for the turn")
+
+        await reply(page, "I am here")
+        await expect(view.get_by_test_id("action-error")).to_have_text(RUN_ACTIVE)
+        await view.get_by_test_id("action-error").evaluate("el => el.textContent = ''")
+        await view.get_by_test_id("handoff-send").click()
+        await expect(view.get_by_test_id("action-error")).to_have_text(RUN_ACTIVE)
+        assert model.calls == 1
+
+        await view.get_by_test_id("cancel-turn").click()
+        await expect(view.get_by_test_id("marker-turn-cancelled")).to_contain_text("cancelled")
+        await expect(view.get_by_test_id("conv-status")).to_have_attribute("data-status", "idle")
+        await view.get_by_test_id("cancel-turn").click()
+        await expect(view.get_by_test_id("action-error")).to_contain_text("No turn is running")
+        await reply(page, "I am here now")
+        await expect(bot_said(page, "I am here now")).to_be_visible()
+    finally:
+        model.release.set()
+
+
+# (e) the token
+
+
+async def test_a_wrong_token_is_refused_and_no_url_carries_the_token(
+    page: Page, gateway: ConsoleGateway
+) -> None:
+    urls: list[str] = []
+    bearers: list[str | None] = []
+
+    def request(req: Request) -> None:
+        urls.append(req.url)
+        if "/api/" in req.url:
+            bearers.append(req.headers.get("authorization"))
+
+    def websocket(ws: WebSocket) -> None:
+        urls.append(ws.url)
+
+    page.on("request", request)
+    page.on("websocket", websocket)
+
+    await page.goto(gateway.url + "/")
+    await page.get_by_test_id("token-input").fill("wrong-token")
+    await page.get_by_test_id("sign-in").click()
+    await expect(page.get_by_test_id("signin-error")).to_have_text("wrong token")
+    await expect(page.get_by_test_id("signin")).to_be_visible()
+    assert await page.evaluate("sessionStorage.length") == 0
+
+    await sign_in(page, gateway)
+    await page.get_by_test_id("sim-text").fill("a photo of my receipt")
+    await page.get_by_test_id("sim-image").click()  # an image, fetched by the console as a blob
+    await page.get_by_test_id("sim-open-session").click()
+    await page.wait_for_function(
+        "() => [...document.querySelectorAll('[data-testid=attachment] img')]"
+        ".some(img => img.complete && img.naturalWidth > 0)"
+    )
+    await reply(page, "Thanks for the photo")
+    await expect(bot_said(page, "Thanks for the photo")).to_be_visible()
+    await page.reload()  # the tab keeps its sign-in, still without a URL
+    await expect(page.get_by_test_id("live-status")).to_have_attribute("data-state", "live")
+    await page.get_by_test_id("sign-out").click()
+    await expect(page.get_by_test_id("signin")).to_be_visible()
+    assert await page.evaluate("sessionStorage.length") == 0
+
+    assert any(url.endswith("/console/live") for url in urls), urls
+    assert any("/attachments/" in url for url in urls), urls
+    leaked = [url for url in urls if gateway.token in url]
+    assert not leaked, leaked
+    # Every API call (the admin API's and the sandbox's) sent the token in its header instead.
+    assert set(bearers) == {"Bearer wrong-token", f"Bearer {gateway.token}"}, set(bearers)
