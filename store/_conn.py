@@ -6,7 +6,8 @@ whole transaction (``BEGIN IMMEDIATE`` .. ``COMMIT``) as *one* call means:
 * transactions of this connection can never interleave, so no asyncio lock is needed;
 * a cancelled caller cannot leave a transaction open: the call is queued before the first
   suspension point and always runs to its COMMIT or ROLLBACK;
-* one thread hop per transaction instead of one per statement (about 2x on small writes).
+* one thread hop per transaction instead of one per statement (about 2x on small writes);
+* writes queued meanwhile share the next transaction and its disk flush (``_group_commit``).
 
 aiosqlite has no public "run this function on the connection thread" call, so this module is
 the one place that uses its ``_execute`` and ``_conn``; ``tests/store/test_conn.py`` guards it.
@@ -22,6 +23,7 @@ from typing import Any, TypeVar, cast
 import aiosqlite
 
 from ._errors import StoreError
+from ._group_commit import GroupCommit, Touched
 from ._schema import check_version, migrate
 
 T = TypeVar("T")
@@ -44,43 +46,12 @@ def _in_transaction(begin: str, fn: SyncFn[T], conn: sqlite3.Connection) -> T:
     return result
 
 
-class _Touched:
-    """Sessions that got events in the transaction under way (worker thread only).
-
-    A TEMP trigger calls ``add`` for every row inserted into ``session_events``, whichever
-    statement inserted it, so no write path can forget to wake the watchers.
-    """
-
-    def __init__(self) -> None:
-        self.sessions: set[str] = set()
-
-    def add(self, session_id: str) -> None:
-        self.sessions.add(session_id)
-
-    def take(self) -> frozenset[str]:
-        taken = frozenset(self.sessions)
-        self.sessions.clear()
-        return taken
-
-
-def _watch_events(touched: _Touched, conn: sqlite3.Connection) -> None:
+def _watch_events(touched: Touched, conn: sqlite3.Connection) -> None:
     conn.create_function("gateway_event_written", 1, touched.add)
     conn.execute(
         "CREATE TEMP TRIGGER IF NOT EXISTS gateway_event_written AFTER INSERT ON"
         " main.session_events BEGIN SELECT gateway_event_written(NEW.session_id); END"
     )
-
-
-def _write_tracked(
-    touched: _Touched, fn: SyncFn[T], conn: sqlite3.Connection
-) -> tuple[T, frozenset[str]]:
-    touched.take()  # nothing of an earlier, rolled-back transaction may leak into this one
-    try:
-        result = _in_transaction("BEGIN IMMEDIATE", fn, conn)
-    except BaseException:
-        touched.take()
-        raise
-    return result, touched.take()
 
 
 def _configure(path: str, conn: sqlite3.Connection) -> None:
@@ -101,8 +72,9 @@ class Connection:
         self._db = db
         self._closed = False
         self._run = cast(Callable[[Callable[[], Any]], Awaitable[Any]], db._execute)
-        self._touched = _Touched()
+        self._touched = Touched()
         self.listeners: list[EventListener] = []  # told which sessions got events, after commit
+        self.group = GroupCommit(self._on_thread, self._touched, self._tell_listeners)
 
     @classmethod
     async def open(cls, path: str) -> Connection:
@@ -121,6 +93,9 @@ class Connection:
         """Run ``fn(connection)`` on the worker thread, outside any explicit transaction."""
         if self._closed:
             raise StoreError("the store is closed")
+        return await self._on_thread(fn)
+
+    async def _on_thread(self, fn: SyncFn[T]) -> T:
         raw = self._db._conn
 
         def bound() -> T:  # not a partial: aiosqlite logs the callable at DEBUG, and a
@@ -135,15 +110,20 @@ class Connection:
     async def write(self, fn: SyncFn[T]) -> T:
         """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction: committed if it returns.
 
-        After the commit, the listeners hear of every session that got events in it.
+        Writes queued while a transaction runs share the next one (``_group_commit``), each
+        atomic in its own savepoint. After the commit, the listeners hear of every session
+        that got events in it.
         """
-        result, touched = await self.call(partial(_write_tracked, self._touched, fn))
-        if touched:
-            for listener in list(self.listeners):
-                listener(touched)
-        return result
+        if self._closed:
+            raise StoreError("the store is closed")
+        return cast(T, await self.group.write(fn))
+
+    def _tell_listeners(self, touched: frozenset[str]) -> None:
+        for listener in list(self.listeners):
+            listener(touched)
 
     async def close(self) -> None:
-        """Close the connection; idempotent."""
+        """Close the connection once the queued writes have run; idempotent."""
         self._closed = True
+        await self.group.drain()
         await self._db.close()

@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Self, TypeVar
 from urllib.parse import quote
 
+import aiohttp
 from telegram import Bot
 from telegram.constants import ChatAction
 
@@ -43,21 +44,30 @@ class TelegramAdapter:
 
     name = CHANNEL
 
-    def __init__(self, config: TelegramConfig, *, clock: Callable[[], datetime] = _utc_now) -> None:
+    def __init__(
+        self,
+        config: TelegramConfig,
+        *,
+        clock: Callable[[], datetime] = _utc_now,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
         self._clock = clock
         secrets = (s.get_secret_value() for b in config.bots for s in (b.token, b.secret_token))
         self._redactor = TokenRedactor(secrets)
         self._redactor.install()  # before the Bots exist: PTB logs its URL on construction
         self._bots: dict[str, BotHandle] = {
-            b.name: build_bot(b, config.api_base_url, config.request_timeout) for b in config.bots
+            b.name: build_bot(b, config.api_base_url, config.request_timeout, session)
+            for b in config.bots
         }
         self._origin = origin(config.api_base_url)
         self._closed = False
 
     @classmethod
-    def from_config(cls, config: TelegramConfig, session: object | None = None) -> TelegramAdapter:
-        """The registry's factory; ``session`` is unused: PTB sends with its own httpx client."""
-        return cls(config)
+    def from_config(
+        cls, config: TelegramConfig, session: aiohttp.ClientSession | None = None
+    ) -> TelegramAdapter:
+        """The registry's factory: PTB sends through ``session``, the gateway's shared one."""
+        return cls(config, session=session)
 
     @property
     def accounts(self) -> frozenset[str]:
@@ -77,12 +87,12 @@ class TelegramAdapter:
         await self.aclose()
 
     async def start(self) -> None:
-        """Open the HTTP clients; no request is made (getMe is not needed)."""
+        """Open the bots' own HTTP sessions if no shared one was given; no request is made."""
         for handle in self._bots.values():
             await handle.request.initialize()
 
     async def aclose(self) -> None:
-        """Close every bot's HTTP client; idempotent."""
+        """Close the bots' own HTTP sessions (never a shared one); idempotent."""
         self._closed = True
         for handle in self._bots.values():
             await handle.request.shutdown()

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import ssl
 from dataclasses import dataclass
-from functools import cache
 
-import httpx
+import aiohttp
 from telegram import Bot
-from telegram.request import HTTPXRequest
 
 from .._config import TelegramBotConfig
+from ._request import AiohttpRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,37 +17,32 @@ class BotHandle:
 
     name: str
     bot: Bot
-    request: HTTPXRequest
+    request: AiohttpRequest
     secret: bytes
     token: str
 
 
-def build_bot(config: TelegramBotConfig, api_base_url: str, timeout: float) -> BotHandle:
-    """Build (without any network call) the Bot for one configured bot."""
+def build_bot(
+    config: TelegramBotConfig,
+    api_base_url: str,
+    timeout: float,
+    session: aiohttp.ClientSession | None = None,
+) -> BotHandle:
+    """Build (without any network call) the Bot for one configured bot.
+
+    With ``session`` (the gateway's shared one) its requests go through that session's pool;
+    without, the request opens a session of its own on ``initialize()``.
+    """
     base = api_base_url.rstrip("/")
     token = config.token.get_secret_value()
-    request = HTTPXRequest(
-        read_timeout=timeout,
-        write_timeout=timeout,
-        connect_timeout=timeout,
-        pool_timeout=timeout,
-        media_write_timeout=timeout,
-        httpx_kwargs={"verify": _tls_context()},
-    )
+    request = AiohttpRequest(session, timeout=timeout, media_write_timeout=timeout)
     # PTB appends the token to both base URLs: {base}/bot{token}/{method}.
     bot = Bot(
         token,
         base_url=f"{base}/bot",
         base_file_url=f"{base}/file/bot",
         request=request,
-        get_updates_request=request,  # never polled; one client to close
+        get_updates_request=request,  # never polled; one request object to close
     )
     secret = config.secret_token.get_secret_value().encode()
     return BotHandle(config.name, bot, request, secret, token)
-
-
-@cache
-def _tls_context() -> ssl.SSLContext:
-    # Loading the CA bundle costs ~30 ms per client; the context is immutable once built, so
-    # every bot's client shares one (it holds no connection).
-    return httpx.create_ssl_context()

@@ -23,11 +23,12 @@ from telegram.warnings import PTBDeprecationWarning
 
 from .. import _errors as errors
 from ._redact import scrub
+from ._request import ConnectTimeout, WireError
 
 CHANNEL = "telegram"
 T = TypeVar("T")
 # Timeouts that fire before a single byte of the request left: a retry cannot double it.
-_NOT_SENT = (httpx.ConnectTimeout, httpx.PoolTimeout)
+_NOT_SENT = (httpx.ConnectTimeout, httpx.PoolTimeout, ConnectTimeout)
 
 
 async def call_api(bot: Bot, call: Callable[[Bot], Awaitable[T]], tokens: Iterable[str]) -> T:
@@ -57,6 +58,8 @@ def map_error(exc: TelegramError, tokens: Iterable[str]) -> errors.SendError:
     if isinstance(exc, BadRequest):
         return errors.PermanentSendError(CHANNEL, reason, status=400)
     if isinstance(exc, NetworkError):
+        if _lost_after_sending(exc):
+            return errors.UncertainDelivery(CHANNEL, reason)
         return errors.RetryableSendError(CHANNEL, reason)
     return errors.PermanentSendError(CHANNEL, reason)
 
@@ -76,7 +79,16 @@ def _describe(exc: TelegramError) -> str:
     cause = exc.__cause__ or exc.__context__
     if isinstance(cause, httpx.HTTPError):
         text += f" (httpx.{type(cause).__name__})"
+    elif isinstance(cause, WireError):
+        text += f" ({type(cause).__name__})"
     return text
+
+
+def _lost_after_sending(exc: NetworkError) -> bool:
+    # Our aiohttp request says when a broken connection may have delivered the request; a bare
+    # NetworkError (a 5xx answer, an httpx error) stays retryable, as before.
+    cause = exc.__cause__
+    return isinstance(cause, WireError) and cause.may_have_arrived
 
 
 def _caused_by(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> bool:

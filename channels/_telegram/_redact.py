@@ -8,8 +8,9 @@ from collections.abc import Iterable
 from urllib.parse import quote
 
 REDACTED = "<redacted>"
-# httpx logs each request URL at INFO; PTB logs its base URL at DEBUG.
-LEAKY_LOGGERS = ("httpx", "telegram.Bot")
+# httpx logs each request URL at INFO; PTB logs its base URL at DEBUG; our aiohttp request
+# class logs each request at DEBUG (already redacted; the filter is a second line).
+LEAKY_LOGGERS = ("httpx", "telegram.Bot", "channels.telegram.http")
 
 
 def scrub(text: str, tokens: Iterable[str]) -> str:

@@ -21,6 +21,7 @@ async def set_webhook(
     redactor.install()
     try:
         handle = build_bot(bot, api_base_url, request_timeout)
+        await handle.request.initialize()
         try:
             await call_api(
                 handle.bot,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -187,3 +189,64 @@ def hang(fake: FakeBotApi) -> Reply:
         return ok(True)
 
     return reply
+
+
+def drop_connection(fake: FakeBotApi, *, reset: bool) -> Reply:
+    """Read the whole request, then close the connection without answering (RST or FIN)."""
+
+    async def reply(request: web.Request, call: Recorded) -> web.StreamResponse:
+        transport = request.transport
+        assert transport is not None
+        if reset:  # SO_LINGER 0: the close sends RST, the client reads ECONNRESET
+            sock = transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.abort()
+        else:
+            transport.close()
+        fake.hanging.set()
+        await fake.release.wait()
+        return ok(True)
+
+    return reply
+
+
+@dataclass
+class Upload:
+    """One file part of a multipart request."""
+
+    field: str
+    file_name: str
+    content_type: str
+    content: bytes
+
+
+def record_uploads(uploads: list[Upload]) -> Reply:
+    """Keep every file part of the request, then answer with a document message."""
+
+    async def reply(request: web.Request, call: Recorded) -> web.StreamResponse:
+        form = await request.post()  # cached: the fake already parsed it
+        for name, value in form.items():
+            if isinstance(value, web.FileField):
+                content = value.file.read()
+                uploads.append(Upload(name, value.filename, value.content_type, content))
+        chat = {"id": 1, "type": "private"}
+        message = {"message_id": 4242, "date": 1735689600, "chat": chat, "from": BOT_USER}
+        return ok(message)
+
+    return reply
+
+
+class ConnectionCounter:
+    """Counts the TCP connections an aiohttp server accepted (keep-alive reuse shows as one)."""
+
+    def __init__(self) -> None:
+        self.peers: set[tuple[str, int]] = set()
+
+    @web.middleware
+    async def middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        transport = request.transport
+        if transport is not None:
+            self.peers.add(transport.get_extra_info("peername")[:2])
+        return await handler(request)
