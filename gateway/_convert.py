@@ -55,6 +55,11 @@ def user_input(events: Sequence[Mapping[str, Any]], files: Sequence[Attachment] 
     return UserInput("\n".join(lines), data)
 
 
+def has_files(event: Mapping[str, Any]) -> bool:
+    """Whether a stored inbound event came with a platform file or web uploads."""
+    return bool(event.get("media") or event.get("attachments"))
+
+
 def describe_file(file: Attachment) -> str:
     """What a text model reads of an attachment."""
     kind = file.content_type.split("/", 1)[0]

@@ -200,7 +200,8 @@ class Dispatcher:
         self.running_turns += 1
         try:
             typing.start()
-            files = await self._media.settle([row.dedup_key for row in batch])
+            with_files = [row.dedup_key for row in batch if convert.has_files(row.event)]
+            files = await self._media.settle(with_files) if with_files else []
             inbound = convert.user_input([row.event for row in batch], files)
             result = await self._runner.run_turn(
                 sid,

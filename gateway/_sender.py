@@ -137,7 +137,7 @@ class Sender:
         """
         now = self._clock()
         self._forget_past(now)
-        rows = await self._store.due_outbox(now, self._limit)
+        rows, later = await self._store.outbox_schedule(now, self._limit)
         seen: set[ChatKey] = set()
         started = 0
         next_at: float | None = None
@@ -162,7 +162,6 @@ class Sender:
         self._limit = min(2 * self._limit, MAX_BATCH) if full and not started else self._batch
         if full and (started or len(rows) < self._limit):
             return now
-        later = await self._store.next_outbox_due()
         if later is not None and later > now:
             next_at = later if next_at is None else min(next_at, later)
         return next_at

@@ -263,6 +263,11 @@ class Store(Protocol):
     async def next_outbox_due(self) -> float | None:
         """The earliest ``next_attempt_at`` of pending rows, or None."""
 
+    async def outbox_schedule(
+        self, now: float, limit: int = 100
+    ) -> tuple[list[OutboxItem], float | None]:
+        """``due_outbox`` and ``next_outbox_due`` in one read (the sender's every pass)."""
+
     async def outbox_sent(self, outbox_id: int, platform_ids: Sequence[str]) -> None:
         """Mark a pending row sent with the platform's ids (one UPDATE)."""
 

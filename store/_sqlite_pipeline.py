@@ -170,6 +170,18 @@ class PipelineMethods:
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
         return await self._db.read(partial(outbox.due, now=at, limit=limit))
 
+    async def outbox_schedule(
+        self, now: float, limit: int = 100
+    ) -> tuple[list[OutboxItem], float | None]:
+        """``due_outbox`` and ``next_outbox_due`` in one read transaction (one thread hop)."""
+        at = check_time("now", now)
+        check_int("limit", limit, 1, MAX_LIST_LIMIT)
+
+        def run(conn: sqlite3.Connection) -> tuple[list[OutboxItem], float | None]:
+            return outbox.due(conn, at, limit), outbox.next_due(conn)
+
+        return await self._db.read(run)
+
     async def next_outbox_due(self) -> float | None:
         """The earliest ``next_attempt_at`` of pending rows, or None."""
         return await self._db.read(outbox.next_due)

@@ -413,3 +413,17 @@ async def test_outbox_progress_records_delivered_parts_and_keeps_the_row_pending
         await store.outbox_progress(item.id, skip_parts=2, platform_ids=["w1", "w2"])
     with pytest.raises(ValueError, match="skip_parts"):
         await store.outbox_progress(item.id, skip_parts=0, platform_ids=[])
+
+
+async def test_outbox_schedule_is_due_and_next_due_in_one_read(
+    store: SQLiteStore, clock: FakeClock
+) -> None:
+    first, _ = await queued(store, "a", count=2)
+    [later] = await queued(store, "b")
+    await store.outbox_retry(later.id, next_attempt_at=clock.now + 30, error="429")
+    rows, next_due = await store.outbox_schedule(clock.now, 10)
+    assert [row.id for row in rows] == [first.id]  # b waits; a's second waits behind a's first
+    assert rows == await store.due_outbox(clock.now, 10)
+    assert next_due == await store.next_outbox_due() == clock.now
+    with pytest.raises(ValueError, match="limit"):
+        await store.outbox_schedule(clock.now, 0)
