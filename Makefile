@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.store
 	$(BIN)/python -m bench.ingest
 	$(BIN)/python -m bench.e2e
+	$(BIN)/python -m bench.capacity
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache

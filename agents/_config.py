@@ -45,6 +45,24 @@ class OpenAIModelConfig(_Section):
     backoff: float = Field(default=0.5, gt=0)  # first retry delay; doubles each time
     max_backoff: float = Field(default=30.0, gt=0)
     vision: bool = False  # the model takes images: a user's photos go as image parts
+    # Turns mostly wait on the model, so the pool is sized for many waiting requests
+    # (aiohttp's own default, 100, capped a whole gateway at 100 requests in flight).
+    max_connections: int = Field(default=1000, gt=0)  # the HTTP pool; keep-alive reused
+    max_concurrency: int | None = Field(default=None, gt=0)  # requests in flight; None: the pool
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.max_concurrency is not None and self.max_concurrency > self.max_connections:
+            raise ValueError(
+                f"max_concurrency ({self.max_concurrency}) is above max_connections "
+                f"({self.max_connections}): raise max_connections too"
+            )
+        return self
+
+    @property
+    def concurrency(self) -> int:
+        """Requests this model may have in flight at once."""
+        return self.max_concurrency or self.max_connections
 
 
 class AgentConfig(_Section):

@@ -3,6 +3,11 @@
 Works with OpenAI, Azure-style gateways, vLLM, llama.cpp server and Ollama. Retries 429,
 5xx and network errors with exponential backoff (no jitter, so tests can assert the
 delays), honouring a numeric ``Retry-After``. The API key never reaches a log line.
+
+At most ``max_concurrency`` requests of one model are in flight (a semaphore: providers
+rate-limit per model); the rest wait for a slot, outside the request's ``timeout``. The backend's
+own HTTP session pools ``max_connections`` keep-alive connections; an injected session keeps
+its own connector.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class OpenAIModel:
         self._owns_session = session is None
         self._sleep = sleep
         self._url = config.base_url.rstrip("/") + "/chat/completions"
+        self._slots = asyncio.Semaphore(config.concurrency)
 
     def __repr__(self) -> str:  # the key stays out of reprs, hence out of tracebacks and logs
         return f"OpenAIModel(name={self.name!r}, model={self._config.model!r}, url={self._url!r})"
@@ -62,7 +68,8 @@ class OpenAIModel:
         body = json.dumps(wire)
         for attempt in range(self._config.max_retries + 1):
             try:
-                return await self._post(body)
+                async with self._slots:  # held for one try, not across the backoff
+                    return await self._post(body)
             except _Retryable as exc:
                 if attempt == self._config.max_retries:
                     message = f"gave up after {attempt + 1} tries: {exc}"
@@ -115,7 +122,8 @@ class OpenAIModel:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            connector = aiohttp.TCPConnector(limit=self._config.max_connections)
+            self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
 

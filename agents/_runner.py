@@ -95,7 +95,9 @@ class Runner:
         it buffers (outbox rows, finished inbox rows) commits with the turn or not at all.
         """
         cancelled = False
-        async with self._store.turn(session_id) as turn:
+        # The model sees at most max_turns whole turns (this one included): load no more.
+        recent = self._limits.max_turns
+        async with self._store.turn(session_id, recent_turns=recent) as turn:
             before = turn.session.active_agent
             try:
                 replies = await self._guarded(session_id, self._work(turn, inbound), cancel)

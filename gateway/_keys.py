@@ -11,6 +11,7 @@ from aiohttp import web
 from channels import AdapterFactory, ChannelAdapter
 from store import Store
 
+from ._backlog import Backlog
 from ._dispatcher import Dispatcher
 from ._metrics import Metrics
 from ._web.feed import EventFeed
@@ -39,6 +40,7 @@ ADAPTERS = web.AppKey("adapters", Mapping[str, ChannelAdapter])  # by channel na
 # Factories the adapters are built with; channels.ADAPTERS unless a test substitutes one.
 FACTORIES = web.AppKey("adapter_factories", Mapping[str, AdapterFactory])
 WRITER = web.AppKey("writer", GroupCommitWriter)  # the group-commit ingest writer
+BACKLOG = web.AppKey("backlog", Backlog)  # acknowledged, unanswered messages and their bounds
 DISPATCHER = web.AppKey("dispatcher", Dispatcher)  # absent with ingest_only: no turns run
 FEED = web.AppKey("event_feed", EventFeed)  # wakes /ws sockets when their session's log grows
 # Open /ws and /console/live sockets: closed at shutdown, which would otherwise wait for them.

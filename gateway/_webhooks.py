@@ -1,6 +1,7 @@
 """The platform webhooks: read within limits, verify, key, record durably, then acknowledge.
 
 Order: size (413) and read time (408) -> signature or secret (401; 404 for an unknown bot) ->
+the backlog's refuse bound (503 ``backlog_full``, nothing stored, the platform retries later) ->
 delivery_keys (ChannelError: the body goes to quarantine, 200) -> the group-commit writer
 (store down: 503, so the platform retries) -> 200. Nothing is parsed into models before the ack;
 the intake does that from the stored bytes. Neither a token nor a body is ever logged.
@@ -18,8 +19,9 @@ from aiohttp import web
 from channels import ChannelAdapter, ChannelError, UnknownAccount, WebhookRejected
 from store import DeliveryIn, IngestResult, QuarantineIn
 
+from ._backlog import Backlog
 from ._http import json_error, ok
-from ._keys import ADAPTERS, METRICS, SETTINGS, WRITER
+from ._keys import ADAPTERS, BACKLOG, METRICS, SETTINGS, WRITER
 from ._metrics import Metrics
 from ._writer import GroupCommitWriter, Item
 
@@ -109,13 +111,25 @@ def to_item(adapter: ChannelAdapter, body: bytes, account: str | None) -> Item |
     return DeliveryIn(channel=channel, account=account, body=body, keys=tuple(keys))
 
 
-async def record(writer: GroupCommitWriter, item: Item) -> IngestResult:
-    """Submit to the group-commit writer; any failure is a 503."""
+def check_backlog(backlog: Backlog) -> None:
+    """Refused with 503 while the backlog is at its refuse bound: the platform retries later."""
+    if backlog.full():
+        message = f"{backlog.refuse_bound} or more messages wait for an answer; retry later"
+        raise Refused(503, "backlog_full", message)
+
+
+async def record(writer: GroupCommitWriter, backlog: Backlog, item: Item) -> IngestResult:
+    """Submit to the group-commit writer, counted in the backlog; any failure is a 503."""
+    backlog.submitted()
+    result: IngestResult | None = None
     try:
-        return await writer.submit(item)
+        result = await writer.submit(item)
     except Exception as exc:  # whatever the store raised: the platform must retry
         log.error("%s delivery not recorded: %s", item.channel, type(exc).__name__)
         raise Refused(503, "store_unavailable", "the delivery could not be recorded") from None
+    finally:
+        backlog.settled(stored=result is not None and result.delivery_id is not None)
+    return result
 
 
 async def ingest(
@@ -129,11 +143,12 @@ async def ingest(
         adapter = _adapter(app, channel)
         body = await read_body(request, limit, app[SETTINGS].server.read_timeout)
         verify(adapter, request, body, account)
+        check_backlog(app[BACKLOG])  # before any parsing: under overload a refusal is cheap
         item = to_item(adapter, body, account)
         if item is None:
             metrics.inc(IGNORED, channel=channel)
             return ok()
-        result = await record(app[WRITER], item)
+        result = await record(app[WRITER], app[BACKLOG], item)
     except Refused as exc:
         metrics.inc(REJECTED, channel=channel, reason=exc.code)
         log.info("%s webhook refused: %s %s", channel, exc.status, exc.code)

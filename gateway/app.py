@@ -12,10 +12,12 @@ from channels import ADAPTERS, AdapterFactory
 from store import open_store
 
 from ._admin import add_admin_routes
+from ._backlog import Backlog
 from ._channels_ctx import channels_ctx
 from ._console import add_console_routes
 from ._http import unmatched
 from ._keys import (
+    BACKLOG,
     FACTORIES,
     FEED,
     INTAKE_WAKE,
@@ -53,6 +55,16 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     await store.aclose()
 
 
+async def _backlog_ctx(app: web.Application) -> AsyncIterator[None]:
+    ingest = app[SETTINGS].ingest
+    backlog = Backlog(app[STORE], ready=ingest.backlog_ready, refuse=ingest.backlog_refuse)
+    await backlog.sync()  # what an earlier run left counts before the first request
+    backlog.start()
+    app[BACKLOG] = backlog
+    yield
+    await backlog.aclose()
+
+
 async def _writer_ctx(app: web.Application) -> AsyncIterator[None]:
     ingest = app[SETTINGS].ingest
     wake = app[INTAKE_WAKE]
@@ -77,19 +89,25 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    backlog = request.app[BACKLOG]
     try:
-        await request.app[STORE].ping()
+        count = await backlog.sync()  # a read of the store: also proves that it answers
     except Exception as exc:  # any failure to answer means "not ready"
         log.warning("readiness check failed: %s", type(exc).__name__)
         return web.json_response(
             {"error": {"code": "store_unavailable", "message": "the store does not answer"}},
             status=503,
         )
-    return web.json_response({"status": "ready"})
+    if not backlog.ready:
+        message = f"{count} messages wait for an answer, over {backlog.ready_bound}"
+        error = {"code": "backlog", "message": message, "backlog": count}
+        return web.json_response({"error": error}, status=503)
+    return web.json_response({"status": "ready", "backlog": count})
 
 
 async def metrics(request: web.Request) -> web.Response:
-    return web.Response(text=request.app[METRICS].render(), content_type="text/plain")
+    text = request.app[METRICS].render() + request.app[BACKLOG].render()
+    return web.Response(text=text, content_type="text/plain")
 
 
 DEMO_TOKEN = "change-me"  # config.example.toml's admin token when GATEWAY_ADMIN_TOKEN is unset
@@ -127,7 +145,7 @@ def build_app(
     app[SOCKETS] = set()
     app.on_shutdown.append(_close_sockets)
     # Torn down in reverse: the pipeline's tasks, then the writer (flushes), adapters, store.
-    app.cleanup_ctx.extend([_store_ctx, channels_ctx, _writer_ctx])
+    app.cleanup_ctx.extend([_store_ctx, _backlog_ctx, channels_ctx, _writer_ctx])
     if not ingest_only:
         app.cleanup_ctx.append(pipeline_ctx)  # intake, dispatcher, sender, purge
     add_webhook_routes(app)

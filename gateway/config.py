@@ -8,7 +8,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from agents import AgentsConfig
 from channels import TelegramConfig, WhatsAppConfig
@@ -38,6 +46,18 @@ class ServerConfig(_Section):
 class IngestConfig(_Section):
     window_ms: float = Field(default=2.0, ge=0)  # group commit: wait this long for company
     max_batch: int = Field(default=256, gt=0)
+    # Messages acknowledged and not yet answered: past backlog_ready /readyz answers 503; at
+    # backlog_refuse new deliveries get 503 before anything is stored (docs/http.md).
+    backlog_ready: int = Field(default=5000, gt=0)
+    backlog_refuse: int = Field(default=20000, gt=0, validate_default=True)
+
+    @field_validator("backlog_refuse")
+    @classmethod
+    def _refuse_above_ready(cls, refuse: int, info: ValidationInfo) -> int:
+        ready = info.data.get("backlog_ready")
+        if isinstance(ready, int) and refuse <= ready:
+            raise ValueError(f"must be greater than ingest.backlog_ready ({ready})")
+        return refuse
 
 
 class StoreConfig(_Section):
@@ -81,7 +101,7 @@ class WebConfig(_Section):
 
 class DispatcherConfig(_Section):
     double_texting: Literal["merge", "enqueue"] = "merge"
-    max_concurrent_turns: int = Field(default=32, gt=0)
+    max_concurrent_turns: int = Field(default=1000, gt=0)  # turns mostly wait on a model
     max_attempts: int = Field(default=3, gt=0)  # tries of a failing turn before dead letter
     retry_base_seconds: float = Field(default=2.0, ge=0)
     apology: str = "Sorry, something went wrong on our side. A person will look into it."

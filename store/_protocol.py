@@ -209,7 +209,11 @@ class Store(Protocol):
     ) -> Attachment: ...
 
     # turns
-    def turn(self, session_id: str) -> AbstractAsyncContextManager[Turn]: ...
+    def turn(
+        self, session_id: str, *, recent_turns: int | None = None
+    ) -> AbstractAsyncContextManager[Turn]:
+        """Open a turn; with ``recent_turns``, its history is only what pruning to that many
+        whole turns keeps: the last ``recent_turns`` turns and every system message."""
 
     # dedup guard
     async def claim(self, keys: Iterable[str]) -> set[str]:
@@ -244,6 +248,12 @@ class Store(Protocol):
 
     async def pending_inbox(self, session_id: str, limit: int = 100) -> list[InboxItem]:
         """A session's pending inbox rows, oldest first ([] for an unknown session)."""
+
+    async def backlog_count(self) -> int:
+        """Messages acknowledged and not yet answered: stored deliveries plus pending inbox rows.
+
+        One cheap read (an index range for the inbox); the gateway polls it about once a second.
+        """
 
     async def fail_inbox(
         self, ids: Sequence[int], error: str, *, next_attempt_at: float, dead: bool

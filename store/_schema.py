@@ -178,7 +178,11 @@ _V4 = (
     "CREATE INDEX attachments_pending ON attachments (state) WHERE state = 'pending'",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+# A turn loads only its recent turns plus the branch's system messages (docs/store.md "What a
+# turn loads"); this finds the older system messages without scanning the session's history.
+_V5 = ("CREATE INDEX messages_system ON messages (session_id, id) WHERE role = 'system'",)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 LATEST = len(MIGRATIONS)
 
 

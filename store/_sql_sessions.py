@@ -149,6 +149,61 @@ def select_branch(conn: sqlite3.Connection, head_id: int | None) -> list[Message
     return [to_message(row) for row in rows]
 
 
+_RECENT = f"""
+WITH RECURSIVE recent (id, parent_id, depth, users) AS (
+    SELECT id, parent_id, 0, role = 'user' FROM messages WHERE id = :head
+    UNION ALL
+    SELECT m.id, m.parent_id, r.depth + 1, r.users + (m.role = 'user')
+    FROM recent AS r JOIN messages AS m ON m.id = r.parent_id
+    WHERE r.users < :turns
+)
+SELECT {", ".join("m." + c for c in MESSAGE_COLUMNS.split(", "))}
+FROM recent AS r JOIN messages AS m ON m.id = r.id
+ORDER BY r.depth DESC
+"""
+
+# Ancestors of :start down to id :lowest (a parent's id is always below its child's), system
+# messages only; the walk reads ids alone and stops at the oldest system message it could meet.
+_OLDER_SYSTEM = f"""
+WITH RECURSIVE up (id) AS (
+    SELECT :start
+    UNION ALL
+    SELECT m.parent_id FROM up JOIN messages AS m ON m.id = up.id WHERE m.parent_id >= :lowest
+)
+SELECT {MESSAGE_COLUMNS} FROM messages WHERE id IN up AND role = 'system' ORDER BY id
+"""
+
+
+def select_recent(
+    conn: sqlite3.Connection, session_id: str, head_id: int | None, turns: int
+) -> list[Message]:
+    """What ``prune_to_turns(branch, turns)`` can keep of the branch ending at ``head_id``.
+
+    The branch from the ``turns``-th newest user message to ``head_id`` (all of it when it has
+    fewer user messages), after every older system message of the branch; oldest first.
+    The walk from the head stops at that user message, so its cost does not grow with the
+    branch. Older system messages are found through ``messages_session (session_id, id)``:
+    the session's messages older than the window, filtered on role inside SQLite (no row
+    leaves it unless it is a system message); only when some exist does an id-only walk check
+    which of them are on this branch (a rewind leaves others behind).
+    """
+    if head_id is None:
+        return []
+    rows = conn.execute(_RECENT, {"head": head_id, "turns": turns}).fetchall()
+    window = [to_message(row) for row in rows]
+    oldest = window[0]
+    if oldest.parent_id is None:
+        return window
+    lowest = conn.execute(
+        "SELECT min(id) FROM messages WHERE session_id = ? AND id < ? AND role = 'system'",
+        (session_id, oldest.id),
+    ).fetchone()[0]
+    if lowest is None:
+        return window
+    older = conn.execute(_OLDER_SYSTEM, {"start": oldest.parent_id, "lowest": lowest})
+    return [to_message(row) for row in older.fetchall()] + window
+
+
 def require_message(conn: sqlite3.Connection, session_id: str, message_id: int) -> None:
     """Raise MessageNotFound unless the message exists and belongs to the session."""
     row = conn.execute(

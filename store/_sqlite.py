@@ -297,10 +297,16 @@ class SQLiteStore(PipelineMethods, AttachmentMethods):
 
     # turns
 
-    def turn(self, session_id: str) -> TurnScope:
-        """``async with store.turn(id) as turn``: buffered writes, one commit at the end."""
+    def turn(self, session_id: str, *, recent_turns: int | None = None) -> TurnScope:
+        """``async with store.turn(id) as turn``: buffered writes, one commit at the end.
+
+        With ``recent_turns``, ``turn.history`` holds only what ``prune_to_turns`` can keep of
+        the branch: its last ``recent_turns`` whole turns and every system message.
+        """
         validate_session_id(session_id)
-        return TurnScope(self._db, self._open_turns, session_id, self._clock)
+        if recent_turns is not None:
+            check_int("recent_turns", recent_turns, 1)
+        return TurnScope(self._db, self._open_turns, session_id, self._clock, recent_turns)
 
     # dedup guard
 

@@ -140,6 +140,10 @@ class PipelineMethods:
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
         return await self._db.read(partial(inbox.pending, session_id=session_id, limit=limit))
 
+    async def backlog_count(self) -> int:
+        """Stored deliveries plus pending inbox rows, in one read snapshot."""
+        return await self._db.read(_backlog_count)
+
     async def fail_inbox(
         self, ids: Sequence[int], error: str, *, next_attempt_at: float, dead: bool
     ) -> None:
@@ -276,6 +280,17 @@ class PipelineMethods:
                 if deleted < chunk_size:
                     break
         return total
+
+
+def _backlog_count(conn: sqlite3.Connection) -> int:
+    # The inbox part is a range of the covering index inbox_due (state, next_attempt_at). The
+    # deliveries part walks that table's pages (bodies of up to a page included): about 12 ms
+    # for 20,000 stored 1.5 KB deliveries, which only pile up while the intake falls behind.
+    (count,) = conn.execute(
+        "SELECT (SELECT count(*) FROM deliveries)"
+        " + (SELECT count(*) FROM inbox WHERE state = 'pending')"
+    ).fetchone()
+    return int(count)
 
 
 def _check_platform_ids(platform_ids: Sequence[str]) -> list[str]:

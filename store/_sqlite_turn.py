@@ -1,6 +1,7 @@
 """Turns on SQLite: buffer the writes in memory, then commit them in one transaction.
 
-Entering a turn is one short transaction (status ``running``, load the branch); the body runs
+Entering a turn is one short transaction (status ``running``, load the branch, or with
+``recent_turns`` only what pruning to that many whole turns can keep); the body runs
 with no transaction open and no lock held; a clean exit is one ``BEGIN IMMEDIATE`` transaction
 that writes everything; any exception restores the status and writes nothing else.
 """
@@ -29,6 +30,7 @@ from ._sql_sessions import (
     message_event,
     require_session,
     select_branch,
+    select_recent,
 )
 from ._sql_sessions import set_status as set_status_sql
 from ._types import ROLES, Message, NewMessage, Session, SessionStatus
@@ -228,12 +230,18 @@ class TurnScope:
     """``async with store.turn(session_id) as turn``: see the module docstring."""
 
     def __init__(
-        self, conn: Connection, open_turns: set[str], session_id: str, clock: Clock
+        self,
+        conn: Connection,
+        open_turns: set[str],
+        session_id: str,
+        clock: Clock,
+        recent_turns: int | None = None,
     ) -> None:
         self._conn = conn
         self._open_turns = open_turns
         self._sid = session_id
         self._clock = clock
+        self._recent_turns = recent_turns
         self._snapshot: _Snapshot | None = None
         self._turn: SQLiteTurn | None = None
 
@@ -293,7 +301,10 @@ class TurnScope:
         ).fetchone()[0]
         set_status_sql(conn, self._sid, "running")
         add_event(conn, self._sid, "turn_started", {}, self._clock())
-        history = select_branch(conn, session.head_id)
+        if self._recent_turns is None:
+            history = select_branch(conn, session.head_id)
+        else:
+            history = select_recent(conn, self._sid, session.head_id, self._recent_turns)
         self._snapshot = _Snapshot(session.status, created_at)
         return replace(session, status="running"), history
 

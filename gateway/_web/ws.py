@@ -24,7 +24,7 @@ from aiohttp import WSMsgType, web
 from channels.web import ACCOUNT, CHANNEL, web_body, web_dedup_key
 from store import DeliveryIn, Session, SessionEvent, Store, StoreError
 
-from .._keys import DISPATCHER, FEED, METRICS, SETTINGS, SOCKETS, STORE, WRITER
+from .._keys import BACKLOG, DISPATCHER, FEED, METRICS, SETTINGS, SOCKETS, STORE, WRITER
 from .feed import follow_log
 from .frames import CancelFrame, FrameError, MessageData, error_frame, event_frame, parse_frame
 
@@ -187,11 +187,18 @@ async def _message(request: web.Request, socket: Socket, data: MessageData) -> N
     chat_id = socket.session.chat_id
     body = web_body(chat_id, cid, data.text, data.attachments)
     item = DeliveryIn(CHANNEL, None, body, (web_dedup_key(chat_id, cid),))
+    backlog = request.app[BACKLOG]
+    if backlog.full():  # as a webhook gets 503: nothing is stored, the client sends it later
+        raise FrameError("backlog_full", "too many messages wait for an answer; retry later", cid)
+    backlog.submitted()
+    result = None
     try:
         result = await request.app[WRITER].submit(item)
     except Exception as exc:  # whatever the store raised: the client keeps it and re-sends
         log.warning("web message not recorded: %s", type(exc).__name__)
         raise FrameError("store_unavailable", "not recorded; send it again", cid) from None
+    finally:
+        backlog.settled(stored=result is not None and result.delivery_id is not None)
     duplicate = result.delivery_id is None
     await socket.send({"type": "ack", "data": {"client_id": cid, "duplicate": duplicate}})
 

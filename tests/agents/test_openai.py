@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections import deque
-from collections.abc import AsyncIterator
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from pydantic import ValidationError
 
 from agents import (
     AgentsConfig,
@@ -392,3 +393,157 @@ async def test_openai_model_without_vision_gets_text_only(
         await backend.aclose()
     assert api.bodies[0]["messages"][-1] == {"role": "user", "content": "[attached image: cat.png]"}
     assert "fake image bytes" not in repr(photo)
+
+
+class GatedOpenAI:
+    """Holds every request until the test lets it go; counts requests in flight per model."""
+
+    def __init__(self) -> None:
+        self.in_flight: Counter[str] = Counter()
+        self.peak: Counter[str] = Counter()
+        self.arrivals = 0
+        self.peers: set[Any] = set()  # client (host, port): one per connection used
+        self._gate = asyncio.Semaphore(0)
+        self._changed = asyncio.Condition()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        model = str((await request.json())["model"])
+        assert request.transport is not None
+        self.peers.add(request.transport.get_extra_info("peername"))
+        async with self._changed:
+            self.arrivals += 1
+            self.in_flight[model] += 1
+            self.peak[model] = max(self.peak[model], self.in_flight[model])
+            self._changed.notify_all()
+        try:
+            await self._gate.acquire()
+        finally:
+            self.in_flight[model] -= 1
+        return web.json_response(completion(f"answer of {model}"))
+
+    async def until(self, predicate: Callable[[], bool]) -> None:
+        """Wait until ``predicate()`` holds; re-checked at each arrival."""
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(predicate), timeout=10)
+
+    def release(self, count: int) -> None:
+        """Let ``count`` held (or future) requests answer."""
+        for _ in range(count):
+            self._gate.release()
+
+
+@pytest.fixture
+async def gated(aiohttp_server: Any) -> tuple[GatedOpenAI, TestServer]:
+    api = GatedOpenAI()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", api.handle)
+    return api, await aiohttp_server(app)
+
+
+def _gated_model(server: TestServer, model: str, **limits: int) -> OpenAIModel:
+    config = OpenAIModelConfig(base_url=str(server.make_url("/v1")), model=model, **limits)
+    return OpenAIModel(model, config, sleep=Sleeps())
+
+
+def _start(backend: OpenAIModel, count: int) -> list[asyncio.Task[Any]]:
+    hi = [ModelMessage("user", "hi")]
+    return [asyncio.create_task(backend.complete(hi, [])) for _ in range(count)]
+
+
+async def _finish(api: GatedOpenAI, tasks: list[asyncio.Task[Any]]) -> list[Any]:
+    api.release(len(tasks))
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_openai_default_pool_holds_more_than_aiohttps_100_in_flight(
+    gated: tuple[GatedOpenAI, TestServer],
+) -> None:
+    api, server = gated
+    backend = _gated_model(server, "wide")
+    tasks = _start(backend, 150)
+    try:
+        await api.until(lambda: api.in_flight["wide"] == 150)
+    finally:
+        results = await _finish(api, tasks)
+        await backend.aclose()
+    assert [r.text for r in results] == ["answer of wide"] * 150
+    assert len(api.peers) == 150
+
+
+async def test_openai_connections_are_kept_alive_and_reused(
+    gated: tuple[GatedOpenAI, TestServer],
+) -> None:
+    api, server = gated
+    backend = _gated_model(server, "m")
+    try:
+        for wave in (1, 2):
+            tasks = _start(backend, 20)
+            await api.until(lambda wave=wave: api.arrivals == 20 * wave)  # type: ignore[misc]
+            assert all(r.text for r in await _finish(api, tasks))
+    finally:
+        await backend.aclose()
+    assert len(api.peers) == 20  # the second wave used the first wave's connections
+
+
+@pytest.mark.parametrize("limits", [{"max_concurrency": 3}, {"max_connections": 3}])
+async def test_openai_never_more_requests_in_flight_than_the_bound(
+    gated: tuple[GatedOpenAI, TestServer], limits: dict[str, int]
+) -> None:
+    api, server = gated
+    backend = _gated_model(server, "m", **limits)
+    tasks = _start(backend, 7)
+    try:
+        await api.until(lambda: api.in_flight["m"] == 3)
+        for arrived in range(4, 8):  # one answer lets exactly one waiting request in
+            api.release(1)
+            await api.until(lambda arrived=arrived: api.arrivals == arrived)  # type: ignore[misc]
+            assert api.in_flight["m"] == 3
+    finally:
+        results = await _finish(api, tasks)
+        await backend.aclose()
+    assert [r.text for r in results] == ["answer of m"] * 7
+    assert api.peak["m"] == 3
+
+
+async def test_openai_concurrency_bound_is_per_model(
+    gated: tuple[GatedOpenAI, TestServer],
+) -> None:
+    api, server = gated
+    narrow = _gated_model(server, "narrow", max_concurrency=2)
+    wide = _gated_model(server, "wide", max_concurrency=5)
+    tasks = _start(narrow, 6) + _start(wide, 6)
+    try:
+        await api.until(lambda: api.in_flight["narrow"] == 2 and api.in_flight["wide"] == 5)
+        assert api.arrivals == 7
+    finally:
+        results = await _finish(api, tasks)
+        await narrow.aclose()
+        await wide.aclose()
+    assert [r.text for r in results] == ["answer of narrow"] * 6 + ["answer of wide"] * 6
+    assert api.peak == Counter({"narrow": 2, "wide": 5})
+
+
+def test_openai_pool_defaults_sized_for_turns_waiting_on_a_model() -> None:
+    config = OpenAIModelConfig(model="m")
+    assert (config.max_connections, config.max_concurrency) == (1000, None)
+    assert config.concurrency == 1000
+    assert OpenAIModelConfig(model="m", max_concurrency=10).concurrency == 10
+
+
+@pytest.mark.parametrize(
+    ("limits", "key", "message"),
+    [
+        ({"max_connections": 0}, "max_connections", "greater than 0"),
+        ({"max_concurrency": 0}, "max_concurrency", "greater than 0"),
+        ({"max_connections": 10, "max_concurrency": 11}, None, "max_concurrency (11) is above"),
+    ],
+)
+def test_openai_pool_limits_validated_naming_the_key(
+    limits: dict[str, int], key: str | None, message: str
+) -> None:
+    raw = {"starting_agent": "a", "models": {"local": {"model": "m", **limits}}}
+    with pytest.raises(ValidationError) as caught:
+        AgentsConfig.model_validate(raw)
+    error = caught.value.errors()[0]
+    assert error["loc"] == ("models", "local", *([key] if key else []))
+    assert message in error["msg"]

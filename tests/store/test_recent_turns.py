@@ -1,0 +1,201 @@
+"""``store.turn(id, recent_turns=n)``: the turn loads only what pruning to n turns can keep."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store import Message, NewMessage, Role, SQLiteStore
+from store._schema import migrate
+from store._sql_sessions import select_branch, select_recent
+
+from .conftest import raw_rows
+
+
+def expected_recent(branch: Sequence[Message], turns: int) -> list[Message]:
+    """The specification: from the ``turns``-th newest user message on, after every older
+    system message; the whole branch when it has fewer user messages."""
+    users = [i for i, m in enumerate(branch) if m.role == "user"]
+    start = users[-turns] if len(users) >= turns else 0
+    return [m for m in branch[:start] if m.role == "system"] + list(branch[start:])
+
+
+async def recent(store: SQLiteStore, sid: str, turns: int) -> list[Message]:
+    async with store.turn(sid, recent_turns=turns) as turn:
+        return list(turn.history)
+
+
+async def add(store: SQLiteStore, sid: str, roles: str) -> list[Message]:
+    """Append one message per letter: s(ystem), u(ser), a(ssistant), t(ool)."""
+    names: dict[str, Role] = {"s": "system", "u": "user", "a": "assistant", "t": "tool"}
+    return [await store.append_message(sid, names[r], f"{r}{i}") for i, r in enumerate(roles)]
+
+
+@pytest.fixture
+async def sid(store: SQLiteStore) -> str:
+    return (await store.create_session("test", "bot", "1", "triage")).session_id
+
+
+async def test_turn_recent_turns_keeps_last_whole_turns(store: SQLiteStore, sid: str) -> None:
+    messages = await add(store, sid, "uauatauaua")  # users at 0, 2, 6, 8
+    assert await recent(store, sid, 2) == messages[6:]
+    assert await recent(store, sid, 3) == messages[2:]
+
+
+async def test_turn_recent_turns_with_fewer_turns_keeps_branch(
+    store: SQLiteStore, sid: str
+) -> None:
+    messages = await add(store, sid, "atuaua")
+    assert await recent(store, sid, 3) == messages
+    assert await recent(store, sid, 40) == messages
+
+
+async def test_turn_recent_turns_brings_older_system_messages_first(
+    store: SQLiteStore, sid: str
+) -> None:
+    messages = await add(store, sid, "suasuauasua")  # users at 1, 4, 6, 9
+    assert await recent(store, sid, 2) == [messages[0], messages[3], *messages[6:]]
+
+
+async def test_turn_recent_turns_leaves_system_messages_of_other_branches(
+    store: SQLiteStore, sid: str
+) -> None:
+    first = await add(store, sid, "suaua")
+    await store.set_active_head(sid, first[2].id)  # rewind, then a system message off-branch
+    dropped = await add(store, sid, "sua")
+    await store.set_active_head(sid, first[4].id)
+    kept = await add(store, sid, "sua")
+    history = await recent(store, sid, 1)
+    assert history == [first[0], kept[0], *kept[1:]]
+    assert dropped[0] not in history
+
+
+async def test_turn_recent_turns_on_empty_session(store: SQLiteStore, sid: str) -> None:
+    assert await recent(store, sid, 1) == []
+
+
+async def test_turn_recent_turns_none_loads_whole_branch(store: SQLiteStore, sid: str) -> None:
+    messages = await add(store, sid, "uauaua")
+    async with store.turn(sid, recent_turns=None) as turn:
+        assert list(turn.history) == messages
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2"])
+async def test_turn_recent_turns_refuses_non_positive_or_non_int(
+    store: SQLiteStore, sid: str, bad: object
+) -> None:
+    with pytest.raises(ValueError, match="recent_turns"):
+        store.turn(sid, recent_turns=bad)  # type: ignore[arg-type]
+
+
+async def test_turn_recent_turns_commits_after_the_head(
+    file_store: SQLiteStore, db_path: Path
+) -> None:
+    """A turn that loaded only part of the branch still appends after the head."""
+    sid = (await file_store.create_session("test", "bot", "2", "triage")).session_id
+    messages = await add(file_store, sid, "uauaua")
+    async with file_store.turn(sid, recent_turns=1) as turn:
+        assert list(turn.history) == messages[4:]
+        turn.append(NewMessage("user", "next"))
+    branch = await file_store.get_branch(sid)
+    assert branch[:-1] == messages
+    assert branch[-1].parent_id == messages[-1].id
+    rows = raw_rows(db_path, "SELECT status FROM sessions WHERE session_id = ?", sid)
+    assert rows == [("idle",)]
+
+
+# --- the walk is bounded: SQLite's own step counter ------------------------------------------
+
+
+def _long_branch(turns: int, system_at_root: bool) -> tuple[sqlite3.Connection, int]:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(conn)
+    conn.execute(
+        "INSERT INTO sessions (session_id, channel, account, chat_id, active_agent, created_at,"
+        " updated_at) VALUES ('s', 'test', 'bot', '1', 'triage', 0, 0)"
+    )
+    roles = (["system"] if system_at_root else []) + ["user", "assistant"] * turns
+    parent = None
+    for role in roles:
+        parent = conn.execute(
+            "INSERT INTO messages (session_id, parent_id, role, created_at)"
+            " VALUES ('s', ?, ?, 0) RETURNING id",
+            (parent, role),
+        ).fetchone()[0]
+    assert parent is not None
+    return conn, parent
+
+
+def _steps(conn: sqlite3.Connection, head: int, turns: int | None) -> int:
+    """SQLite virtual machine steps (in units of 100) taken to load the turn's history."""
+    count = 0
+
+    def tick() -> int:
+        nonlocal count
+        count += 1
+        return 0
+
+    conn.set_progress_handler(tick, 100)
+    try:
+        if turns is None:
+            select_branch(conn, head)
+        else:
+            select_recent(conn, "s", head, turns)
+    finally:
+        conn.set_progress_handler(None, 0)
+    return count
+
+
+def test_select_recent_walk_does_not_grow_with_the_branch() -> None:
+    """The full walk grows with the branch; the recent one grows only by the role scan of
+    the older messages (no row of them leaves SQLite): about a tenth as much, measured."""
+    short, short_head = _long_branch(100, system_at_root=False)
+    long, long_head = _long_branch(1000, system_at_root=False)
+    full_growth = _steps(long, long_head, None) - _steps(short, short_head, None)
+    recent_growth = _steps(long, long_head, 10) - _steps(short, short_head, 10)
+    assert recent_growth * 5 < full_growth
+    assert len(select_recent(long, "s", long_head, 10)) == 20
+
+
+def test_select_recent_finds_system_message_at_the_root_of_a_long_branch() -> None:
+    conn, head = _long_branch(1000, system_at_root=True)
+    history = select_recent(conn, "s", head, 3)
+    assert [m.role for m in history] == ["system"] + ["user", "assistant"] * 3
+    assert history[0].parent_id is None
+
+
+# --- property: the exact specification over random DAGs ---------------------------------------
+
+Op = tuple[str, int]
+
+
+def ops() -> st.SearchStrategy[list[Op]]:
+    """Appends of any role and rewinds to any earlier message (by index)."""
+    append = st.tuples(st.sampled_from("suat"), st.just(0))
+    rewind = st.tuples(st.just("r"), st.integers(0, 1_000))
+    return st.lists(st.one_of(append, append, append, rewind), max_size=40)
+
+
+async def _check(path: Path | str, script: list[Op], turns: int) -> None:
+    async with SQLiteStore(path) as store:
+        sid = (await store.create_session("test", "bot", "1", "triage")).session_id
+        made: list[Message] = []
+        for kind, pick in script:
+            if kind == "r" and made:
+                await store.set_active_head(sid, made[pick % len(made)].id)
+            elif kind != "r":
+                made += await add(store, sid, kind)
+        branch = await store.get_branch(sid)
+        assert await recent(store, sid, turns) == expected_recent(branch, turns)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops(), st.integers(1, 6))
+def test_turn_recent_turns_matches_specification(script: list[Op], turns: int) -> None:
+    asyncio.run(_check(":memory:", script, turns))
