@@ -18,7 +18,8 @@ sessions, half Telegram chats and half WhatsApp users, send one signed webhook e
   (peak - ready) / peak in flight is the resident memory of one in-flight turn (with its
   share of the backlog: webhooks acknowledged and not answered yet).
 
-``--max-turns`` sets ``dispatcher.max_concurrent_turns`` (default: the gateway's default).
+``--max-turns`` sets ``dispatcher.max_concurrent_turns`` and ``--max-connections`` the model's
+``max_connections`` (default: the gateway's defaults).
 Medians over ``--repeat`` runs.
 """
 
@@ -86,7 +87,9 @@ class SlowModel:
         return web.json_response({"id": "c", "object": "chat.completion", "choices": [choice]})
 
 
-def capacity_config(port: int, fake_url: str, db: Path, max_turns: int | None) -> str:
+def capacity_config(
+    port: int, fake_url: str, db: Path, max_turns: int | None, max_connections: int | None = None
+) -> str:
     """bench/e2e.py's config with an ``openai`` starting agent; max_concurrent_turns as given."""
     text = config(port, fake_url, db)
     text, count = re.subn(r"(?m)^max_concurrent_turns = .*$\n", "", text)
@@ -96,6 +99,7 @@ def capacity_config(port: int, fake_url: str, db: Path, max_turns: int | None) -
     dispatcher = "[dispatcher]\n"
     if max_turns is not None:
         head = head.replace(dispatcher, f"{dispatcher}max_concurrent_turns = {max_turns}\n")
+    pool = "" if max_connections is None else f"max_connections = {max_connections}\n"
     return f"""{head}
 [agents]
 starting_agent = "echo"
@@ -103,7 +107,7 @@ starting_agent = "echo"
 base_url = "{fake_url}/v1"
 model = "slow"
 max_retries = 0
-[[agents.list]]
+{pool}[[agents.list]]
 name = "echo"
 instructions = "Echo the tag."
 model = "slow"
@@ -169,7 +173,8 @@ async def run_capacity(args: argparse.Namespace, workdir: Path) -> Capacity:
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
     await site.start()
     fake_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    text = capacity_config(free_port(), fake_url, workdir / "gateway.db", args.max_turns)
+    db = workdir / "gateway.db"
+    text = capacity_config(free_port(), fake_url, db, args.max_turns, args.max_connections)
     try:
         async with serve(workdir, text) as (url, pid):
             ready = status_kib(pid, "VmRSS")
@@ -269,6 +274,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sessions", type=int, default=2000, help="one message each")
     parser.add_argument("--delay", type=float, default=2.0, help="the model's seconds per answer")
     parser.add_argument("--max-turns", type=int, help="dispatcher.max_concurrent_turns")
+    parser.add_argument("--max-connections", type=int, help="the model's max_connections")
     parser.add_argument("--concurrency", type=int, default=64, help="POSTs in flight")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--e2e-rate", type=float, help="skip measuring bench/e2e.py's rate")
