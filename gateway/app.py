@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 from collections.abc import AsyncIterator, Mapping
 
 from aiohttp import WSCloseCode, web
@@ -163,8 +164,26 @@ def build_app(
     return app
 
 
+def raise_open_files_limit() -> tuple[int, int]:
+    """Lift the soft open-files limit to the hard one: every turn waiting on a model holds a
+    socket, and a soft limit of 1,024 is reached at about a thousand. Returns (before, after)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65_536)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:  # a container may forbid it: keep going, say so
+            log.warning("open-files limit stays %d: %s", soft, exc)
+            return soft, soft
+        return soft, target
+    return soft, soft
+
+
 def serve(settings: Settings) -> None:
     """Serve until SIGINT/SIGTERM, then shut down cleanly."""
+    before, after = raise_open_files_limit()
+    if after != before:
+        log.info("open-files limit raised from %d to %d", before, after)
     if settings.sandbox.enabled:
         print(sandbox_banner(settings), flush=True)
     web.run_app(
