@@ -44,6 +44,7 @@ INTAKE_POLL_SECONDS = 2.0  # deliveries written by another process are seen with
 DISPATCH_POLL_SECONDS = 5.0
 SENDER_POLL_SECONDS = 2.0
 MEDIA_POLL_SECONDS = 5.0
+SENDER_COALESCE_SECONDS = 0.005  # bench/e2e.py: fewer store reads per reply while busy
 
 
 @dataclass
@@ -106,7 +107,14 @@ def build_pipeline(
     http: aiohttp.ClientSession,
 ) -> Pipeline:
     """Wire the pipeline's parts; nothing runs until ``start()``."""
-    sender = Sender(store, adapters, settings.sender, metrics=metrics, wake=sender_wake)
+    sender = Sender(
+        store,
+        adapters,
+        settings.sender,
+        metrics=metrics,
+        wake=sender_wake,
+        coalesce=SENDER_COALESCE_SECONDS,
+    )
     media = MediaWorker(
         store,
         adapters,

@@ -74,6 +74,7 @@ class Sender:
         max_in_flight: int = 64,
         batch: int = 200,
         fatal_pause: float | None = None,
+        coalesce: float = 0.0,
     ) -> None:
         self._store = store
         self._adapters = adapters
@@ -86,6 +87,7 @@ class Sender:
         self._batch = batch
         self._limit = batch  # rows read per pass; grows while a full batch is all waiting
         self._fatal_pause = config.backoff_max_seconds if fatal_pause is None else fatal_pause
+        self._coalesce = coalesce  # seconds a pass waits for other sends to finish
         self.limiter = RateLimiter(clock)
         configure_limits(self.limiter, config)
         self._in_flight: dict[int, asyncio.Task[None]] = {}
@@ -107,6 +109,10 @@ class Sender:
                 next_at = None
             pause = poll_seconds if next_at is None else next_at - self._clock()
             await wait_event(self.wake, min(max(pause, 0.0), poll_seconds))
+            if self._coalesce > 0 and self._in_flight:
+                # Sends finishing one after another would each cost a read of the store: let
+                # the ones of the next moment join (the store's thread is the pipeline's limit).
+                await asyncio.sleep(self._coalesce)
 
     async def stop(self, grace: float) -> None:
         """Start nothing more; let sends in flight finish for ``grace`` seconds.
