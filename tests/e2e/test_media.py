@@ -16,8 +16,10 @@ import pytest
 from pytest_aiohttp import AiohttpServer
 
 from .conftest import MakeGateway, Platforms
-from .fakes import FakePlatform, Hit, Sink
-from .gateway_proc import BOT, BOT_TOKEN, NUMBER, Gateway, eventually
+from .fakes import FakeGraph, FakePlatform, Hit, Sink
+from .gateway_proc import BOT_TOKEN, Gateway, eventually
+from .test_roundtrip import telegram_session as tg_session
+from .test_roundtrip import whatsapp_session as wa_session
 from .webhooks import (
     post,
     telegram_document,
@@ -63,12 +65,22 @@ def media(tmp_path: Path, **values: Any) -> dict[str, dict[str, Any]]:
     return {"media": {"root": str(tmp_path / "media"), **values}}
 
 
-def wa_session(wa_id: str) -> str:
-    return f"whatsapp-{NUMBER}-{wa_id}"
+async def post_images(
+    http: aiohttp.ClientSession, gateway: Gateway, users: list[str], prefix: str
+) -> None:
+    """One WhatsApp image per user; the i-th carries media id ``<prefix>-<i>``."""
+    for i, user in enumerate(users):
+        delivery = whatsapp_messages(user, whatsapp_image(f"wamid.{prefix}{i}", f"{prefix}-{i}"))
+        assert await post(http, gateway.url, delivery) == 200
 
 
-def tg_session(chat_id: int) -> str:
-    return f"telegram-{BOT}-{chat_id}"
+async def settled_row(gateway: Gateway, graph: FakeGraph, user: str) -> tuple[Row, str]:
+    """The user's attachment once its download ended and the reply arrived, and its error code."""
+    sid = wa_session(user)
+    await eventually(lambda: settled(gateway, sid), f"the download of {sid}")
+    [row] = rows(gateway, sid)
+    await replied(graph, user)
+    return row, (row.error or "").split(":")[0]
 
 
 def rows(gateway: Gateway, session_id: str) -> list[Row]:
@@ -193,16 +205,12 @@ async def test_e2e_whatsapp_media_urls_off_the_platform_are_refused_without_a_re
             graph.add_media(f"bad-{i}", JPEG, url=url.format(sink=sink.port))
     gateway = await make_gateway(sections=media(tmp_path, download_wait_seconds=5))
 
-    for i, user in enumerate(users):
-        delivery = whatsapp_messages(user, whatsapp_image(f"wamid.bad{i}", f"bad-{i}"))
-        assert await post(http, gateway.url, delivery) == 200
+    await post_images(http, gateway, users, "bad")
     for (_, code), user in zip(REFUSED_URLS, users, strict=True):
         sid = wa_session(user)
-        await eventually(lambda sid=sid: settled(gateway, sid), f"the download of {sid}")
-        [row] = rows(gateway, sid)
-        assert (row.state, (row.error or "").split(":")[0]) == ("failed", code), row
+        row, found = await settled_row(gateway, graph, user)
+        assert (row.state, found) == ("failed", code), row
         assert files_on_disk(tmp_path, sid) == []
-        await replied(graph, user)
         assert user_texts(gateway, sid) == [f"[image]\n{FAILED_IMAGE}"]
         assert [e["state"] for e in attachment_events(gateway, sid)] == ["failed"]
 
@@ -230,15 +238,10 @@ async def test_e2e_allowlisted_hosts_at_private_addresses_are_refused_without_a_
         graph.add_media(f"private-{i}", JPEG, url=f"https://{host}{port}/x")
     sections = media(tmp_path, download_wait_seconds=5, allowed_hosts=PRIVATE_HOSTS)
     gateway = await make_gateway(sections=sections)
-    for i, user in enumerate(users):
-        delivery = whatsapp_messages(user, whatsapp_image(f"wamid.private{i}", f"private-{i}"))
-        assert await post(http, gateway.url, delivery) == 200
+    await post_images(http, gateway, users, "private")
     for user in users:
-        sid = wa_session(user)
-        await eventually(lambda sid=sid: settled(gateway, sid), f"the download of {sid}")
-        [row] = rows(gateway, sid)
-        assert (row.state, (row.error or "").split(":")[0]) == ("failed", "private_address"), row
-        await replied(graph, user)
+        row, found = await settled_row(gateway, graph, user)
+        assert (row.state, found) == ("failed", "private_address"), row
     assert sink.sink.hits == []
 
 
