@@ -182,7 +182,11 @@ _V4 = (
 # turn loads"); this finds the older system messages without scanning the session's history.
 _V5 = ("CREATE INDEX messages_system ON messages (session_id, id) WHERE role = 'system'",)
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+# The log is read by (session_id, seq), and a session's events are deleted through that index's
+# first column too: the older (session_id, id) index only cost every event an insert.
+_V6 = ("DROP INDEX session_events_session",)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 LATEST = len(MIGRATIONS)
 
 
