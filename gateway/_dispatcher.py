@@ -41,6 +41,10 @@ log = logging.getLogger("gateway.dispatcher")
 
 TURNS = "gateway_turns_total"
 BUSY_RETRY_SECONDS = 0.5  # a session whose turn runs elsewhere is tried again this soon
+PENDING_PAGE = 100  # pending rows read per turn
+# A committed turn took every pending row it read: new rows wake the lane (the intake's wake,
+# or the poll for rows another process wrote), so it ends without reading the store again.
+DRAINED = -1.0
 MAX_ERROR = 500
 
 Clock = Callable[[], float]
@@ -166,8 +170,8 @@ class Dispatcher:
             while not self._stop.is_set():
                 self._again.discard(sid)
                 wait = await self._next_turn(sid)
-                if wait is None:
-                    if sid in self._again:
+                if wait is None or wait == DRAINED:
+                    if sid in self._again:  # the intake recorded more rows meanwhile
                         continue
                     return
                 if wait > 0:
@@ -181,20 +185,25 @@ class Dispatcher:
                 self._poll_now.set()
 
     async def _next_turn(self, sid: str) -> float | None:
-        """Run the next turn; return None when nothing is pending, else seconds to wait first."""
+        """Run the next turn; return None when nothing is pending, DRAINED when the turn took
+        every pending row (no need to read again unless woken), else seconds to wait first."""
         async with self._slots:
             if self._stop.is_set():
                 return 0.0
-            rows = await self._store.pending_inbox(sid)
+            rows = await self._store.pending_inbox(sid, PENDING_PAGE)
             if not rows:
                 return None
             wait = rows[0].next_attempt_at - self._clock()
             if wait > 0:
                 return wait  # a retry in backoff; later rows wait behind it
             batch = rows[:1] if self._config.double_texting == "enqueue" else rows
-            return await self._turn(sid, batch)
+            retry = await self._turn(sid, batch)
+            if retry is not None:
+                return retry
+            return DRAINED if len(batch) == len(rows) < PENDING_PAGE else 0.0
 
-    async def _turn(self, sid: str, batch: Sequence[InboxItem]) -> float:
+    async def _turn(self, sid: str, batch: Sequence[InboxItem]) -> float | None:
+        """Run one turn of ``batch``; None once it committed, else seconds until a new look."""
         typing = self._typing(batch[-1])
         cancel = self._cancels[sid] = asyncio.Event()
         self.running_turns += 1
@@ -229,7 +238,7 @@ class Dispatcher:
             await typing.aclose()  # before the sender may send the reply
         self._metrics.inc(TURNS, outcome="cancelled_by_user" if result.cancelled else "committed")
         self._on_outbox()
-        return 0.0
+        return None
 
     def _typing(self, row: InboxItem) -> Typing:
         event = row.event

@@ -380,8 +380,14 @@ async def test_e2e_a_download_cut_by_sigkill_is_fetched_after_the_restart(
     assert await post(http, gateway.url, delivery) == 200
     await eventually(lambda: downloads(graph, "/media-bytes/wa-cut"), "the download under way")
     await replied(graph, wa)
-    await gateway.kill()
     sid = wa_session(wa)
+    # Killed only once the reply is recorded as sent: a kill between the platform's answer and
+    # that record would send it again after the start (the documented at-least-once window).
+    await eventually(
+        lambda: gateway.query("SELECT state FROM outbox WHERE session_id = ?", sid) == [("sent",)],
+        "the reply recorded as sent",
+    )
+    await gateway.kill()
     assert [r.state for r in rows(gateway, sid)] == ["pending"]
 
     graph.release.set()

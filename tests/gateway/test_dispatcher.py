@@ -440,3 +440,33 @@ async def test_dispatcher_with_every_lane_taken_picks_up_the_rest_when_one_frees
         await asyncio.wait_for(runner, 5)
     for n, sid in enumerate(sids):
         assert await harness.replies(sid) == [f"re: hello {n}"]
+
+
+class CountingStore(SQLiteStore):
+    """The real store, counting how often a lane reads a session's pending rows."""
+
+    reads = 0
+
+    async def pending_inbox(self, session_id: str, limit: int = 100) -> Any:
+        self.reads += 1
+        return await super().pending_inbox(session_id, limit)
+
+
+async def test_dispatcher_lane_ends_after_a_turn_that_took_every_pending_row(db: Path) -> None:
+    async with CountingStore(db) as counting:
+        harness = Harness(counting, ScriptedModel(echo(), echo()), double_texting="merge")
+        sid = await harness.run("one")
+        assert (counting.reads, await harness.replies(sid)) == (1, ["re: one"])
+        # A row recorded later wakes a new lane, which reads it: nothing is missed.
+        await harness.feed("two", first=2)
+        await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+        assert counting.reads == 2
+        assert await harness.replies(sid) == ["re: one", "re: two"]
+
+
+async def test_dispatcher_lane_reads_again_when_a_turn_left_rows(db: Path) -> None:
+    async with CountingStore(db) as counting:
+        harness = Harness(counting, ScriptedModel(echo(), echo()), double_texting="enqueue")
+        sid = await harness.run("one", "two")  # enqueue: one turn per row
+        assert await harness.replies(sid) == ["re: one", "re: two"]
+        assert counting.reads == 2  # the second turn's rows were read, then it drained
