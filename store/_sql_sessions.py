@@ -297,6 +297,13 @@ def set_agent(
     return to_session(row)
 
 
+_INSERT_EVENT = (
+    "INSERT INTO session_events (session_id, kind, detail, created_at, seq)"
+    " VALUES (?1, ?2, ?3, ?4, (SELECT coalesce(max(seq), 0) + 1 FROM session_events"
+    " WHERE session_id = ?1))"
+)
+
+
 def insert_event(
     conn: sqlite3.Connection, session_id: str, kind: str, detail: str, now: float
 ) -> SessionEvent:
@@ -305,19 +312,23 @@ def insert_event(
     The caller's transaction holds the write lock, so no other writer can take the same seq.
     """
     row = conn.execute(
-        "INSERT INTO session_events (session_id, kind, detail, created_at, seq)"
-        " VALUES (?1, ?2, ?3, ?4, (SELECT coalesce(max(seq), 0) + 1 FROM session_events"
-        f" WHERE session_id = ?1)) RETURNING {EVENT_COLUMNS}",
-        (session_id, kind, detail, now),
+        f"{_INSERT_EVENT} RETURNING {EVENT_COLUMNS}", (session_id, kind, detail, now)
     ).fetchone()
     return to_event(row)
 
 
+def log_event(
+    conn: sqlite3.Connection, session_id: str, kind: str, detail: str, now: float
+) -> None:
+    """``insert_event`` for the many callers that do not read the row back (no RETURNING)."""
+    conn.execute(_INSERT_EVENT, (session_id, kind, detail, now))
+
+
 def add_event(
     conn: sqlite3.Connection, session_id: str, kind: str, detail: dict[str, Any], now: float
-) -> SessionEvent:
-    """``insert_event`` with ``detail`` as a dict."""
-    return insert_event(conn, session_id, kind, dump_json(detail), now)
+) -> None:
+    """``log_event`` with ``detail`` as a dict."""
+    log_event(conn, session_id, kind, dump_json(detail), now)
 
 
 def message_event(message: Message) -> dict[str, Any]:

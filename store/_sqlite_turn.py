@@ -25,8 +25,8 @@ from ._pipeline_types import OutboxIn, OutboxItem
 from ._rows import dump_json, load_json
 from ._sql_sessions import (
     add_event,
-    insert_event,
     insert_message,
+    log_event,
     message_event,
     require_session,
     select_branch,
@@ -192,7 +192,7 @@ class SQLiteTurn:
             (parent, self._agent, metadata, now, sid),
         )
         for kind, detail, at in self._events:
-            insert_event(conn, sid, kind, detail, at)
+            log_event(conn, sid, kind, detail, at)
         if self._inbox_done:
             inbox_sql.complete(conn, sid, list(self._inbox_done), now)
         outbox = [outbox_sql.insert(conn, values, now) for values in self._outbox]
