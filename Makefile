@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.ingest
 	$(BIN)/python -m bench.e2e
 	$(BIN)/python -m bench.capacity
+	$(BIN)/python -m bench.history
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
