@@ -110,10 +110,17 @@ class GroupCommit:
             await asyncio.gather(self._flusher, return_exceptions=True)
 
     async def _flush(self) -> None:
-        while self._queue:
-            batch = self._queue[:MAX_BATCH]
-            del self._queue[:MAX_BATCH]
-            await self._commit(batch)
+        try:
+            while self._queue:
+                batch = self._queue[:MAX_BATCH]
+                del self._queue[:MAX_BATCH]
+                await self._commit(batch)
+        except BaseException:
+            # Cancelled (the loop is shutting down): nobody will run what is still queued.
+            for queued in self._queue:
+                queued.future.cancel()
+            self._queue.clear()
+            raise
 
     async def _commit(self, batch: list[_Queued]) -> None:
         writes = [queued.write for queued in batch]
