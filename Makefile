@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.e2e
 	$(BIN)/python -m bench.capacity
 	$(BIN)/python -m bench.history
+	$(BIN)/python -m bench.acks
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .mypy_cache .ruff_cache
