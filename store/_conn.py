@@ -107,16 +107,16 @@ class Connection:
         """Run ``fn`` in a deferred (read) transaction, so its statements see one snapshot."""
         return await self.call(partial(_in_transaction, "BEGIN", fn))
 
-    async def write(self, fn: SyncFn[T]) -> T:
+    async def write(self, fn: SyncFn[T], *, urgent: bool = False) -> T:
         """Run ``fn`` in a ``BEGIN IMMEDIATE`` transaction: committed if it returns.
 
         Writes queued while a transaction runs share the next one (``_group_commit``), each
         atomic in its own savepoint. After the commit, the listeners hear of every session
-        that got events in it.
+        that got events in it. ``urgent``: a webhook waits on it (see ``_group_commit``).
         """
         if self._closed:
             raise StoreError("the store is closed")
-        return cast(T, await self.group.write(fn))
+        return cast(T, await self.group.write(fn, urgent=urgent))
 
     def _tell_listeners(self, touched: frozenset[str]) -> None:
         for listener in list(self.listeners):

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_BATCH = 256  # writes per shared transaction
+# With an urgent write (a webhook's ack waits on it) queued, the next transaction takes the
+# urgent ones first and at most this many others, so the ack does not wait behind a long one.
+URGENT_COMPANY = 16
 
 Write = Callable[[sqlite3.Connection], Any]
 Outcome = tuple[bool, Any]  # (ok, result or the exception)
@@ -92,14 +95,19 @@ class GroupCommit:
         self._touched = touched
         self._on_events = on_events
         self._queue: list[_Queued] = []
+        self._urgent: list[_Queued] = []
         self._flusher: asyncio.Task[None] | None = None
         self.batches = 0  # transactions run, for tests and benchmarks
         self.writes = 0
 
-    async def write(self, write: Write) -> Any:
-        """Queue ``write``; its result once the transaction holding it has committed."""
+    async def write(self, write: Write, *, urgent: bool = False) -> Any:
+        """Queue ``write``; its result once the transaction holding it has committed.
+
+        An ``urgent`` write goes into the next transaction ahead of the others (see
+        URGENT_COMPANY); writes of one kind keep their order.
+        """
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Queued(write, future))
+        (self._urgent if urgent else self._queue).append(_Queued(write, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name="store group commit")
         return await future
@@ -111,16 +119,23 @@ class GroupCommit:
 
     async def _flush(self) -> None:
         try:
-            while self._queue:
-                batch = self._queue[:MAX_BATCH]
-                del self._queue[:MAX_BATCH]
-                await self._commit(batch)
+            while self._queue or self._urgent:
+                await self._commit(self._take())
         except BaseException:
             # Cancelled (the loop is shutting down): nobody will run what is still queued.
-            for queued in self._queue:
+            for queued in [*self._urgent, *self._queue]:
                 queued.future.cancel()
+            self._urgent.clear()
             self._queue.clear()
             raise
+
+    def _take(self) -> list[_Queued]:
+        urgent = self._urgent[:MAX_BATCH]
+        del self._urgent[:MAX_BATCH]
+        room = min(URGENT_COMPANY, MAX_BATCH - len(urgent)) if urgent else MAX_BATCH
+        rest = self._queue[:room]
+        del self._queue[:room]
+        return [*urgent, *rest]
 
     async def _commit(self, batch: list[_Queued]) -> None:
         writes = [queued.write for queued in batch]

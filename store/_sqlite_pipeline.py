@@ -84,9 +84,8 @@ class PipelineMethods:
         if not items:
             return []
         now = self._now()
-        return await self._db.write(
-            partial(ingest_sql.ingest, items=items, now=now, cutoff=now - self._ttl)
-        )
+        run = partial(ingest_sql.ingest, items=items, now=now, cutoff=now - self._ttl)
+        return await self._db.write(run, urgent=True)  # a platform waits for its 200 on it
 
     async def unparsed_deliveries(self, limit: int = 100) -> list[Delivery]:
         """Stored deliveries awaiting parse, oldest first."""

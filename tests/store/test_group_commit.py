@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,27 @@ def test_sigkill_during_batched_commits_leaves_whole_writes_only(db_path: Path) 
     numbers = {int(key[:-1]) for key in keys}
     assert all(f"{n}a" in keys and f"{n}b" in keys for n in numbers)  # no half write
     assert set(range(acknowledged)) <= numbers  # nothing acknowledged was lost
+
+
+async def test_an_urgent_write_goes_first_with_few_others(db_path: Path) -> None:
+    from store._group_commit import URGENT_COMPANY
+
+    ran: list[str] = []
+
+    def note(name: str) -> Callable[[sqlite3.Connection], None]:
+        return lambda conn: ran.append(name)
+
+    async with SQLiteStore(db_path) as store:
+        group = store._db.group
+        blocker = asyncio.create_task(store._db.write(note("first")))  # a transaction runs
+        await asyncio.sleep(0)
+        normal = [asyncio.create_task(store._db.write(note(f"n{i}"))) for i in range(40)]
+        urgent = asyncio.create_task(store._db.write(note("ack"), urgent=True))
+        before = group.batches
+        await urgent
+        assert group.batches - before <= 2  # the running one, then the ack's own
+        await asyncio.gather(blocker, *normal)
+    assert ran[0] == "first"
+    assert ran[1] == "ack"  # ahead of the 40 queued before it
+    assert ran[2 : 2 + URGENT_COMPANY] == [f"n{i}" for i in range(URGENT_COMPANY)]
+    assert [r for r in ran if r.startswith("n")] == [f"n{i}" for i in range(40)]  # in order
