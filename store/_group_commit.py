@@ -16,9 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_BATCH = 256  # writes per shared transaction
-# With an urgent write (a webhook's ack waits on it) queued, the next transaction takes the
-# urgent ones first and at most this many others, so the ack does not wait behind a long one.
-URGENT_COMPANY = 16
 
 Write = Callable[[sqlite3.Connection], Any]
 Outcome = tuple[bool, Any]  # (ok, result or the exception)
@@ -103,8 +100,9 @@ class GroupCommit:
     async def write(self, write: Write, *, urgent: bool = False) -> Any:
         """Queue ``write``; its result once the transaction holding it has committed.
 
-        An ``urgent`` write goes into the next transaction ahead of the others (see
-        URGENT_COMPANY); writes of one kind keep their order.
+        An ``urgent`` write (a webhook's ack waits on it) goes into the next transaction ahead
+        of the others; writes of one kind keep their order. (Capping the others in such a
+        transaction, to shorten it, cost the pipeline more flushes than it gave the acks.)
         """
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         (self._urgent if urgent else self._queue).append(_Queued(write, future))
@@ -132,7 +130,7 @@ class GroupCommit:
     def _take(self) -> list[_Queued]:
         urgent = self._urgent[:MAX_BATCH]
         del self._urgent[:MAX_BATCH]
-        room = min(URGENT_COMPANY, MAX_BATCH - len(urgent)) if urgent else MAX_BATCH
+        room = MAX_BATCH - len(urgent)
         rest = self._queue[:room]
         del self._queue[:room]
         return [*urgent, *rest]
