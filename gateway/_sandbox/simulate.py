@@ -228,12 +228,16 @@ async def simulate(request: web.Request) -> web.Response:
     path, raw, headers = _signed(body, account, settings, request.app[SANDBOX])
     headers["Content-Type"] = "application/json"
     timeout = aiohttp.ClientTimeout(total=30)
-    async with (
-        aiohttp.ClientSession(timeout=timeout) as http,
-        http.post(_own_url(request) + path, data=raw, headers=headers) as answer,
-    ):
-        status = answer.status
-        await answer.read()
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as http,
+            http.post(_own_url(request) + path, data=raw, headers=headers) as answer,
+        ):
+            status = answer.status
+            await answer.read()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        message = f"the gateway's own webhook route did not answer: {type(exc).__name__}"
+        raise ApiError(502, "webhook_unreachable", message) from None
     delivery = json.loads(raw)
     return web.json_response({"webhook_status": status, "delivery": delivery})
 

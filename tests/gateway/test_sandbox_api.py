@@ -1,0 +1,47 @@
+"""The sandbox's simulator in-process: a webhook route it cannot reach is a JSON 502, no 500."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from gateway._sandbox import simulate as simulate_module
+from gateway.app import build_app
+from tests.e2e.gateway_proc import free_port
+
+from .ingest_helpers import AUTH, settings
+
+Client = TestClient[web.Request, web.Application]
+
+
+async def test_simulate_answers_502_when_its_webhook_route_is_unreachable(
+    aiohttp_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = build_app(settings(tmp_path / "gateway.db", sandbox={"enabled": True}), ingest_only=True)
+    client: Client = await aiohttp_client(app)
+    closed = f"http://127.0.0.1:{free_port()}"  # nobody listens there
+    monkeypatch.setattr(simulate_module, "_own_url", lambda request: closed)
+    body = {"channel": "telegram", "chat_id": "42", "text": "hello"}
+    response = await client.post("/sandbox/api/simulate", json=body, headers=AUTH)
+    assert response.status == 502
+    assert (await response.json())["error"]["code"] == "webhook_unreachable"
+
+
+async def test_sandbox_routes_do_not_exist_when_it_is_disabled(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    app = build_app(settings(tmp_path / "gateway.db"), ingest_only=True)
+    client: Client = await aiohttp_client(app)
+    for method, path in (
+        ("POST", "/sandbox/api/simulate"),
+        ("GET", "/sandbox/api/sent"),
+        ("POST", "/sandbox/telegram/bot1:x/sendMessage"),
+        ("GET", "/sandbox/graph/v21.0/123"),
+    ):
+        response = await client.request(method, path, headers=AUTH)
+        assert response.status == 404, path
+        assert (await response.json())["error"]["code"] == "not_found"
