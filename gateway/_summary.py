@@ -47,6 +47,9 @@ def summarize(settings: Settings) -> list[str]:
         f"whatsapp: {s.whatsapp.graph_base_url} {s.whatsapp.api_version}; "
         f"app secret {mask(s.whatsapp.app_secret)}; verify token {mask(s.whatsapp.verify_token)}; "
         f"numbers: {numbers or 'none'}",
-        f"dispatcher: double_texting = {s.dispatcher.double_texting}",
+        f"dispatcher: double_texting = {s.dispatcher.double_texting};"
+        f" up to {s.dispatcher.max_concurrent_turns} turns at once",
+        f"backlog: /readyz 503 past {s.ingest.backlog_ready},"
+        f" deliveries refused at {s.ingest.backlog_refuse}",
         f"agents: starting {s.agents.starting_agent}; max_turns {s.agents.max_turns}",
     ]

@@ -51,6 +51,9 @@ def test_check_config_of_the_example_exits_0_with_a_summary() -> None:
     result = run_cli("check-config", "--config", str(EXAMPLE))
     assert result.returncode == 0, result.stderr
     assert "agents: starting triage; max_turns 40" in result.stdout
+    assert "backlog: /readyz 503 past 5000, deliveries refused at 20000" in result.stdout
+    assert "sandbox: on" in result.stdout
+    assert "warning" not in result.stdout  # the example's sandbox is where it belongs
 
 
 def test_check_config_masks_every_secret() -> None:
