@@ -74,10 +74,6 @@ class EventFeed:
                 if not watchers:
                     del self._watchers[session_id]
 
-    def watching(self, session_id: str) -> int:
-        """How many sockets watch the session now."""
-        return len(self._watchers.get(session_id, ()))
-
 
 async def follow_log(
     store: Store, session_id: str, after: int, wake: asyncio.Event, send: Send
