@@ -27,7 +27,7 @@ from pathlib import Path
 
 from agents import AgentsConfig, Runner, UserInput, build_registry
 from store import NewMessage, SQLiteStore
-from store._sqlite_turn import TurnScope
+from store.sqlite._turn import TurnScope
 
 from .store import machine
 

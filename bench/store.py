@@ -26,7 +26,7 @@ from pathlib import Path
 import aiosqlite
 
 from store import SQLiteStore
-from store._sql_dedup import claim_sql
+from store.sqlite._sql_dedup import claim_sql
 
 SID = "telegram-bench-1"
 BATCH = 64

@@ -39,8 +39,6 @@ from ._pipeline_types import (
     StatusIn,
 )
 from ._protocol import Store, Turn
-from ._sqlite import SQLiteStore
-from ._sqlite_turn import CommitHook, SQLiteTurn
 from ._types import (
     ATTACHMENT_SOURCES,
     ATTACHMENT_STATES,
@@ -54,6 +52,8 @@ from ._types import (
     SessionEvent,
 )
 from ._url import open_store
+from .sqlite._store import SQLiteStore
+from .sqlite._turn import CommitHook, SQLiteTurn
 
 __all__ = [
     "ATTACHMENT_SOURCES",

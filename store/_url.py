@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ._protocol import Store
-from ._sqlite import DEFAULT_DEDUP_TTL_HOURS, SQLiteStore
+from .sqlite._store import DEFAULT_DEDUP_TTL_HOURS, SQLiteStore
 
 _SQLITE = "sqlite:///"
 _MEMORY = ":memory:"

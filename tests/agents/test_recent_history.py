@@ -15,7 +15,7 @@ from agents import Agent, Registry, UserInput
 from agents._context import StoredMessage, build_context
 from agents.testing import ScriptedModel, call, reply
 from store import Message, NewMessage, Role, SQLiteStore
-from store._sqlite_turn import TurnScope
+from store.sqlite._turn import TurnScope
 
 from .conftest import runner_for
 

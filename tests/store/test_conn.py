@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from store import SQLiteStore
-from store._conn import Connection
+from store.sqlite._conn import Connection
 
 from .conftest import raw_rows
 

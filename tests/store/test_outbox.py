@@ -158,7 +158,7 @@ async def test_outbox_sent_records_ids_and_time(store: SQLiteStore, clock: FakeC
 async def test_outbox_sent_is_one_update_statement(file_store: SQLiteStore) -> None:
     [item] = await queued(file_store)
     seen = await statements_of(file_store, lambda: file_store.outbox_sent(item.id, ["w1"]))
-    # Each write runs in its own savepoint of a shared transaction (store/_group_commit.py).
+    # Each write runs in its own savepoint of a shared transaction (store/sqlite/_group_commit.py).
     words = [s.split()[0] for s in seen if s.split()[0] not in ("SAVEPOINT", "RELEASE")]
     # The row changes in one UPDATE; then only inserts: the id index and the status event (with
     # the event trigger's SELECT), all in the one transaction.

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import Message, NewMessage, Role, SQLiteStore
-from store._schema import migrate
-from store._sql_sessions import select_branch, select_recent
+from store.sqlite._schema import migrate
+from store.sqlite._sql_sessions import select_branch, select_recent
 
 from .conftest import raw_rows
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from store import DeliveryIn, NewMessage, OutboxIn, SchemaTooNewError, SQLiteStore, StoreError
-from store._schema import LATEST, MIGRATIONS
+from store.sqlite._schema import LATEST, MIGRATIONS
 
 from .conftest import START, FakeClock, raw_rows
 

@@ -16,13 +16,14 @@ from functools import partial
 from types import TracebackType
 from typing import Any
 
+from .._checks import check_ids, outbox_values
+from .._errors import RunActive, SessionDeletedError, StoreError, TurnActive
+from .._pipeline_types import OutboxIn, OutboxItem
+from .._rows import dump_json, load_json
+from .._types import ROLES, Message, NewMessage, Session, SessionStatus
 from . import _sql_inbox as inbox_sql
 from . import _sql_outbox as outbox_sql
-from ._checks import check_ids, outbox_values
 from ._conn import Connection
-from ._errors import RunActive, SessionDeletedError, StoreError, TurnActive
-from ._pipeline_types import OutboxIn, OutboxItem
-from ._rows import dump_json, load_json
 from ._sql_sessions import (
     add_event,
     insert_message,
@@ -33,7 +34,6 @@ from ._sql_sessions import (
     select_recent,
 )
 from ._sql_sessions import set_status as set_status_sql
-from ._types import ROLES, Message, NewMessage, Session, SessionStatus
 
 CommitHook = Callable[[sqlite3.Connection, Sequence[Message]], None]
 """Extra rows of a turn: called inside the commit transaction with the committed messages."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from ._errors import QuarantineNotFound
-from ._pipeline_rows import QUARANTINE_COLUMNS, to_quarantine
-from ._pipeline_types import QuarantineItem
+from .._errors import QuarantineNotFound
+from .._pipeline_rows import QUARANTINE_COLUMNS, to_quarantine
+from .._pipeline_types import QuarantineItem
 from ._sql_insert import inserted_ids
 
 _INSERT = (

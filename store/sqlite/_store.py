@@ -11,17 +11,17 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
+from .._checks import MAX_LIST_LIMIT, check_agent, check_int, check_text, session_values
+from .._errors import SessionExistsError, StoreError
+from .._ids import validate_session_id
+from .._rows import dump_json
+from .._types import ROLES, SESSION_STATUSES, Message, Role, Session, SessionEvent, SessionStatus
 from . import _sql_dedup as dedup
 from . import _sql_sessions as sql
-from ._checks import MAX_LIST_LIMIT, check_agent, check_int, check_text, session_values
+from ._attachments import AttachmentMethods
 from ._conn import Connection, EventListener
-from ._errors import SessionExistsError, StoreError
-from ._ids import validate_session_id
-from ._rows import dump_json
-from ._sqlite_attachments import AttachmentMethods
-from ._sqlite_pipeline import PipelineMethods
-from ._sqlite_turn import SQLiteTurn, TurnScope
-from ._types import ROLES, SESSION_STATUSES, Message, Role, Session, SessionEvent, SessionStatus
+from ._pipeline import PipelineMethods
+from ._turn import SQLiteTurn, TurnScope
 
 log = logging.getLogger(__name__)
 

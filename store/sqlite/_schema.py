@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from ._errors import SchemaTooNewError
+from .._errors import SchemaTooNewError
 
 _V1 = (
     """

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
+from .._checks import MAX_LIST_LIMIT, check_int, check_text
+from .._ids import validate_session_id
+from .._rows import dump_json
+from .._types import ATTACHMENT_SOURCES, ATTACHMENT_STATES, Attachment
 from . import _sql_attachments as sql
-from ._checks import MAX_LIST_LIMIT, check_int, check_text
 from ._conn import Connection
-from ._ids import validate_session_id
-from ._rows import dump_json
-from ._types import ATTACHMENT_SOURCES, ATTACHMENT_STATES, Attachment
 
 MAX_NAME = 255
 

@@ -7,13 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import _sql_attachments as attachments
-from . import _sql_inbox as inbox
-from . import _sql_outbox as outbox
-from ._checks import check_text, json_object, session_values
-from ._errors import DeliveryNotFound
-from ._ids import make_session_id
-from ._pipeline_types import (
+from .._checks import check_text, json_object, session_values
+from .._errors import DeliveryNotFound
+from .._ids import make_session_id
+from .._pipeline_types import (
     DELIVERY_STATES,
     AttachmentIn,
     InboxIn,
@@ -21,6 +18,9 @@ from ._pipeline_types import (
     ParsedDelivery,
     StatusIn,
 )
+from . import _sql_attachments as attachments
+from . import _sql_inbox as inbox
+from . import _sql_outbox as outbox
 from ._sql_quarantine import insert_many as insert_quarantine
 from ._sql_sessions import add_event, insert_session
 

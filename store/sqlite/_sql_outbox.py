@@ -6,9 +6,9 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from ._errors import OutboxNotFound, OutboxNotPending, SessionNotFound
-from ._pipeline_rows import OUTBOX_COLUMNS, dump_list, to_outbox
-from ._pipeline_types import DELIVERY_STATES, OutboxItem
+from .._errors import OutboxNotFound, OutboxNotPending, SessionNotFound
+from .._pipeline_rows import OUTBOX_COLUMNS, dump_list, to_outbox
+from .._pipeline_types import DELIVERY_STATES, OutboxItem
 from ._sql_sessions import add_event
 
 # A status only moves a row forward (statuses can arrive out of order); "failed" is final.

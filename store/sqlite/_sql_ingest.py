@@ -9,9 +9,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
+from .._pipeline_rows import DELIVERY_COLUMNS, dump_list, to_delivery
+from .._pipeline_types import Delivery, DeliveryIn, IngestResult, QuarantineIn
 from . import _sql_dedup as dedup
-from ._pipeline_rows import DELIVERY_COLUMNS, dump_list, to_delivery
-from ._pipeline_types import Delivery, DeliveryIn, IngestResult, QuarantineIn
 from ._sql_insert import inserted_ids
 from ._sql_quarantine import insert_many as insert_quarantine
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from ._errors import MessageNotFound, RunActive, SessionNotFound
-from ._rows import (
+from .._errors import MessageNotFound, RunActive, SessionNotFound
+from .._rows import (
     EVENT_COLUMNS,
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
@@ -18,7 +18,7 @@ from ._rows import (
     to_message,
     to_session,
 )
-from ._types import Message, Session, SessionEvent
+from .._types import Message, Session, SessionEvent
 
 Filters = dict[str, str]  # column -> required value
 

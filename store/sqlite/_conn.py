@@ -22,7 +22,7 @@ from typing import Any, TypeVar, cast
 
 import aiosqlite
 
-from ._errors import StoreError
+from .._errors import StoreError
 from ._group_commit import GroupCommit, Touched
 from ._schema import check_version, migrate
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from ._errors import InboxNotFound, InboxNotPending
-from ._pipeline_rows import INBOX_COLUMNS, dump_ids, to_inbox
-from ._pipeline_types import InboxItem
+from .._errors import InboxNotFound, InboxNotPending
+from .._pipeline_rows import INBOX_COLUMNS, dump_ids, to_inbox
+from .._pipeline_types import InboxItem
 
 _IDS = "id IN (SELECT value FROM json_each(?))"  # one parameter, however many ids
 

@@ -10,12 +10,7 @@ import sqlite3
 from collections.abc import Sequence
 from functools import partial
 
-from . import _sql_inbox as inbox
-from . import _sql_ingest as ingest_sql
-from . import _sql_intake as intake
-from . import _sql_outbox as outbox
-from . import _sql_quarantine as quarantine
-from ._checks import (
+from .._checks import (
     MAX_LIST_LIMIT,
     check_agent,
     check_ids,
@@ -24,9 +19,8 @@ from ._checks import (
     check_time,
     outbox_values,
 )
-from ._conn import Connection
-from ._ids import validate_session_id
-from ._pipeline_types import (
+from .._ids import validate_session_id
+from .._pipeline_types import (
     OUTBOX_FAILED_STATES,
     Delivery,
     DeliveryIn,
@@ -38,6 +32,12 @@ from ._pipeline_types import (
     QuarantineIn,
     QuarantineItem,
 )
+from . import _sql_inbox as inbox
+from . import _sql_ingest as ingest_sql
+from . import _sql_intake as intake
+from . import _sql_outbox as outbox
+from . import _sql_quarantine as quarantine
+from ._conn import Connection
 from ._sql_sessions import require_session
 
 

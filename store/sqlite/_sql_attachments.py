@@ -6,10 +6,10 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from ._errors import AttachmentNotFound
-from ._rows import ATTACHMENT_COLUMNS, to_attachment
+from .._errors import AttachmentNotFound
+from .._rows import ATTACHMENT_COLUMNS, to_attachment
+from .._types import Attachment
 from ._sql_sessions import add_event, require_session
-from ._types import Attachment
 
 
 def insert(conn: sqlite3.Connection, values: dict[str, Any], now: float) -> Attachment:
