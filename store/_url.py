@@ -7,28 +7,46 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ._protocol import Store
-from .sqlite._store import DEFAULT_DEDUP_TTL_HOURS, SQLiteStore
+from .postgres import DEFAULT_POOL_SIZE, PostgresStore
+from .sqlite import DEFAULT_DEDUP_TTL_HOURS, SQLiteStore
 
 _SQLITE = "sqlite:///"
 _MEMORY = ":memory:"
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+SUPPORTED = "sqlite:///path.db or postgresql://user@host:port/database"
+
+
+def scheme_of(url: str) -> str:
+    """The url's scheme ('' if none); error messages name only this: a url may carry a password."""
+    if not isinstance(url, str):
+        raise ValueError(f"store url must be a string, got {type(url).__name__}")
+    return url.split(":", 1)[0].lower() if ":" in url else ""
+
+
+def is_postgres(url: str) -> bool:
+    """True for a ``postgresql://`` (or ``postgres://``) url."""
+    return scheme_of(url) in POSTGRES_SCHEMES and url.split(":", 1)[1].startswith("//")
 
 
 def sqlite_path(url: str) -> str:
-    """The file path of a ``sqlite:///`` url (relative to the working directory), or ``:memory:``.
-
-    Error messages name the scheme only: a url may carry a password.
-    """
-    if not isinstance(url, str):
-        raise ValueError(f"store url must be a string, got {type(url).__name__}")
+    """The file path of a ``sqlite:///`` url (relative to the working directory), or ``:memory:``."""
+    scheme = scheme_of(url)
     if not url.startswith(_SQLITE):
-        scheme = url.split(":", 1)[0] if ":" in url else ""
         if scheme == "sqlite":
             raise ValueError("sqlite store url must look like sqlite:///relative/path.db")
-        raise ValueError(f"unsupported store url scheme {scheme!r}; supported: sqlite:///path.db")
+        raise ValueError(f"unsupported store url scheme {scheme!r}; supported: {SUPPORTED}")
     path = url[len(_SQLITE) :]
     if not path or "?" in path or path.endswith("/"):
         raise ValueError("sqlite store url must name a file: sqlite:///path.db (no query)")
     return path
+
+
+def check_url(url: str) -> str:
+    """``url`` if a backend can open it; ValueError (naming the scheme only) if not."""
+    if is_postgres(url):
+        return url
+    sqlite_path(url)
+    return url
 
 
 async def open_store(
@@ -36,8 +54,16 @@ async def open_store(
     *,
     dedup_ttl_hours: float = DEFAULT_DEDUP_TTL_HOURS,
     clock: Callable[[], float] = time.time,
+    pool_size: int = DEFAULT_POOL_SIZE,
 ) -> Store:
-    """Open the store a url names, creating the file's parent directories if needed."""
+    """Open the store a url names (creating a SQLite file's parent directories if needed).
+
+    ``pool_size``: connections a PostgreSQL store keeps at most; SQLite has one connection.
+    """
+    if is_postgres(url):
+        return await PostgresStore.open(
+            url, dedup_ttl_hours=dedup_ttl_hours, clock=clock, pool_size=pool_size
+        )
     path = sqlite_path(url)
     if path != _MEMORY:
         Path(path).parent.mkdir(parents=True, exist_ok=True)

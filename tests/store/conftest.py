@@ -1,4 +1,5 @@
-"""Fixtures: real SQLite stores (a file under tmp_path, or ``:memory:``) and a settable clock."""
+"""Fixtures: real stores (a SQLite file under tmp_path, ``:memory:``, and a fresh schema on the
+test PostgreSQL server) and a settable clock."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from store import SQLiteStore
+from store import SQLiteStore, Store
+from store.postgres import PostgresStore
+from tests.pg import fresh_schema
 
 START = 1_800_000_000.0
 
@@ -46,10 +49,15 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "store.db"
 
 
-@pytest.fixture(params=["file", "memory"])
+@pytest.fixture(params=["file", "memory", "postgres"])
 async def store(
     request: pytest.FixtureRequest, db_path: Path, clock: FakeClock
-) -> AsyncIterator[SQLiteStore]:
+) -> AsyncIterator[Store]:
+    """Each backend in turn: every test of the protocol runs on all of them."""
+    if request.param == "postgres":
+        async with fresh_schema() as url, PostgresStore(url, clock=clock) as opened:
+            yield opened
+        return
     path = ":memory:" if request.param == "memory" else db_path
     async with SQLiteStore(path, clock=clock) as opened:
         yield opened

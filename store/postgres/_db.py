@@ -1,0 +1,132 @@
+"""A pool of asyncpg connections; every call runs in one transaction on one of them.
+
+``read`` runs a function of the connection in a read-only REPEATABLE READ transaction (one
+snapshot for all its statements); ``write`` in a READ COMMITTED one, committed if the function
+returns. Writes that must not interleave with another process's (a session's event numbers,
+its status) take row locks or a per-session advisory lock inside the function.
+
+A trigger on ``session_events`` notes every session that gets an event in a transaction-local
+setting; ``write`` reads it just before the COMMIT and, once committed, tells the listeners,
+as the SQLite backend's TEMP trigger does. No write path can forget to wake the watchers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import asyncpg
+
+from .._errors import StoreError
+from ._schema import migrate
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Fn = Callable[[asyncpg.Connection], Awaitable[T]]
+EventListener = Callable[[frozenset[str]], None]
+
+TOUCHED = "SELECT current_setting('gateway.touched', true)"
+
+
+class StoreUnavailable(StoreError):
+    """The database did not answer (connection refused, lost, or timed out)."""
+
+    code = "store_unavailable"
+
+
+def _unavailable(exc: BaseException) -> StoreUnavailable:
+    # The exception's text may carry the host or the user; its type says enough to act on.
+    return StoreUnavailable(f"the PostgreSQL database did not answer ({type(exc).__name__})")
+
+
+CONNECTION_ERRORS = (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)
+# Two transactions that locked the same rows in different orders: PostgreSQL rolls one back.
+RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+RETRIES = 5
+
+
+class Database:
+    """The store's pool; ``listeners`` hear, after each commit, which sessions got events."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self._closed = False
+        self.listeners: list[EventListener] = []
+
+    @classmethod
+    async def open(cls, url: str, *, min_size: int, max_size: int, timeout: float) -> Database:
+        """Connect, refuse a too-new schema and apply the migrations."""
+        try:
+            pool = await asyncpg.create_pool(
+                url, min_size=min_size, max_size=max_size, timeout=timeout, command_timeout=60
+            )
+        except CONNECTION_ERRORS as exc:
+            raise _unavailable(exc) from None
+        except asyncpg.PostgresError as exc:  # e.g. an unknown database or a refused login
+            raise StoreError(f"PostgreSQL refused the connection: {exc.sqlstate} {type(exc).__name__}") from None
+        try:
+            async with pool.acquire() as conn:
+                await migrate(conn)
+        except BaseException:
+            await pool.close()
+            raise
+        return cls(pool)
+
+    async def call(self, fn: Fn[T]) -> T:
+        """``fn(connection)`` outside an explicit transaction (each statement its own)."""
+        self._check_open()
+        try:
+            async with self._pool.acquire() as conn:
+                return await fn(conn)
+        except CONNECTION_ERRORS as exc:
+            raise _unavailable(exc) from None
+
+    async def read(self, fn: Fn[T]) -> T:
+        """``fn`` in a read-only transaction with one snapshot."""
+        self._check_open()
+        try:
+            async with self._pool.acquire() as conn:
+                async with conn.transaction(isolation="repeatable_read", readonly=True):
+                    return await fn(conn)
+        except CONNECTION_ERRORS as exc:
+            raise _unavailable(exc) from None
+
+    async def write(self, fn: Fn[T], *, urgent: bool = False) -> T:
+        """``fn`` in a transaction, committed if it returns; then the listeners hear of events.
+
+        ``urgent`` is accepted for the protocol's sake: each write has its own connection here,
+        so an ack never queues behind another write's transaction.
+        """
+        del urgent
+        self._check_open()
+        for attempt in range(1, RETRIES + 1):
+            try:
+                async with self._pool.acquire() as conn:
+                    async with conn.transaction():
+                        result = await fn(conn)
+                        touched = await conn.fetchval(TOUCHED)
+                break
+            except CONNECTION_ERRORS as exc:
+                raise _unavailable(exc) from None
+            except RETRYABLE:  # rolled back whole: the function only wrote to the database
+                if attempt == RETRIES:
+                    raise
+                log.debug("write rolled back by a conflict; trying again (%d)", attempt)
+        if touched:
+            sessions = frozenset(s for s in touched.split("\n") if s)
+            for listener in list(self.listeners):
+                listener(sessions)
+        return result
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the store is closed")
+
+    async def close(self) -> None:
+        """Close the pool once its connections are released; idempotent."""
+        if not self._closed:
+            self._closed = True
+            await self._pool.close()
+
