@@ -21,7 +21,11 @@ from .config import Settings
 
 @asynccontextmanager
 async def opened_store(settings: Settings) -> AsyncIterator[Store]:
-    store = await open_store(settings.store.url, dedup_ttl_hours=settings.dedup.ttl_hours)
+    store = await open_store(
+        settings.store.url,
+        dedup_ttl_hours=settings.dedup.ttl_hours,
+        pool_size=settings.store.pool_size,
+    )
     try:
         yield store
     finally:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
-
 from pydantic import SecretStr
 
 from .config import Settings
@@ -14,14 +12,26 @@ def mask(secret: SecretStr) -> str:
 
 
 def mask_url(url: str) -> str:
-    """Hide a password in a database URL."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """A database URL fit to print: the password and the query (which may hold one) hidden.
+
+    Split by hand, not with urlsplit: a password with an unescaped ``#``, ``?`` or ``/`` would
+    end up in the fragment, query or path, and be printed.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
         return url
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    netloc = f"{parts.username}:***@{host}{port}"
-    return urlunsplit(parts._replace(netloc=netloc))
+    user, at, location = rest.rpartition("@")
+    if at:
+        name, colon, _ = user.partition(":")
+        user = f"{name}:***@" if colon else f"{name}@"
+    location, question, _ = location.partition("?")
+    return f"{scheme}://{user}{location}{'?***' if question else ''}"
+
+
+def _pool(settings: Settings) -> str:
+    if settings.store.url.startswith("postgres"):
+        return f"; up to {settings.store.pool_size} connections"
+    return ""
 
 
 def summarize(settings: Settings) -> list[str]:
@@ -37,7 +47,7 @@ def summarize(settings: Settings) -> list[str]:
     )
     return [
         f"server: {s.server.host}:{s.server.port}",
-        f"store: {mask_url(s.store.url)}",
+        f"store: {mask_url(s.store.url)}{_pool(s)}",
         f"dedup: processed ids kept {s.dedup.ttl_hours:g} h",
         f"admin token: {mask(s.admin.token)}",
         f"sandbox: {'on' if s.sandbox.enabled else 'off'}",

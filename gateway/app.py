@@ -45,7 +45,11 @@ log = logging.getLogger("gateway")
 
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    store = await open_store(settings.store.url, dedup_ttl_hours=settings.dedup.ttl_hours)
+    store = await open_store(
+        settings.store.url,
+        dedup_ttl_hours=settings.dedup.ttl_hours,
+        pool_size=settings.store.pool_size,
+    )
     interrupted = await store.interrupt_running()
     if interrupted:
         log.warning("marked %d session(s) interrupted after an unclean stop", len(interrupted))

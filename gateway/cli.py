@@ -14,6 +14,7 @@ from store import InvalidSessionId, StoreError
 
 from . import _commands, _quarantine
 from ._logging import configure_logging
+from ._migrate import migrate_store
 from .config import Settings, load_settings, resolve_config_path
 from .errors import ConfigError
 
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add(commands, "serve", "migrate the store, recover interrupted runs, serve HTTP")
     _add(commands, "check-config", "validate the config and print a summary, secrets masked")
     _add(commands, "purge", "delete expired processed-message (dedup) rows now")
+    _add_migrate(commands)
     _add_sessions(commands)
     _add_quarantine(commands)
     _add_telegram(commands)
@@ -42,6 +44,16 @@ def _add(
     # Accept --config after the command too: `gateway serve --config x.toml`.
     sub.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return sub
+
+
+def _add_migrate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    text = "copy a stopped gateway's store to another backend (SQLite <-> PostgreSQL)"
+    migrate = _add(commands, "migrate-store", text)
+    migrate.add_argument("--from", dest="source", required=True, help="the store url to copy")
+    migrate.add_argument("--to", dest="target", required=True, help="the store url to fill")
+    migrate.add_argument(
+        "--replace", action="store_true", help="empty a target that holds rows (else refused)"
+    )
 
 
 def _add_sessions(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -90,6 +102,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     configure_logging()
     path = resolve_config_path(args.config)
     try:
+        if args.command == "migrate-store":  # needs two urls, not a config
+            return asyncio.run(migrate_store(args, out))
         settings = load_settings(path)
         if args.command == "check-config":
             print(f"config {path}: OK", file=out)

@@ -20,6 +20,7 @@ from pydantic import (
 
 from agents import AgentsConfig
 from channels import TelegramConfig, WhatsAppConfig
+from store import check_url
 
 from ._env import key_path, substitute
 from .errors import ConfigError
@@ -61,7 +62,13 @@ class IngestConfig(_Section):
 
 
 class StoreConfig(_Section):
-    url: str = "sqlite:///data/gateway.db"
+    url: str = "sqlite:///data/gateway.db"  # or postgresql://user@host:5432/database
+    pool_size: int = Field(default=10, ge=1, le=1000)  # PostgreSQL connections per process
+
+    @field_validator("url")
+    @classmethod
+    def _known_backend(cls, url: str) -> str:
+        return check_url(url)
 
 
 class DedupConfig(_Section):

@@ -1,5 +1,6 @@
 """Persistent state: sessions, their history DAG, turns, the dedup guard and the pipeline."""
 
+from ._copy import CountMismatch, TableAccess, TargetNotEmpty, copy_store
 from ._errors import (
     AttachmentNotFound,
     DeliveryNotFound,
@@ -51,11 +52,15 @@ from ._types import (
     Session,
     SessionEvent,
 )
-from ._url import open_store
+from ._url import check_url, open_store
 from .sqlite._store import SQLiteStore
 from .sqlite._turn import CommitHook, SQLiteTurn
 
 __all__ = [
+    "CountMismatch",
+    "TableAccess",
+    "TargetNotEmpty",
+    "copy_store",
     "ATTACHMENT_SOURCES",
     "ATTACHMENT_STATES",
     "Attachment",
@@ -105,6 +110,7 @@ __all__ = [
     "Turn",
     "TurnActive",
     "make_session_id",
+    "check_url",
     "open_store",
     "validate_session_id",
 ]

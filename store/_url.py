@@ -29,7 +29,7 @@ def is_postgres(url: str) -> bool:
 
 
 def sqlite_path(url: str) -> str:
-    """The file path of a ``sqlite:///`` url (relative to the working directory), or ``:memory:``."""
+    """The file path of a ``sqlite:///`` url (relative to the working directory) or :memory:."""
     scheme = scheme_of(url)
     if not url.startswith(_SQLITE):
         if scheme == "sqlite":

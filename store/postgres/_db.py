@@ -56,16 +56,24 @@ class Database:
         self.listeners: list[EventListener] = []
 
     @classmethod
-    async def open(cls, url: str, *, min_size: int, max_size: int, timeout: float) -> Database:
+    async def open(
+        cls, url: str, *, min_size: int, max_size: int, connect_timeout: float
+    ) -> Database:
         """Connect, refuse a too-new schema and apply the migrations."""
         try:
             pool = await asyncpg.create_pool(
-                url, min_size=min_size, max_size=max_size, timeout=timeout, command_timeout=60
+                url,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=connect_timeout,
+                command_timeout=60,
             )
         except CONNECTION_ERRORS as exc:
             raise _unavailable(exc) from None
         except asyncpg.PostgresError as exc:  # e.g. an unknown database or a refused login
-            raise StoreError(f"PostgreSQL refused the connection: {exc.sqlstate} {type(exc).__name__}") from None
+            raise StoreError(
+                f"PostgreSQL refused the connection: {exc.sqlstate} {type(exc).__name__}"
+            ) from None
         try:
             async with pool.acquire() as conn:
                 await migrate(conn)
@@ -87,9 +95,11 @@ class Database:
         """``fn`` in a read-only transaction with one snapshot."""
         self._check_open()
         try:
-            async with self._pool.acquire() as conn:
-                async with conn.transaction(isolation="repeatable_read", readonly=True):
-                    return await fn(conn)
+            async with (
+                self._pool.acquire() as conn,
+                conn.transaction(isolation="repeatable_read", readonly=True),
+            ):
+                return await fn(conn)
         except CONNECTION_ERRORS as exc:
             raise _unavailable(exc) from None
 
@@ -103,10 +113,9 @@ class Database:
         self._check_open()
         for attempt in range(1, RETRIES + 1):
             try:
-                async with self._pool.acquire() as conn:
-                    async with conn.transaction():
-                        result = await fn(conn)
-                        touched = await conn.fetchval(TOUCHED)
+                async with self._pool.acquire() as conn, conn.transaction():
+                    result = await fn(conn)
+                    touched = await conn.fetchval(TOUCHED)
                 break
             except CONNECTION_ERRORS as exc:
                 raise _unavailable(exc) from None
@@ -129,4 +138,3 @@ class Database:
         if not self._closed:
             self._closed = True
             await self._pool.close()
-

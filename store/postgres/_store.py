@@ -13,6 +13,7 @@ from ._attachments import AttachmentMethods
 from ._db import Database
 from ._pipeline import PipelineMethods
 from ._sessions import SessionMethods
+from ._tables import TableMethods
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ def _check_ttl(hours: float) -> float:
     return float(hours) * 3600.0
 
 
-class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods):
+class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMethods):
     """Sessions, history, the dedup guard and the pipeline in one PostgreSQL database.
 
     ``url`` is a libpq-style ``postgresql://`` URL; it is never logged or put in an error.
@@ -71,7 +72,7 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods):
                 self._url,
                 min_size=min(2, self._pool_size),
                 max_size=self._pool_size,
-                timeout=CONNECT_TIMEOUT,
+                connect_timeout=CONNECT_TIMEOUT,
             )
 
     async def __aenter__(self) -> Self:

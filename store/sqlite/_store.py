@@ -21,6 +21,7 @@ from . import _sql_sessions as sql
 from ._attachments import AttachmentMethods
 from ._conn import Connection, EventListener
 from ._pipeline import PipelineMethods
+from ._tables import TableMethods
 from ._turn import SQLiteTurn, TurnScope
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ def _filters(channel: str | None, status: str | None, agent: str | None) -> sql.
     return {column: value for column, value in pairs.items() if value is not None}
 
 
-class SQLiteStore(PipelineMethods, AttachmentMethods):
+class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
     """Sessions, history, the dedup guard and the pipeline in one SQLite file (or ``:memory:``)."""
 
     def __init__(

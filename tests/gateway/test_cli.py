@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway._summary import mask_url
 from gateway.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,3 +183,17 @@ def test_telegram_set_webhook_names_an_unknown_bot(
     )
     assert code == 1
     assert "no bot named 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [
+        ("postgresql://gw:pa#ss@db:5432/gw", "pa#ss"),
+        ("postgresql://gw:a/b?c@db/gw", "a/b?c"),
+        ("postgresql://gw@db/gw?password=hunter2&sslmode=require", "hunter2"),
+    ],
+)
+def test_mask_url_hides_passwords_wherever_they_sit(url: str, secret: str) -> None:
+    masked = mask_url(url)
+    assert secret not in masked
+    assert masked.startswith("postgresql://gw")

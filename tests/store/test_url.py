@@ -1,4 +1,4 @@
-"""open_store(url): sqlite urls, relative and absolute, memory; other schemes refused."""
+"""open_store(url): sqlite urls, relative and absolute, memory; postgresql urls; others refused."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from store import SQLiteStore, open_store
+from store import SQLiteStore, check_url, open_store
 from store._url import sqlite_path
+from store.postgres import PostgresStore
+from tests.pg import fresh_schema
 
 
 async def test_open_store_relative_path_creates_parent_dirs(
@@ -49,9 +51,31 @@ def test_sqlite_path_forms() -> None:
 
 async def test_open_store_refuses_other_schemes_without_leaking_secrets() -> None:
     with pytest.raises(ValueError) as caught:
-        await open_store("postgresql://gw:s3cret-pw@db.example/gateway")
-    message = "unsupported store url scheme 'postgresql'; supported: sqlite:///path.db"
+        await open_store("mysql://gw:s3cret-pw@db.example/gateway")
+    message = (
+        "unsupported store url scheme 'mysql';"
+        " supported: sqlite:///path.db or postgresql://user@host:port/database"
+    )
     assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+async def test_open_store_opens_postgresql_urls(scheme: str) -> None:
+    async with fresh_schema() as url:
+        store = await open_store(url.replace("postgresql", scheme, 1), pool_size=2)
+        try:
+            assert isinstance(store, PostgresStore)
+            assert await store.claim(["k"]) == {"k"}
+            assert await store.claim(["k"]) == set()
+        finally:
+            await store.aclose()
+
+
+def test_check_url_accepts_both_backends_and_refuses_the_rest() -> None:
+    assert check_url("postgresql://gw@db:5432/gw") == "postgresql://gw@db:5432/gw"
+    assert check_url("sqlite:///data/gw.db") == "sqlite:///data/gw.db"
+    with pytest.raises(ValueError, match="unsupported store url scheme 'postgresql+asyncpg'"):
+        check_url("postgresql+asyncpg://gw:pw@db/gw")
 
 
 @pytest.mark.parametrize(
