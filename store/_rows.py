@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from ._types import Attachment, Message, Role, Session, SessionEvent, SessionStatus
 
@@ -19,7 +19,11 @@ ATTACHMENT_COLUMNS = (
     " media_ref"
 )
 
-Row = tuple[Any, ...]
+
+class Row(Protocol):
+    """A row as either driver returns it: a sqlite3 tuple or an asyncpg Record, read by index."""
+
+    def __getitem__(self, index: int, /) -> Any: ...
 
 
 def to_datetime(seconds: float) -> datetime:

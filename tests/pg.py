@@ -6,10 +6,11 @@ PostgreSQL cases are skipped, with the reason shown.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import asyncpg
 import pytest
@@ -30,11 +31,15 @@ def with_search_path(url: str, schema: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}search_path={schema}"
 
 
+def new_schema_name() -> str:
+    return f"t_{uuid.uuid4().hex[:16]}"
+
+
 @asynccontextmanager
 async def fresh_schema() -> AsyncIterator[str]:
     """A url whose tables live in a new, empty schema, dropped afterwards."""
     url = server_url()
-    schema = f"t_{uuid.uuid4().hex[:16]}"
+    schema = new_schema_name()
     admin = await asyncpg.connect(url)
     try:
         await admin.execute(f"CREATE SCHEMA {schema}")
@@ -42,3 +47,24 @@ async def fresh_schema() -> AsyncIterator[str]:
     finally:
         await admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         await admin.close()
+
+
+async def _run(url: str, statement: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@contextmanager
+def fresh_schema_sync() -> Iterator[str]:
+    """``fresh_schema`` for a synchronous test, e.g. one of Hypothesis that runs an event loop
+    per example: the schema outlives each loop."""
+    url = server_url()
+    schema = new_schema_name()
+    asyncio.run(_run(url, f"CREATE SCHEMA {schema}"))
+    try:
+        yield with_search_path(url, schema)
+    finally:
+        asyncio.run(_run(url, f"DROP SCHEMA IF EXISTS {schema} CASCADE"))

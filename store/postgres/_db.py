@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import asyncpg
 
@@ -47,6 +47,13 @@ RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
 RETRIES = 5
 
 
+def returned(row: asyncpg.Record | None) -> asyncpg.Record:
+    """The row a ``RETURNING`` statement gave under a lock that made it certain."""
+    if row is None:
+        raise StoreError("a write gave back no row")
+    return row
+
+
 class Database:
     """The store's pool; ``listeners`` hear, after each commit, which sessions got events."""
 
@@ -75,8 +82,8 @@ class Database:
                 f"PostgreSQL refused the connection: {exc.sqlstate} {type(exc).__name__}"
             ) from None
         try:
-            async with pool.acquire() as conn:
-                await migrate(conn)
+            async with pool.acquire() as proxy:
+                await migrate(cast(asyncpg.Connection, proxy))
         except BaseException:
             await pool.close()
             raise
@@ -86,8 +93,8 @@ class Database:
         """``fn(connection)`` outside an explicit transaction (each statement its own)."""
         self._check_open()
         try:
-            async with self._pool.acquire() as conn:
-                return await fn(conn)
+            async with self._pool.acquire() as proxy:
+                return await fn(cast(asyncpg.Connection, proxy))
         except CONNECTION_ERRORS as exc:
             raise _unavailable(exc) from None
 
@@ -96,10 +103,10 @@ class Database:
         self._check_open()
         try:
             async with (
-                self._pool.acquire() as conn,
-                conn.transaction(isolation="repeatable_read", readonly=True),
+                self._pool.acquire() as proxy,
+                proxy.transaction(isolation="repeatable_read", readonly=True),
             ):
-                return await fn(conn)
+                return await fn(cast(asyncpg.Connection, proxy))
         except CONNECTION_ERRORS as exc:
             raise _unavailable(exc) from None
 
@@ -113,9 +120,9 @@ class Database:
         self._check_open()
         for attempt in range(1, RETRIES + 1):
             try:
-                async with self._pool.acquire() as conn, conn.transaction():
-                    result = await fn(conn)
-                    touched = await conn.fetchval(TOUCHED)
+                async with self._pool.acquire() as proxy, proxy.transaction():
+                    result = await fn(cast(asyncpg.Connection, proxy))
+                    touched = await proxy.fetchval(TOUCHED)
                 break
             except CONNECTION_ERRORS as exc:
                 raise _unavailable(exc) from None

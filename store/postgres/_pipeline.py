@@ -1,0 +1,300 @@
+"""The pipeline methods of ``PostgresStore``: ingest, intake, inbox, outbox and quarantine.
+
+Each method checks its arguments before any I/O (ValueError naming the field) and then runs
+exactly one transaction through ``Database.write`` or ``Database.read``, as on SQLite. The
+SQL modules keep their rows safe from other processes writing at the same time (see each).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import asyncpg
+
+from .._checks import (
+    MAX_LIST_LIMIT,
+    check_agent,
+    check_ids,
+    check_int,
+    check_text,
+    check_time,
+    outbox_values,
+)
+from .._ids import validate_session_id
+from .._pipeline_types import (
+    OUTBOX_FAILED_STATES,
+    Delivery,
+    DeliveryIn,
+    InboxItem,
+    IngestResult,
+    OutboxIn,
+    OutboxItem,
+    ParsedDelivery,
+    QuarantineIn,
+    QuarantineItem,
+)
+from . import _sql_inbox as inbox
+from . import _sql_ingest as ingest_sql
+from . import _sql_intake as intake
+from . import _sql_outbox as outbox
+from . import _sql_quarantine as quarantine
+from ._db import Database
+from ._sql_sessions import require_session
+
+
+def _check_item(item: object) -> None:
+    if isinstance(item, QuarantineIn):
+        check_text("QuarantineIn.reason", item.reason)
+    elif isinstance(item, DeliveryIn):
+        if not isinstance(item.keys, tuple) or not item.keys:
+            raise ValueError("DeliveryIn.keys must be a non-empty tuple of dedup keys")
+        for key in item.keys:
+            check_text("DeliveryIn.keys", key)
+    else:
+        raise ValueError(f"ingest takes DeliveryIn and QuarantineIn, got {type(item).__name__}")
+    check_text(f"{type(item).__name__}.channel", item.channel)
+    if item.account is not None:
+        check_text(f"{type(item).__name__}.account", item.account)
+    if not isinstance(item.body, bytes):
+        raise ValueError(f"{type(item).__name__}.body must be bytes")
+
+
+def _check_page(limit: int, offset: int) -> None:
+    check_int("limit", limit, 1, MAX_LIST_LIMIT)
+    check_int("offset", offset, 0)
+
+
+def _check_platform_ids(platform_ids: Sequence[str]) -> list[str]:
+    if isinstance(platform_ids, str | bytes):
+        raise ValueError("platform_ids must be a sequence of ids, not one string")
+    return [check_text("platform_ids", value) for value in platform_ids]
+
+
+class PipelineMethods:
+    """Mixed into ``PostgresStore``, which provides ``_db``, ``_ttl`` and ``_now``."""
+
+    _ttl: float
+
+    @property
+    def _db(self) -> Database:
+        raise NotImplementedError
+
+    def _now(self) -> float:
+        raise NotImplementedError
+
+    # ingest and intake
+
+    async def ingest(self, items: Sequence[DeliveryIn | QuarantineIn]) -> list[IngestResult]:
+        """Claim keys, store new deliveries and quarantine rows in ONE transaction, in order."""
+        for item in items:
+            _check_item(item)
+        if not items:
+            return []
+        now = self._now()
+        run = partial(ingest_sql.ingest, items=items, now=now, cutoff=now - self._ttl)
+        return await self._db.write(run, urgent=True)  # a platform waits for its 200 on it
+
+    async def unparsed_deliveries(self, limit: int = 100) -> list[Delivery]:
+        """Stored deliveries awaiting parse, oldest first."""
+        check_int("limit", limit, 1, MAX_LIST_LIMIT)
+        return await self._db.read(partial(ingest_sql.unparsed, limit=limit))
+
+    async def record_parsed(
+        self, delivery_id: int | None, parsed: ParsedDelivery, *, starting_agent: str
+    ) -> list[str]:
+        """Apply a parsed delivery and delete it in one transaction; sessions with new inbox rows.
+
+        ``delivery_id=None`` (a quarantine replay) applies ``parsed`` and deletes nothing.
+        """
+        if delivery_id is not None:
+            check_int("delivery_id", delivery_id, 1)
+        check_agent(starting_agent)
+        now = self._now()
+        rows = intake.prepare(parsed, starting_agent, now)
+        if delivery_id is None and rows.failure is not None:
+            raise ValueError("parsed.failure needs a delivery_id: the body to quarantine")
+        return await self._db.write(
+            partial(intake.record, delivery_id=delivery_id, rows=rows, now=now)
+        )
+
+    async def record_parsed_many(
+        self, items: Sequence[tuple[int, ParsedDelivery]], *, starting_agent: str
+    ) -> list[str]:
+        """``record_parsed`` for several deliveries in ONE transaction.
+
+        A delivery no longer stored is skipped. Returns the sessions with new inbox rows.
+        """
+        check_agent(starting_agent)
+        now = self._now()
+        prepared = []
+        for delivery_id, parsed in items:
+            check_int("delivery_id", delivery_id, 1)
+            prepared.append((delivery_id, intake.prepare(parsed, starting_agent, now)))
+        if not prepared:
+            return []
+        return await self._db.write(partial(intake.record_many, items=prepared, now=now))
+
+    # inbox
+
+    async def pending_sessions(self) -> list[str]:
+        """Sessions with pending inbox rows, by their oldest pending row."""
+        return await self._db.read(inbox.pending_sessions)
+
+    async def pending_inbox(self, session_id: str, limit: int = 100) -> list[InboxItem]:
+        """A session's pending inbox rows, oldest first ([] for an unknown session)."""
+        validate_session_id(session_id)
+        check_int("limit", limit, 1, MAX_LIST_LIMIT)
+        return await self._db.read(partial(inbox.pending, session_id=session_id, limit=limit))
+
+    async def backlog_count(self) -> int:
+        """Stored deliveries plus pending inbox rows, in one read snapshot."""
+        return await self._db.read(_backlog_count)
+
+    async def fail_inbox(
+        self, ids: Sequence[int], error: str, *, next_attempt_at: float, dead: bool
+    ) -> None:
+        """Record a failed try of pending rows: attempts + 1, error, retry time or dead."""
+        checked = check_ids("ids", ids)
+        check_text("error", error)
+        retry_at = check_time("next_attempt_at", next_attempt_at)
+        if not isinstance(dead, bool):
+            raise ValueError(f"dead must be a bool, got {type(dead).__name__}")
+        run = partial(inbox.fail, ids=checked, error=error, next_attempt_at=retry_at, dead=dead)
+        await self._db.write(partial(run, now=self._now()))
+
+    async def list_dead_inbox(self, limit: int = 50, offset: int = 0) -> list[InboxItem]:
+        """Dead inbox rows, newest first."""
+        _check_page(limit, offset)
+        return await self._db.read(partial(inbox.list_dead, limit=limit, offset=offset))
+
+    # outbox
+
+    async def enqueue_outbox(self, item: OutboxIn) -> OutboxItem:
+        """Insert an outbox row outside a turn (operator replies, apologies)."""
+        values = outbox_values(item)
+        return await self._db.write(partial(outbox.insert, values=values, now=self._now()))
+
+    async def due_outbox(self, now: float, limit: int = 100) -> list[OutboxItem]:
+        """Pending rows with ``next_attempt_at <= now``, in id order.
+
+        A read, not a claim: two senders would both get these rows (see ``_sql_outbox``).
+        """
+        at = check_time("now", now)
+        check_int("limit", limit, 1, MAX_LIST_LIMIT)
+        return await self._db.read(partial(outbox.due, now=at, limit=limit))
+
+    async def outbox_schedule(
+        self, now: float, limit: int = 100
+    ) -> tuple[list[OutboxItem], float | None]:
+        """``due_outbox`` and ``next_outbox_due`` in one read transaction (one snapshot)."""
+        at = check_time("now", now)
+        check_int("limit", limit, 1, MAX_LIST_LIMIT)
+
+        async def run(conn: asyncpg.Connection) -> tuple[list[OutboxItem], float | None]:
+            return await outbox.due(conn, at, limit), await outbox.next_due(conn)
+
+        return await self._db.read(run)
+
+    async def next_outbox_due(self) -> float | None:
+        """The earliest ``next_attempt_at`` of pending rows, or None."""
+        return await self._db.read(outbox.next_due)
+
+    async def outbox_sent(self, outbox_id: int, platform_ids: Sequence[str]) -> None:
+        """Mark a pending row sent with the platform's ids (one UPDATE)."""
+        check_int("outbox_id", outbox_id, 1)
+        ids = _check_platform_ids(platform_ids)
+        run = partial(outbox.sent, outbox_id=outbox_id, platform_ids=ids, now=self._now())
+        await self._db.write(run)
+
+    async def outbox_retry(self, outbox_id: int, *, next_attempt_at: float, error: str) -> None:
+        """Record a retryable failure: attempts + 1, stays pending until ``next_attempt_at``."""
+        check_int("outbox_id", outbox_id, 1)
+        retry_at = check_time("next_attempt_at", next_attempt_at)
+        check_text("error", error)
+        run = partial(outbox.retry, outbox_id=outbox_id, next_attempt_at=retry_at, error=error)
+        await self._db.write(run)
+
+    async def outbox_progress(
+        self, outbox_id: int, *, skip_parts: int, platform_ids: Sequence[str]
+    ) -> None:
+        """A split reply delivered its first ``skip_parts`` parts (``platform_ids``, all so far)."""
+        check_int("outbox_id", outbox_id, 1)
+        check_int("skip_parts", skip_parts, 1)
+        ids = _check_platform_ids(platform_ids)
+        run = partial(outbox.progress, outbox_id=outbox_id, skip_parts=skip_parts, platform_ids=ids)
+        await self._db.write(run)
+
+    async def outbox_redirect(self, outbox_id: int, *, chat_id: str, error: str) -> None:
+        """Send a pending row to ``chat_id`` instead (a migrated chat); attempts + 1."""
+        check_int("outbox_id", outbox_id, 1)
+        check_text("chat_id", chat_id)
+        check_text("error", error)
+        run = partial(outbox.redirect, outbox_id=outbox_id, chat_id=chat_id, error=error)
+        await self._db.write(run)
+
+    async def outbox_failed(self, outbox_id: int, *, error: str, state: str) -> None:
+        """End a pending row as ``failed``, ``dead`` or ``uncertain``; attempts + 1."""
+        check_int("outbox_id", outbox_id, 1)
+        check_text("error", error)
+        if state not in OUTBOX_FAILED_STATES:
+            raise ValueError(f"state must be one of {OUTBOX_FAILED_STATES}, got {state!r}")
+        run = partial(outbox.failed, outbox_id=outbox_id, error=error, state=state, now=self._now())
+        await self._db.write(run)
+
+    async def list_outbox(self, session_id: str) -> list[OutboxItem]:
+        """A session's outbox rows in id order; SessionNotFound for an unknown session."""
+        validate_session_id(session_id)
+
+        async def run(conn: asyncpg.Connection) -> list[OutboxItem]:
+            await require_session(conn, session_id)
+            return await outbox.of_session(conn, session_id)
+
+        return await self._db.read(run)
+
+    async def list_dead_outbox(self, limit: int = 50, offset: int = 0) -> list[OutboxItem]:
+        """Dead outbox rows, newest first."""
+        _check_page(limit, offset)
+        return await self._db.read(partial(outbox.list_dead, limit=limit, offset=offset))
+
+    # quarantine
+
+    async def list_quarantine(self, limit: int = 50, offset: int = 0) -> list[QuarantineItem]:
+        """Quarantined deliveries, newest first."""
+        _check_page(limit, offset)
+        return await self._db.read(partial(quarantine.list_page, limit=limit, offset=offset))
+
+    async def get_quarantine(self, quarantine_id: int) -> QuarantineItem | None:
+        """One quarantined delivery, or None."""
+        check_int("quarantine_id", quarantine_id, 1)
+        return await self._db.read(partial(quarantine.get, quarantine_id=quarantine_id))
+
+    async def mark_replayed(self, quarantine_id: int) -> None:
+        """Record that a quarantined delivery was replayed (sets ``replayed_at``)."""
+        check_int("quarantine_id", quarantine_id, 1)
+        run = partial(quarantine.mark_replayed, quarantine_id=quarantine_id, now=self._now())
+        await self._db.write(run)
+
+    async def purge_finished(self, older_than_seconds: float, chunk_size: int = 1000) -> int:
+        """Delete done inbox rows and sent outbox rows older than the cutoff, in chunks."""
+        age = check_time("older_than_seconds", older_than_seconds)
+        if age < 0:
+            raise ValueError(f"older_than_seconds must not be negative, got {age}")
+        check_int("chunk_size", chunk_size, 1)
+        cutoff = self._now() - age
+        total = 0
+        for chunk in (inbox.purge_done_chunk, outbox.purge_sent_chunk):
+            while True:
+                deleted = await self._db.write(partial(chunk, cutoff=cutoff, chunk_size=chunk_size))
+                total += deleted
+                if deleted < chunk_size:
+                    break
+        return total
+
+
+async def _backlog_count(conn: asyncpg.Connection) -> int:
+    count = await conn.fetchval(
+        "SELECT (SELECT count(*) FROM deliveries)"
+        " + (SELECT count(*) FROM inbox WHERE state = 'pending')"
+    )
+    return int(count)

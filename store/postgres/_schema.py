@@ -196,24 +196,26 @@ async def schema_version(conn: asyncpg.Connection) -> int:
 
 
 async def migrate(conn: asyncpg.Connection) -> None:
-    """Refuse a too-new schema, then apply every migration the database lacks."""
-    found = await schema_version(conn)
-    if found > LATEST:
-        raise SchemaTooNewError(found, LATEST)
-    while found < LATEST:
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
-            found = await schema_version(conn)  # again, under the lock: another process may
-            if found > LATEST:  # have migrated meanwhile
-                raise SchemaTooNewError(found, LATEST)
-            if found == LATEST:
-                return
-            await conn.execute(_VERSION_TABLE)
-            for statement in MIGRATIONS[found]:
-                await conn.execute(statement)
-            await conn.execute(
-                "INSERT INTO gateway_schema (version) VALUES ($1)"
-                " ON CONFLICT (one) DO UPDATE SET version = EXCLUDED.version",
-                found + 1,
-            )
-        found += 1
+    """Refuse a too-new schema, then apply every migration the database lacks.
+
+    The advisory lock is taken before any transaction: a transaction that waited for it would
+    still see the catalog as it was when it began, and create the tables a second time.
+    """
+    await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
+    try:
+        found = await schema_version(conn)
+        if found > LATEST:
+            raise SchemaTooNewError(found, LATEST)
+        while found < LATEST:
+            async with conn.transaction():
+                await conn.execute(_VERSION_TABLE)
+                for statement in MIGRATIONS[found]:
+                    await conn.execute(statement)
+                await conn.execute(
+                    "INSERT INTO gateway_schema (version) VALUES ($1)"
+                    " ON CONFLICT (one) DO UPDATE SET version = EXCLUDED.version",
+                    found + 1,
+                )
+            found += 1
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)

@@ -1,0 +1,279 @@
+"""The session, history, event, turn and dedup methods of ``PostgresStore``.
+
+Each method checks its arguments before any I/O (ValueError naming the field), then runs
+exactly one transaction through ``Database.write`` or ``Database.read``, as on SQLite.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any
+
+import asyncpg
+
+from .._checks import MAX_LIST_LIMIT, check_agent, check_int, check_text, session_values
+from .._errors import SessionExistsError
+from .._ids import validate_session_id
+from .._rows import dump_json
+from .._types import ROLES, SESSION_STATUSES, Message, Role, Session, SessionEvent, SessionStatus
+from . import _sql_dedup as dedup
+from . import _sql_sessions as sql
+from ._db import Database, EventListener
+from ._turn import TurnScope
+
+log = logging.getLogger(__name__)
+
+
+def _filters(channel: str | None, status: str | None, agent: str | None) -> sql.Filters:
+    if status is not None and status not in SESSION_STATUSES:
+        raise ValueError(f"status must be one of {SESSION_STATUSES}, got {status!r}")
+    pairs = {"channel": channel, "status": status, "active_agent": agent}
+    return {column: value for column, value in pairs.items() if value is not None}
+
+
+class SessionMethods:
+    """Mixed into ``PostgresStore``, which provides ``_db``, ``_ttl``, ``_clock``,
+    ``_open_turns`` and ``_now``."""
+
+    _ttl: float
+    _clock: Callable[[], float]
+    _open_turns: set[str]
+
+    @property
+    def _db(self) -> Database:
+        raise NotImplementedError
+
+    def _now(self) -> float:
+        raise NotImplementedError
+
+    # sessions
+
+    async def create_session(
+        self,
+        channel: str,
+        account: str,
+        chat_id: str,
+        active_agent: str,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session:
+        """Create the session of a chat; SessionExistsError if it exists."""
+        values = session_values(channel, account, chat_id, active_agent, metadata)
+        session = await self._db.write(partial(sql.insert_session, values=values, now=self._now()))
+        if session is None:
+            raise SessionExistsError(values["session_id"])
+        return session
+
+    async def get_or_create_session(
+        self, channel: str, account: str, chat_id: str, active_agent: str
+    ) -> Session:
+        """The session of a chat, created first if needed, in one transaction."""
+        values = session_values(channel, account, chat_id, active_agent, None)
+        now = self._now()
+
+        async def run(conn: asyncpg.Connection) -> Session:
+            created = await sql.insert_session(conn, values, now)
+            return created or await sql.require_session(conn, values["session_id"])
+
+        return await self._db.write(run)
+
+    async def get_session(self, session_id: str) -> Session | None:
+        """The session, or None."""
+        validate_session_id(session_id)
+        return await self._db.read(partial(sql.select_session, session_id=session_id))
+
+    async def update_session(
+        self,
+        session_id: str,
+        *,
+        active_agent: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session:
+        """Set the active agent and/or merge metadata keys; SessionNotFound if missing."""
+        validate_session_id(session_id)
+        if active_agent is not None:
+            check_agent(active_agent)
+        if metadata is not None:
+            dump_json(metadata)
+        run = partial(
+            sql.update_session,
+            session_id=session_id,
+            active_agent=active_agent,
+            metadata=metadata,
+            now=self._now(),
+        )
+        return await self._db.write(run)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session, its messages and events; False if there was none."""
+        validate_session_id(session_id)
+        return await self._db.write(partial(sql.delete_session, session_id=session_id))
+
+    async def list_sessions(
+        self,
+        limit: int = 50,
+        offset: int = 0,
+        *,
+        channel: str | None = None,
+        status: SessionStatus | None = None,
+        agent: str | None = None,
+        search: str | None = None,
+    ) -> list[Session]:
+        """A page of sessions, most recently updated first; ``search``: a substring of the chat
+        id or the session id."""
+        check_int("limit", limit, 1, MAX_LIST_LIMIT)
+        check_int("offset", offset, 0)
+        filters = _filters(channel, status, agent)
+        run = partial(sql.list_sessions, filters=filters, limit=limit, offset=offset, search=search)
+        return await self._db.read(run)
+
+    async def count_sessions(
+        self,
+        *,
+        channel: str | None = None,
+        status: SessionStatus | None = None,
+        agent: str | None = None,
+        search: str | None = None,
+    ) -> int:
+        """How many sessions match the filters."""
+        filters = _filters(channel, status, agent)
+        return await self._db.read(partial(sql.count_sessions, filters=filters, search=search))
+
+    async def interrupt_running(self) -> list[str]:
+        """Turn every ``running`` session into ``interrupted``; return their ids.
+
+        Every process's running sessions: call it only when no other process runs turns.
+        """
+        return await self._db.write(partial(sql.interrupt_running, now=self._now()))
+
+    # history
+
+    async def get_branch(self, session_id: str, head_id: int | None = None) -> list[Message]:
+        """The current branch (or the one ending at ``head_id``), oldest first."""
+        validate_session_id(session_id)
+        if head_id is not None:
+            check_int("head_id", head_id, 1)
+        return await self._db.read(partial(sql.branch_of, session_id=session_id, head_id=head_id))
+
+    async def append_message(
+        self,
+        session_id: str,
+        role: Role,
+        text: str | None,
+        *,
+        agent: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> Message:
+        """Append a message after the head and move the head to it."""
+        validate_session_id(session_id)
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        now = self._now()
+        new = {
+            "role": role,
+            "text": text,
+            "agent": agent,
+            "data": dump_json(data or {}),
+            "created_at": now,
+        }
+        run = partial(sql.append_message, session_id=session_id, new=new, now=now)
+        return await self._db.write(run)
+
+    async def set_active_head(self, session_id: str, message_id: int) -> Session:
+        """Move the head to one of the session's messages (rewind); RunActive while running."""
+        validate_session_id(session_id)
+        check_int("message_id", message_id, 1)
+        run = partial(
+            sql.set_active_head, session_id=session_id, message_id=message_id, now=self._now()
+        )
+        return await self._db.write(run)
+
+    async def latest_user_text(self, session_id: str) -> str | None:
+        """The text of the newest user message on the current branch."""
+        validate_session_id(session_id)
+        return await self._db.read(partial(sql.latest_user_text, session_id=session_id))
+
+    async def record_event(
+        self, session_id: str, kind: str, detail: dict[str, Any] | None = None
+    ) -> SessionEvent:
+        """Record a session event outside a turn (e.g. an operator's handoff)."""
+        validate_session_id(session_id)
+        if not isinstance(kind, str) or not kind:
+            raise ValueError("event kind must be a non-empty string")
+        text, now = dump_json(detail or {}), self._now()
+        # insert_event locks the session's row: SessionNotFound if there is none.
+        run = partial(sql.insert_event, session_id=session_id, kind=kind, detail=text, now=now)
+        return await self._db.write(run)
+
+    async def list_events(
+        self, session_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[SessionEvent]:
+        """A session's events with ``seq > after``, oldest first; at most ``limit``."""
+        validate_session_id(session_id)
+        check_int("after", after, 0)
+        if limit is not None:
+            check_int("limit", limit, 1, MAX_LIST_LIMIT)
+        run = partial(sql.list_events, session_id=session_id, after=after, limit=limit or -1)
+        return await self._db.read(run)
+
+    def watch_events(self, listener: EventListener) -> Callable[[], None]:
+        """Call ``listener(session_ids)`` after each commit that logged events of those sessions.
+
+        Only this process's commits are heard; returns the function that stops the calls.
+        """
+        listeners = self._db.listeners
+        listeners.append(listener)
+        return lambda: listeners.remove(listener) if listener in listeners else None
+
+    async def set_agent(self, session_id: str, agent: str, *, reason: str) -> Session:
+        """Hand the session to ``agent`` (an ``agent_changed`` event); RunActive while running."""
+        validate_session_id(session_id)
+        check_agent(agent)
+        check_text("reason", reason)
+        run = partial(
+            sql.set_agent, session_id=session_id, agent=agent, reason=reason, now=self._now()
+        )
+        return await self._db.write(run)
+
+    # turns
+
+    def turn(self, session_id: str, *, recent_turns: int | None = None) -> TurnScope:
+        """``async with store.turn(id) as turn``: buffered writes, one commit at the end.
+
+        With ``recent_turns``, ``turn.history`` holds only what ``prune_to_turns`` can keep of
+        the branch: its last ``recent_turns`` whole turns and every system message.
+        """
+        validate_session_id(session_id)
+        if recent_turns is not None:
+            check_int("recent_turns", recent_turns, 1)
+        return TurnScope(self._db, self._open_turns, session_id, self._clock, recent_turns)
+
+    # dedup guard
+
+    async def claim(self, keys: Iterable[str]) -> set[str]:
+        """Return the keys seen for the first time (or whose earlier claim expired)."""
+        if isinstance(keys, str | bytes):
+            raise ValueError("claim() takes an iterable of keys, not one string")
+        distinct = list(dict.fromkeys(keys))
+        for key in distinct:
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"dedup keys must be non-empty strings, got {key!r}")
+        if not distinct:
+            return set()
+        now = self._now()
+        run = partial(dedup.claim, keys=distinct, now=now, cutoff=now - self._ttl)
+        return await self._db.write(run)
+
+    async def purge(self, chunk_size: int = 1000) -> int:
+        """Delete expired dedup rows, each chunk its own short transaction; return the count."""
+        check_int("chunk_size", chunk_size, 1)
+        cutoff = self._now() - self._ttl
+        total = 0
+        while True:
+            run = partial(dedup.purge_chunk, cutoff=cutoff, chunk_size=chunk_size)
+            deleted = await self._db.write(run)
+            log.debug("purged %d expired dedup rows in one transaction", deleted)
+            total += deleted
+            if deleted < chunk_size:
+                return total

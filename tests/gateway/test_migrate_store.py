@@ -4,6 +4,7 @@ bad urls are refused with a message and no traceback."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from pathlib import Path
 
@@ -38,7 +39,7 @@ async def populate(store: Store) -> None:
         turn.add_outbox(OutboxIn(SID, "whatsapp", "1555", "u1", {"text": "it is paid"}))
     await store.set_agent(SID, "human", reason="operator")
     await store.get_or_create_session("telegram", "support", "42", "triage")
-    [stored] = await store.ingest(
+    stored, _ = await store.ingest(
         [
             DeliveryIn("whatsapp", None, b'{"entry": []}', ("whatsapp:wamid.1",)),
             QuarantineIn("whatsapp", None, b"not json", "bad body"),
@@ -57,6 +58,11 @@ def run(*argv: str) -> tuple[int, str]:
     return main(list(argv), out=out), out.getvalue()
 
 
+async def run_async(*argv: str) -> tuple[int, str]:
+    """The command from a test's event loop: it runs its own, in a thread."""
+    return await asyncio.to_thread(run, *argv)
+
+
 async def test_sqlite_to_postgresql_and_back_keeps_every_row(tmp_path: Path) -> None:
     source_url = f"sqlite:///{tmp_path / 'old.db'}"
     source = await open_store(source_url)
@@ -67,7 +73,7 @@ async def test_sqlite_to_postgresql_and_back_keeps_every_row(tmp_path: Path) -> 
     assert all(before[name] > 0 for name in ("sessions", "messages", "session_events", "inbox"))
 
     async with fresh_schema() as pg_url:
-        code, out = run("migrate-store", "--from", source_url, "--to", pg_url)
+        code, out = await run_async("migrate-store", "--from", source_url, "--to", pg_url)
         assert code == 0, out
         assert "counts verified" in out
         moved = await open_store(pg_url)
@@ -89,7 +95,7 @@ async def test_sqlite_to_postgresql_and_back_keeps_every_row(tmp_path: Path) -> 
             await moved.aclose()
 
         back_url = f"sqlite:///{tmp_path / 'back.db'}"
-        code, out = run("migrate-store", "--from", pg_url, "--to", back_url)
+        code, out = await run_async("migrate-store", "--from", pg_url, "--to", back_url)
         assert code == 0, out
     back = await open_store(back_url)
     try:
@@ -115,12 +121,14 @@ async def test_a_non_empty_target_is_refused_unless_replaced(tmp_path: Path) -> 
         await target.get_or_create_session("telegram", "support", "only-in-target", "triage")
         untouched = await counts(target)
 
-    code, out = run("migrate-store", "--from", source_url, "--to", target_url)
+    code, out = await run_async("migrate-store", "--from", source_url, "--to", target_url)
     assert code == 1
     async with SQLiteStore(tmp_path / "b.db") as target:
         assert await counts(target) == untouched  # nothing written
 
-    code, out = run("migrate-store", "--from", source_url, "--to", target_url, "--replace")
+    code, out = await run_async(
+        "migrate-store", "--from", source_url, "--to", target_url, "--replace"
+    )
     assert code == 0, out
     async with SQLiteStore(tmp_path / "a.db") as source, SQLiteStore(tmp_path / "b.db") as target:
         assert await counts(target) == await counts(source)

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from store import ParsedDelivery, QuarantineIn, SQLiteStore
+from store import ParsedDelivery, QuarantineIn, Store
 
 from .conftest import FakeClock
 from .pipeline import AGENT, CHANNEL, delivery, inbox_of, message
 
 
-async def test_backlog_count_of_an_empty_store_is_zero(store: SQLiteStore) -> None:
+async def test_backlog_count_of_an_empty_store_is_zero(store: Store) -> None:
     assert await store.backlog_count() == 0
 
 
 async def test_backlog_count_adds_stored_deliveries_and_pending_inbox_rows(
-    store: SQLiteStore, clock: FakeClock
+    store: Store, clock: FakeClock
 ) -> None:
     await store.ingest([delivery("d1"), delivery("d2")])
     assert await store.backlog_count() == 2  # not parsed yet
@@ -28,7 +28,7 @@ async def test_backlog_count_adds_stored_deliveries_and_pending_inbox_rows(
     assert await store.backlog_count() == 2 + 1  # a dead row waits for nobody
 
 
-async def test_backlog_count_leaves_out_quarantine_and_duplicates(store: SQLiteStore) -> None:
+async def test_backlog_count_leaves_out_quarantine_and_duplicates(store: Store) -> None:
     quarantined = QuarantineIn(CHANNEL, None, b"not json", "not JSON")
     await store.ingest([delivery("k1"), delivery("k1"), quarantined])
     assert await store.backlog_count() == 1

@@ -1,4 +1,5 @@
-"""The connection wrapper: whole transactions as one call on aiosqlite's worker thread."""
+"""SQLite backend: the connection wrapper, whole transactions as one call on aiosqlite's worker
+thread (PostgreSQL's pool: test_postgres_schema.py)."""
 
 from __future__ import annotations
 

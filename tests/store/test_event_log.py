@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -16,48 +15,48 @@ from store import (
     OutboxIn,
     ParsedDelivery,
     RunActive,
-    SQLiteStore,
     StatusIn,
+    Store,
 )
 
-from .conftest import raw_rows
+from .conftest import SHARED, Backend, Raw
 from .pipeline import ACCOUNT, AGENT, CHANNEL, inbox_of, message, sid
 
 SID = sid("1")
 
 
-async def kinds(store: SQLiteStore, session_id: str = SID) -> list[str]:
+async def kinds(store: Store, session_id: str = SID) -> list[str]:
     return [event.kind for event in await store.list_events(session_id)]
 
 
-async def test_seq_counts_per_session_without_gaps(file_store: SQLiteStore) -> None:
-    await inbox_of(file_store, message("1", "k1"), message("2", "k2"), message("1", "k3"))
-    await file_store.record_event(SID, "note", {"n": 1})
-    one = await file_store.list_events(SID)
-    two = await file_store.list_events(sid("2"))
+async def test_seq_counts_per_session_without_gaps(store: Store) -> None:
+    await inbox_of(store, message("1", "k1"), message("2", "k2"), message("1", "k3"))
+    await store.record_event(SID, "note", {"n": 1})
+    one = await store.list_events(SID)
+    two = await store.list_events(sid("2"))
     assert [e.seq for e in one] == [1, 2, 3]
     assert [e.kind for e in one] == ["message", "message", "note"]
     assert [e.seq for e in two] == [1]
 
 
-async def test_list_events_after_and_limit(file_store: SQLiteStore) -> None:
-    await file_store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
+async def test_list_events_after_and_limit(store: Store) -> None:
+    await store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
     for n in range(5):
-        await file_store.record_event(SID, "note", {"n": n})
-    after = await file_store.list_events(SID, after=2)
+        await store.record_event(SID, "note", {"n": n})
+    after = await store.list_events(SID, after=2)
     assert [e.seq for e in after] == [3, 4, 5]
-    page = await file_store.list_events(SID, after=1, limit=2)
+    page = await store.list_events(SID, after=1, limit=2)
     assert [e.detail["n"] for e in page] == [1, 2]
-    assert await file_store.list_events(SID, after=5) == []
+    assert await store.list_events(SID, after=5) == []
     with pytest.raises(ValueError, match="after"):
-        await file_store.list_events(SID, after=-1)
+        await store.list_events(SID, after=-1)
 
 
 async def test_inbound_message_event_lists_links_and_new_platform_files(
-    file_store: SQLiteStore, db_path: Path
+    store: Store, raw: Raw
 ) -> None:
-    await file_store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
-    upload = await file_store.create_attachment(
+    await store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
+    upload = await store.create_attachment(
         SID, name="a.pdf", content_type="application/pdf", source="upload", size=3
     )
     fetched = AttachmentIn(
@@ -72,8 +71,8 @@ async def test_inbound_message_event_lists_links_and_new_platform_files(
         attachments=(fetched,),
         links=(upload.id,),
     )
-    await inbox_of(file_store, item)
-    [event] = await file_store.list_events(SID)
+    await inbox_of(store, item)
+    [event] = await store.list_events(SID)
     assert event.detail == {
         "role": "user",
         "text": "see",
@@ -82,92 +81,93 @@ async def test_inbound_message_event_lists_links_and_new_platform_files(
         "sender_name": None,
         "attachments": [upload.id, fetched.id],
     }
-    rows = raw_rows(db_path, "SELECT id, state, message_key FROM attachments ORDER BY source")
+    rows = await raw.rows("SELECT id, state, message_key FROM attachments ORDER BY source")
     assert sorted(rows) == sorted([(upload.id, "ready", "k1"), (fetched.id, "pending", "k1")])
-    [pending] = await file_store.pending_attachments()
+    [pending] = await store.pending_attachments()
     assert pending.media_ref == {"account": ACCOUNT, "media_id": "m1"}
 
 
-async def test_a_duplicate_message_logs_nothing(file_store: SQLiteStore) -> None:
-    await inbox_of(file_store, message("1", "k1"))
-    delivery = await file_store.ingest([])
+async def test_a_duplicate_message_logs_nothing(store: Store) -> None:
+    await inbox_of(store, message("1", "k1"))
+    delivery = await store.ingest([])
     assert delivery == []
     again = ParsedDelivery(inbox=(message("1", "k1"),))
-    await file_store.record_parsed(None, again, starting_agent=AGENT)
-    assert await kinds(file_store) == ["message"]
+    await store.record_parsed(None, again, starting_agent=AGENT)
+    assert await kinds(store) == ["message"]
 
 
 async def test_delivery_status_is_logged_in_the_session_of_the_reply(
-    file_store: SQLiteStore,
+    store: Store,
 ) -> None:
-    await file_store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
-    row = await file_store.enqueue_outbox(OutboxIn(SID, CHANNEL, ACCOUNT, "1", {"text": "x"}))
-    await file_store.outbox_sent(row.id, ["wamid.out"])
+    await store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
+    row = await store.enqueue_outbox(OutboxIn(SID, CHANNEL, ACCOUNT, "1", {"text": "x"}))
+    await store.outbox_sent(row.id, ["wamid.out"])
     statuses = (
         StatusIn(CHANNEL, ACCOUNT, "wamid.out", "delivered", None),
         StatusIn(CHANNEL, ACCOUNT, "wamid.unknown", "read", None),
     )
-    await file_store.record_parsed(None, ParsedDelivery(statuses=statuses), starting_agent=AGENT)
-    events = await file_store.list_events(SID)
+    await store.record_parsed(None, ParsedDelivery(statuses=statuses), starting_agent=AGENT)
+    events = await store.list_events(SID)
     assert [(e.kind, e.detail) for e in events] == [
         ("status", {"outbox_id": row.id, "state": "sent"}),  # logged by outbox_sent itself
         ("status", {"outbox_id": row.id, "state": "delivered"}),
     ]
 
 
-async def test_answers_name_their_outbox_row_when_each_has_one(file_store: SQLiteStore) -> None:
-    await file_store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
-    async with file_store.turn(SID) as turn:
+async def test_answers_name_their_outbox_row_when_each_has_one(store: Store) -> None:
+    await store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
+    async with store.turn(SID) as turn:
         for text in ("one", "two"):
             turn.append(NewMessage("assistant", text, agent=AGENT))
             turn.add_outbox(OutboxIn(SID, CHANNEL, ACCOUNT, "1", {"text": text}))
     rows = [row.id for row in turn.committed_outbox]
-    shown = [e.detail for e in await file_store.list_events(SID) if e.kind == "message"]
+    shown = [e.detail for e in await store.list_events(SID) if e.kind == "message"]
     assert [(d["text"], d["outbox_id"]) for d in shown] == list(
         zip(["one", "two"], rows, strict=True)
     )
 
 
-async def test_turn_logs_start_answers_and_finish(file_store: SQLiteStore) -> None:
-    await file_store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
-    async with file_store.turn(SID) as turn:
+async def test_turn_logs_start_answers_and_finish(store: Store) -> None:
+    await store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
+    async with store.turn(SID) as turn:
         turn.append(NewMessage("user", "hi"))
         turn.append(NewMessage("assistant", None, data={"tool_calls": []}))
         turn.append(NewMessage("tool", "result"))
         turn.append(NewMessage("assistant", "hello", agent=AGENT, data={"buttons": ["ok"]}))
         turn.append(NewMessage("assistant", "from a person", agent="operator"))
-    events = await file_store.list_events(SID)
+    events = await store.list_events(SID)
     assert [e.kind for e in events] == ["turn_started", "message", "message", "turn_finished"]
     assert events[1].detail["buttons"] == ["ok"]
     assert events[2].detail["role"] == "operator"
     assert events[3].detail == {"replies": 2}
 
 
-async def test_discarded_turn_commits_what_follows_as_cancelled(file_store: SQLiteStore) -> None:
-    await file_store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
-    async with file_store.turn(SID) as turn:
+async def test_discarded_turn_commits_what_follows_as_cancelled(store: Store) -> None:
+    await store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
+    async with store.turn(SID) as turn:
         turn.append(NewMessage("assistant", "never", agent=AGENT))
         turn.set_active_agent("billing")
         turn.record_event("agent_changed", {"to": "billing"})
         turn.discard()
         turn.append(NewMessage("user", "kept", data={"cancelled": True}))
-    session = await file_store.get_session(SID)
+    session = await store.get_session(SID)
     assert session is not None
     assert session.active_agent == AGENT
-    assert [m.text for m in await file_store.get_branch(SID)] == ["kept"]
-    events = await file_store.list_events(SID)
+    assert [m.text for m in await store.get_branch(SID)] == ["kept"]
+    events = await store.list_events(SID)
     assert [(e.kind, e.detail) for e in events] == [
         ("turn_started", {}),
         ("turn_cancelled", {"reason": "cancelled"}),
     ]
 
 
-async def test_interrupted_turns_are_logged_as_cancelled(db_path: Path) -> None:
-    async with SQLiteStore(db_path) as store:
+@SHARED
+async def test_interrupted_turns_are_logged_as_cancelled(backend: Backend) -> None:
+    async with backend.store() as store:
         await store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
         scope = store.turn(SID)
         await scope.__aenter__()  # a process that dies here leaves the session running
-    async with SQLiteStore(db_path) as store:
+    async with backend.store() as store:
         assert await store.interrupt_running() == [SID]
         events = await store.list_events(SID)
     assert [(e.kind, e.detail) for e in events] == [
@@ -177,56 +177,57 @@ async def test_interrupted_turns_are_logged_as_cancelled(db_path: Path) -> None:
 
 
 async def test_set_agent_and_rewind_are_logged_in_their_transaction(
-    file_store: SQLiteStore,
+    store: Store,
 ) -> None:
-    await file_store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
-    first = await file_store.append_message(SID, "user", "a")
-    await file_store.append_message(SID, "user", "b")
-    await file_store.set_agent(SID, "human", reason="operator")
-    await file_store.set_agent(SID, "human", reason="operator")  # no change: no event
-    await file_store.set_active_head(SID, first.id)
-    events = await file_store.list_events(SID)
+    await store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
+    first = await store.append_message(SID, "user", "a")
+    await store.append_message(SID, "user", "b")
+    await store.set_agent(SID, "human", reason="operator")
+    await store.set_agent(SID, "human", reason="operator")  # no change: no event
+    await store.set_active_head(SID, first.id)
+    events = await store.list_events(SID)
     assert [(e.kind, e.detail) for e in events] == [
         ("agent_changed", {"from": AGENT, "to": "human", "reason": "operator"}),
         ("head_moved", {"message_id": first.id}),
     ]
-    async with file_store.turn(SID):
+    async with store.turn(SID):
         with pytest.raises(RunActive):
-            await file_store.set_agent(SID, AGENT, reason="operator")
+            await store.set_agent(SID, AGENT, reason="operator")
 
 
-async def test_watchers_hear_sessions_after_commit_only(file_store: SQLiteStore) -> None:
+async def test_watchers_hear_sessions_after_commit_only(store: Store) -> None:
     heard: list[frozenset[str]] = []
-    stop = file_store.watch_events(heard.append)
-    await inbox_of(file_store, message("1", "k1"), message("2", "k2"))
+    stop = store.watch_events(heard.append)
+    await inbox_of(store, message("1", "k1"), message("2", "k2"))
     assert heard == [frozenset({SID, sid("2")})]
 
     class Boom(Exception):
         pass
 
     with pytest.raises(Boom):
-        async with file_store.turn(SID):
+        async with store.turn(SID):
             raise Boom
     # The rollback's own transaction logged turn_cancelled; the turn start was heard too.
     assert heard[1:] == [frozenset({SID}), frozenset({SID})]
     stop()
-    await file_store.record_event(SID, "note")
+    await store.record_event(SID, "note")
     assert len(heard) == 3
 
 
-async def test_events_go_with_their_session(file_store: SQLiteStore, db_path: Path) -> None:
-    await inbox_of(file_store, message("1", "k1"))
-    await file_store.create_attachment(SID, name="x", content_type="text/plain", source="upload")
-    assert await file_store.delete_session(SID)
-    assert raw_rows(db_path, "SELECT count(*) FROM session_events") == [(0,)]
-    assert raw_rows(db_path, "SELECT count(*) FROM attachments") == [(0,)]
+async def test_events_go_with_their_session(store: Store, raw: Raw) -> None:
+    await inbox_of(store, message("1", "k1"))
+    await store.create_attachment(SID, name="x", content_type="text/plain", source="upload")
+    assert await store.delete_session(SID)
+    assert await raw.count("session_events") == 0
+    assert await raw.count("attachments") == 0
     # A session created again under the same id starts its log at 1.
-    await inbox_of(file_store, message("1", "k2"))
-    assert [e.seq for e in await file_store.list_events(SID)] == [1]
+    await inbox_of(store, message("1", "k2"))
+    assert [e.seq for e in await store.list_events(SID)] == [1]
 
 
-async def test_concurrent_writers_on_one_file_never_share_a_seq(db_path: Path) -> None:
-    async with SQLiteStore(db_path) as first, SQLiteStore(db_path) as second:
+@SHARED
+async def test_concurrent_writers_on_one_database_never_share_a_seq(backend: Backend) -> None:
+    async with backend.store() as first, backend.store() as second:
         await first.create_session(CHANNEL, ACCOUNT, "1", AGENT)
         await asyncio.gather(
             *(
@@ -237,3 +238,15 @@ async def test_concurrent_writers_on_one_file_never_share_a_seq(db_path: Path) -
         )
         seqs = [e.seq for e in await first.list_events(SID)]
     assert seqs == list(range(1, 41))
+
+
+async def test_concurrent_writes_of_one_store_never_share_a_seq(store: Store) -> None:
+    await store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
+    first = await store.append_message(SID, "user", "a")
+    await asyncio.gather(
+        *(store.record_event(SID, "note", {"n": n}) for n in range(30)),
+        *(store.set_active_head(SID, first.id) for _ in range(5)),
+    )
+    events = await store.list_events(SID)
+    assert [e.seq for e in events] == list(range(1, 36))
+    assert sorted(e.detail["n"] for e in events if e.kind == "note") == list(range(30))

@@ -1,5 +1,5 @@
-"""Group commit inside the store: writes that arrive together share one transaction, each stays
-atomic on its own, and a SIGKILL never leaves half of a write behind."""
+"""SQLite backend: group commit inside the store. Writes that arrive together share one
+transaction, each stays atomic on its own, and a SIGKILL never leaves half of a write behind."""
 
 from __future__ import annotations
 

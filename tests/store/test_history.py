@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from store import MessageNotFound, RunActive, SessionNotFound, SQLiteStore
+from store import MessageNotFound, RunActive, SessionNotFound, Store
 
 from .conftest import FakeClock
 
@@ -12,12 +12,12 @@ SID = "telegram-support-1"
 
 
 @pytest.fixture
-async def session_store(store: SQLiteStore) -> SQLiteStore:
+async def session_store(store: Store) -> Store:
     await store.create_session("telegram", "support", "1", "triage")
     return store
 
 
-async def test_append_message_chains_after_head_and_moves_it(session_store: SQLiteStore) -> None:
+async def test_append_message_chains_after_head_and_moves_it(session_store: Store) -> None:
     first = await session_store.append_message(SID, "user", "hi")
     second = await session_store.append_message(
         SID, "assistant", None, agent="triage", data={"tool_calls": [{"id": "c1"}]}
@@ -29,9 +29,7 @@ async def test_append_message_chains_after_head_and_moves_it(session_store: SQLi
     assert (await session_store.get_session(SID)).head_id == second.id  # type: ignore[union-attr]
 
 
-async def test_append_message_bumps_updated_at(
-    session_store: SQLiteStore, clock: FakeClock
-) -> None:
+async def test_append_message_bumps_updated_at(session_store: Store, clock: FakeClock) -> None:
     clock.advance(5)
     message = await session_store.append_message(SID, "user", "hi")
     session = await session_store.get_session(SID)
@@ -39,33 +37,33 @@ async def test_append_message_bumps_updated_at(
     assert session.updated_at == message.created_at
 
 
-async def test_append_message_rejects_unknown_role(session_store: SQLiteStore) -> None:
+async def test_append_message_rejects_unknown_role(session_store: Store) -> None:
     with pytest.raises(ValueError, match="role"):
         await session_store.append_message(SID, "robot", "hi")  # type: ignore[arg-type]
 
 
-async def test_append_message_raises_for_missing_session(store: SQLiteStore) -> None:
+async def test_append_message_raises_for_missing_session(store: Store) -> None:
     with pytest.raises(SessionNotFound):
         await store.append_message(SID, "user", "hi")
 
 
-async def test_get_branch_returns_root_to_head_oldest_first(session_store: SQLiteStore) -> None:
+async def test_get_branch_returns_root_to_head_oldest_first(session_store: Store) -> None:
     texts = ["a", "b", "c"]
     for text in texts:
         await session_store.append_message(SID, "user", text)
     assert [m.text for m in await session_store.get_branch(SID)] == texts
 
 
-async def test_get_branch_is_empty_for_new_session(session_store: SQLiteStore) -> None:
+async def test_get_branch_is_empty_for_new_session(session_store: Store) -> None:
     assert await session_store.get_branch(SID) == []
 
 
-async def test_get_branch_raises_for_missing_session(store: SQLiteStore) -> None:
+async def test_get_branch_raises_for_missing_session(store: Store) -> None:
     with pytest.raises(SessionNotFound):
         await store.get_branch(SID)
 
 
-async def _fork(store: SQLiteStore) -> tuple[int, int, int]:
+async def _fork(store: Store) -> tuple[int, int, int]:
     """a -> b, then rewind to a and append c: two branches a-b and a-c."""
     a = await store.append_message(SID, "user", "a")
     b = await store.append_message(SID, "assistant", "b")
@@ -75,7 +73,7 @@ async def _fork(store: SQLiteStore) -> tuple[int, int, int]:
 
 
 async def test_set_active_head_rewinds_and_appends_form_a_new_branch(
-    session_store: SQLiteStore,
+    session_store: Store,
 ) -> None:
     a, b, c = await _fork(session_store)
     assert [m.id for m in await session_store.get_branch(SID)] == [a, c]
@@ -85,7 +83,7 @@ async def test_set_active_head_rewinds_and_appends_form_a_new_branch(
     assert [m.text for m in await session_store.get_branch(SID)] == ["a", "b"]
 
 
-async def test_set_active_head_refuses_other_sessions_message(session_store: SQLiteStore) -> None:
+async def test_set_active_head_refuses_other_sessions_message(session_store: Store) -> None:
     other = await session_store.create_session("telegram", "support", "2", "triage")
     foreign = await session_store.append_message(other.session_id, "user", "x")
     mine = await session_store.append_message(SID, "user", "y")
@@ -95,12 +93,12 @@ async def test_set_active_head_refuses_other_sessions_message(session_store: SQL
     assert (await session_store.get_session(SID)).head_id == mine.id  # type: ignore[union-attr]
 
 
-async def test_set_active_head_refuses_unknown_message(session_store: SQLiteStore) -> None:
+async def test_set_active_head_refuses_unknown_message(session_store: Store) -> None:
     with pytest.raises(MessageNotFound):
         await session_store.set_active_head(SID, 999)
 
 
-async def test_set_active_head_refuses_while_running(session_store: SQLiteStore) -> None:
+async def test_set_active_head_refuses_while_running(session_store: Store) -> None:
     a = await session_store.append_message(SID, "user", "a")
     await session_store.append_message(SID, "assistant", "b")
     async with session_store.turn(SID):
@@ -110,14 +108,14 @@ async def test_set_active_head_refuses_while_running(session_store: SQLiteStore)
     assert [m.text for m in await session_store.get_branch(SID)] == ["a", "b"]
 
 
-async def test_get_branch_refuses_head_of_another_session(session_store: SQLiteStore) -> None:
+async def test_get_branch_refuses_head_of_another_session(session_store: Store) -> None:
     other = await session_store.create_session("telegram", "support", "2", "triage")
     foreign = await session_store.append_message(other.session_id, "user", "x")
     with pytest.raises(MessageNotFound):
         await session_store.get_branch(SID, head_id=foreign.id)
 
 
-async def test_latest_user_text_follows_current_branch(session_store: SQLiteStore) -> None:
+async def test_latest_user_text_follows_current_branch(session_store: Store) -> None:
     assert await session_store.latest_user_text(SID) is None
     first = await session_store.append_message(SID, "user", "first")
     await session_store.append_message(SID, "assistant", "reply")
@@ -129,13 +127,13 @@ async def test_latest_user_text_follows_current_branch(session_store: SQLiteStor
     assert await session_store.latest_user_text(SID) == "first"
 
 
-async def test_latest_user_text_none_without_user_messages(session_store: SQLiteStore) -> None:
+async def test_latest_user_text_none_without_user_messages(session_store: Store) -> None:
     await session_store.append_message(SID, "system", "be nice")
     assert await session_store.latest_user_text(SID) is None
 
 
 async def test_record_event_and_list_events_oldest_first(
-    session_store: SQLiteStore, clock: FakeClock
+    session_store: Store, clock: FakeClock
 ) -> None:
     await session_store.record_event(SID, "handoff", {"to": "human"})
     clock.advance(1)
@@ -148,7 +146,7 @@ async def test_record_event_and_list_events_oldest_first(
     assert events[0].created_at < events[1].created_at
 
 
-async def test_record_event_raises_for_missing_session(store: SQLiteStore) -> None:
+async def test_record_event_raises_for_missing_session(store: Store) -> None:
     with pytest.raises(SessionNotFound):
         await store.record_event(SID, "note")
     with pytest.raises(SessionNotFound):

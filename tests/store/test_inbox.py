@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from store import (
@@ -11,11 +9,11 @@ from store import (
     InboxNotPending,
     NewMessage,
     OutboxIn,
-    SQLiteStore,
+    Store,
 )
 
-from .conftest import FakeClock, raw_rows
-from .pipeline import ACCOUNT, CHANNEL, PIPELINE_TABLES, inbox_of, message, sid, table_dump
+from .conftest import FakeClock, Raw
+from .pipeline import ACCOUNT, CHANNEL, PIPELINE_TABLES, inbox_of, message, sid
 
 
 class Boom(Exception):
@@ -26,11 +24,11 @@ def reply(chat_id: str, text: str = "hello") -> OutboxIn:
     return OutboxIn(sid(chat_id), CHANNEL, ACCOUNT, chat_id, {"text": text})
 
 
-def inbox_states(path: Path) -> dict[int, str]:
-    return dict(raw_rows(path, "SELECT id, state FROM inbox"))
+async def inbox_states(raw: Raw) -> dict[int, str]:
+    return dict(await raw.rows("SELECT id, state FROM inbox"))
 
 
-async def test_pending_sessions_ordered_by_oldest_pending_row(store: SQLiteStore) -> None:
+async def test_pending_sessions_ordered_by_oldest_pending_row(store: Store) -> None:
     a1 = await inbox_of(store, message("a", "a1"))
     await inbox_of(store, message("b", "b1"), message("c", "c1"))
     await inbox_of(store, message("a", "a2"))
@@ -40,7 +38,7 @@ async def test_pending_sessions_ordered_by_oldest_pending_row(store: SQLiteStore
     assert await store.pending_sessions() == [sid("b"), sid("c"), sid("a")]
 
 
-async def test_pending_inbox_oldest_first_with_limit(store: SQLiteStore) -> None:
+async def test_pending_inbox_oldest_first_with_limit(store: Store) -> None:
     ids = await inbox_of(store, *(message("a", f"k{i}", f"m{i}") for i in range(5)))
     await inbox_of(store, message("b", "other"))
     rows = await store.pending_inbox(sid("a"))
@@ -49,13 +47,13 @@ async def test_pending_inbox_oldest_first_with_limit(store: SQLiteStore) -> None
     assert [r.id for r in await store.pending_inbox(sid("a"), limit=2)] == ids[:2]
 
 
-async def test_pending_inbox_of_unknown_session_is_empty(store: SQLiteStore) -> None:
+async def test_pending_inbox_of_unknown_session_is_empty(store: Store) -> None:
     assert await store.pending_inbox(sid("nobody")) == []
     assert await store.pending_sessions() == []
 
 
 async def test_fail_inbox_counts_attempts_and_keeps_rows_pending(
-    store: SQLiteStore, clock: FakeClock
+    store: Store, clock: FakeClock
 ) -> None:
     ids = await inbox_of(store, message("a", "k1"), message("a", "k2"))
     await store.fail_inbox(ids, "model timed out", next_attempt_at=clock.now + 2, dead=False)
@@ -76,7 +74,7 @@ async def test_fail_inbox_counts_attempts_and_keeps_rows_pending(
 
 
 async def test_fail_inbox_dead_moves_rows_to_the_dead_letters(
-    store: SQLiteStore, clock: FakeClock
+    store: Store, clock: FakeClock
 ) -> None:
     old = await inbox_of(store, message("a", "k1"))
     new = await inbox_of(store, message("b", "k2"), message("b", "k3"))
@@ -91,19 +89,19 @@ async def test_fail_inbox_dead_moves_rows_to_the_dead_letters(
 
 
 async def test_fail_inbox_refuses_rows_not_pending_and_writes_nothing(
-    file_store: SQLiteStore, db_path: Path, clock: FakeClock
+    store: Store, raw: Raw, clock: FakeClock
 ) -> None:
-    done, pending = await inbox_of(file_store, message("a", "k1"), message("a", "k2"))
-    async with file_store.turn(sid("a")) as turn:
+    done, pending = await inbox_of(store, message("a", "k1"), message("a", "k2"))
+    async with store.turn(sid("a")) as turn:
         turn.complete_inbox([done])
-    before = table_dump(db_path, "inbox")
+    before = await raw.dump("inbox")
     with pytest.raises(InboxNotPending, match=str(done)) as caught:
-        await file_store.fail_inbox([pending, done], "x", next_attempt_at=clock.now, dead=False)
+        await store.fail_inbox([pending, done], "x", next_attempt_at=clock.now, dead=False)
     assert caught.value.ids == (done,)
     with pytest.raises(InboxNotFound, match="999") as missing:
-        await file_store.fail_inbox([pending, 999], "x", next_attempt_at=clock.now, dead=True)
+        await store.fail_inbox([pending, 999], "x", next_attempt_at=clock.now, dead=True)
     assert missing.value.ids == (999,)
-    assert table_dump(db_path, "inbox") == before
+    assert await raw.dump("inbox") == before
 
 
 @pytest.mark.parametrize(
@@ -120,7 +118,7 @@ async def test_fail_inbox_refuses_rows_not_pending_and_writes_nothing(
     ],
 )
 async def test_fail_inbox_rejects_bad_arguments(
-    store: SQLiteStore, kwargs: dict[str, object], field: str
+    store: Store, kwargs: dict[str, object], field: str
 ) -> None:
     ids = await inbox_of(store, message("a", "k1"))
     args: dict[str, object] = {"ids": ids, "error": "e", "next_attempt_at": 1.0, "dead": False}
@@ -130,38 +128,34 @@ async def test_fail_inbox_rejects_bad_arguments(
 
 
 @pytest.mark.parametrize(("limit", "offset"), [(0, 0), (1001, 0), (1, -1)])
-async def test_list_dead_inbox_rejects_bad_page(
-    store: SQLiteStore, limit: int, offset: int
-) -> None:
+async def test_list_dead_inbox_rejects_bad_page(store: Store, limit: int, offset: int) -> None:
     with pytest.raises(ValueError, match="limit|offset"):
         await store.list_dead_inbox(limit, offset)
 
 
 async def test_turn_completes_inbox_and_adds_outbox_with_its_messages(
-    file_store: SQLiteStore, db_path: Path
+    store: Store, raw: Raw
 ) -> None:
-    ids = await inbox_of(file_store, message("a", "k1"), message("a", "k2"))
-    async with file_store.turn(sid("a")) as turn:
+    ids = await inbox_of(store, message("a", "k1"), message("a", "k2"))
+    async with store.turn(sid("a")) as turn:
         turn.append(NewMessage("user", "hi"))
         turn.append(NewMessage("assistant", "hello", agent="triage"))
         turn.complete_inbox(ids)
         turn.add_outbox(reply("a"))
         assert not turn.committed_outbox
-    assert await file_store.pending_inbox(sid("a")) == []
-    assert inbox_states(db_path) == {ids[0]: "done", ids[1]: "done"}
+    assert await store.pending_inbox(sid("a")) == []
+    assert await inbox_states(raw) == {ids[0]: "done", ids[1]: "done"}
     [out] = turn.committed_outbox
-    assert [m.text for m in await file_store.get_branch(sid("a"))] == ["hi", "hello"]
-    assert await file_store.list_outbox(sid("a")) == [out]
+    assert [m.text for m in await store.get_branch(sid("a"))] == ["hi", "hello"]
+    assert await store.list_outbox(sid("a")) == [out]
 
 
-async def test_turn_exception_leaves_inbox_and_outbox_unchanged(
-    file_store: SQLiteStore, db_path: Path
-) -> None:
-    ids = await inbox_of(file_store, message("a", "k1"))
-    before = table_dump(db_path, *PIPELINE_TABLES, "messages", "sessions")
+async def test_turn_exception_leaves_inbox_and_outbox_unchanged(store: Store, raw: Raw) -> None:
+    ids = await inbox_of(store, message("a", "k1"))
+    before = await raw.dump(*PIPELINE_TABLES, "messages", "sessions")
 
     async def failing() -> None:
-        async with file_store.turn(sid("a")) as turn:
+        async with store.turn(sid("a")) as turn:
             turn.append(NewMessage("assistant", "hello"))
             turn.complete_inbox(ids)
             turn.add_outbox(reply("a"))
@@ -169,19 +163,19 @@ async def test_turn_exception_leaves_inbox_and_outbox_unchanged(
 
     with pytest.raises(Boom):
         await failing()
-    assert table_dump(db_path, *PIPELINE_TABLES, "messages", "sessions") == before
+    assert await raw.dump(*PIPELINE_TABLES, "messages", "sessions") == before
 
 
 async def test_turn_completing_a_done_row_fails_the_commit_and_writes_nothing(
-    file_store: SQLiteStore, db_path: Path
+    store: Store, raw: Raw
 ) -> None:
-    done, pending = await inbox_of(file_store, message("a", "k1"), message("a", "k2"))
-    async with file_store.turn(sid("a")) as turn:
+    done, pending = await inbox_of(store, message("a", "k1"), message("a", "k2"))
+    async with store.turn(sid("a")) as turn:
         turn.complete_inbox([done])
-    before = table_dump(db_path, *PIPELINE_TABLES, "messages", "sessions")
+    before = await raw.dump(*PIPELINE_TABLES, "messages", "sessions")
 
     async def again() -> None:
-        async with file_store.turn(sid("a")) as turn:
+        async with store.turn(sid("a")) as turn:
             turn.append(NewMessage("assistant", "twice"))
             turn.complete_inbox([pending, done])
             turn.add_outbox(reply("a"))
@@ -189,31 +183,29 @@ async def test_turn_completing_a_done_row_fails_the_commit_and_writes_nothing(
     with pytest.raises(InboxNotPending, match=str(done)) as caught:
         await again()
     assert caught.value.ids == (done,)
-    assert table_dump(db_path, *PIPELINE_TABLES, "messages", "sessions") == before
+    assert await raw.dump(*PIPELINE_TABLES, "messages", "sessions") == before
 
 
 async def test_turn_completing_another_sessions_row_fails_the_commit(
-    file_store: SQLiteStore, db_path: Path
+    store: Store, raw: Raw
 ) -> None:
-    [other] = await inbox_of(file_store, message("b", "k1"))
-    await inbox_of(file_store, message("a", "k2"))
-    before = table_dump(db_path, *PIPELINE_TABLES, "messages", "sessions")
+    [other] = await inbox_of(store, message("b", "k1"))
+    await inbox_of(store, message("a", "k2"))
+    before = await raw.dump(*PIPELINE_TABLES, "messages", "sessions")
 
     async def wrong() -> None:
-        async with file_store.turn(sid("a")) as turn:
+        async with store.turn(sid("a")) as turn:
             turn.append(NewMessage("assistant", "x"))
             turn.complete_inbox([other])
 
     with pytest.raises(InboxNotFound, match=str(other)):
         await wrong()
-    assert table_dump(db_path, *PIPELINE_TABLES, "messages", "sessions") == before
-    assert (await file_store.get_session(sid("a"))).status == "idle"  # type: ignore[union-attr]
+    assert await raw.dump(*PIPELINE_TABLES, "messages", "sessions") == before
+    assert (await store.get_session(sid("a"))).status == "idle"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("ids", "field"), [([], "ids"), ([0], "ids"), ("1", "ids")])
-async def test_turn_complete_inbox_rejects_bad_ids(
-    store: SQLiteStore, ids: object, field: str
-) -> None:
+async def test_turn_complete_inbox_rejects_bad_ids(store: Store, ids: object, field: str) -> None:
     await inbox_of(store, message("a", "k1"))
     async with store.turn(sid("a")) as turn:
         with pytest.raises(ValueError, match=field):
@@ -221,7 +213,7 @@ async def test_turn_complete_inbox_rejects_bad_ids(
     assert len(await store.pending_inbox(sid("a"))) == 1
 
 
-async def test_turn_complete_inbox_counts_repeated_ids_once(store: SQLiteStore) -> None:
+async def test_turn_complete_inbox_counts_repeated_ids_once(store: Store) -> None:
     [row] = await inbox_of(store, message("a", "k1"))
     async with store.turn(sid("a")) as turn:
         turn.complete_inbox([row, row])
@@ -229,21 +221,21 @@ async def test_turn_complete_inbox_counts_repeated_ids_once(store: SQLiteStore) 
     assert await store.pending_inbox(sid("a")) == []
 
 
-async def test_delete_session_removes_its_inbox(file_store: SQLiteStore, db_path: Path) -> None:
-    await inbox_of(file_store, message("a", "k1"), message("b", "k2"))
-    assert await file_store.delete_session(sid("a"))
-    assert raw_rows(db_path, "SELECT dedup_key FROM inbox") == [("k2",)]
-    assert await file_store.pending_sessions() == [sid("b")]
+async def test_delete_session_removes_its_inbox(store: Store, raw: Raw) -> None:
+    await inbox_of(store, message("a", "k1"), message("b", "k2"))
+    assert await store.delete_session(sid("a"))
+    assert await raw.rows("SELECT dedup_key FROM inbox") == [("k2",)]
+    assert await store.pending_sessions() == [sid("b")]
 
 
 async def test_purge_finished_deletes_old_done_rows_only(
-    file_store: SQLiteStore, db_path: Path, clock: FakeClock
+    store: Store, raw: Raw, clock: FakeClock
 ) -> None:
-    ids = await inbox_of(file_store, *(message("a", f"k{i}") for i in range(5)))
-    async with file_store.turn(sid("a")) as turn:
+    ids = await inbox_of(store, *(message("a", f"k{i}") for i in range(5)))
+    async with store.turn(sid("a")) as turn:
         turn.complete_inbox(ids[:3])
-    await file_store.fail_inbox(ids[3:4], "x", next_attempt_at=clock.now, dead=True)
+    await store.fail_inbox(ids[3:4], "x", next_attempt_at=clock.now, dead=True)
     clock.advance(100)
-    assert await file_store.purge_finished(101) == 0
-    assert await file_store.purge_finished(99, chunk_size=2) == 3
-    assert inbox_states(db_path) == {ids[3]: "dead", ids[4]: "pending"}
+    assert await store.purge_finished(101) == 0
+    assert await store.purge_finished(99, chunk_size=2) == 3
+    assert await inbox_states(raw) == {ids[3]: "dead", ids[4]: "pending"}

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
-
 import pytest
 
 from store import (
@@ -12,33 +9,22 @@ from store import (
     InboxIn,
     MembershipIn,
     ParsedDelivery,
-    SQLiteStore,
     StatusIn,
+    Store,
 )
 
-from .conftest import FakeClock
-from .pipeline import (
-    ACCOUNT,
-    AGENT,
-    CHANNEL,
-    PIPELINE_TABLES,
-    add_trigger,
-    count,
-    delivery,
-    message,
-    sid,
-    table_dump,
-)
+from .conftest import FakeClock, Raw
+from .pipeline import ACCOUNT, AGENT, CHANNEL, PIPELINE_TABLES, delivery, message, sid
 
 
-async def stored(store: SQLiteStore, *keys: str, body: bytes = b"{}") -> int:
+async def stored(store: Store, *keys: str, body: bytes = b"{}") -> int:
     [result] = await store.ingest([delivery(*keys, body=body)])
     assert result.delivery_id is not None
     return result.delivery_id
 
 
 async def test_record_parsed_creates_sessions_with_the_starting_agent(
-    store: SQLiteStore,
+    store: Store,
 ) -> None:
     await store.create_session(CHANNEL, ACCOUNT, "old", "billing")
     delivery_id = await stored(store, "k1", "k2", "k3")
@@ -56,7 +42,7 @@ async def test_record_parsed_creates_sessions_with_the_starting_agent(
     assert old.active_agent == "billing"
 
 
-async def test_record_parsed_keeps_the_original_chat_id(store: SQLiteStore) -> None:
+async def test_record_parsed_keeps_the_original_chat_id(store: Store) -> None:
     delivery_id = await stored(store, "k")
     item = InboxIn(CHANNEL, ACCOUNT, "US.1349", "k", {"text": "hi"})
     assert await store.record_parsed(
@@ -67,7 +53,7 @@ async def test_record_parsed_keeps_the_original_chat_id(store: SQLiteStore) -> N
     assert session.chat_id == "US.1349"
 
 
-async def test_record_parsed_inserts_inbox_rows_once(store: SQLiteStore, clock: FakeClock) -> None:
+async def test_record_parsed_inserts_inbox_rows_once(store: Store, clock: FakeClock) -> None:
     first = await stored(store, "k1")
     parsed = ParsedDelivery(inbox=(message("a", "k1", "hello"),))
     assert await store.record_parsed(first, parsed, starting_agent=AGENT) == [sid("a")]
@@ -86,27 +72,27 @@ async def test_record_parsed_inserts_inbox_rows_once(store: SQLiteStore, clock: 
     assert await store.pending_inbox(sid("a")) == [row]
 
 
-async def test_record_parsed_deletes_the_delivery(file_store: SQLiteStore, db_path: Path) -> None:
-    delivery_id = await stored(file_store, "k1")
-    await file_store.record_parsed(delivery_id, ParsedDelivery(), starting_agent=AGENT)
-    assert count(db_path, "deliveries") == 0
-    assert await file_store.unparsed_deliveries() == []
+async def test_record_parsed_deletes_the_delivery(store: Store, raw: Raw) -> None:
+    delivery_id = await stored(store, "k1")
+    await store.record_parsed(delivery_id, ParsedDelivery(), starting_agent=AGENT)
+    assert await raw.count("deliveries") == 0
+    assert await store.unparsed_deliveries() == []
     with pytest.raises(DeliveryNotFound, match=str(delivery_id)) as caught:
-        await file_store.record_parsed(delivery_id, ParsedDelivery(), starting_agent=AGENT)
+        await store.record_parsed(delivery_id, ParsedDelivery(), starting_agent=AGENT)
     assert caught.value.delivery_id == delivery_id
     assert caught.value.code == "unknown_delivery"
 
 
 async def test_record_parsed_failure_quarantines_the_whole_body(
-    file_store: SQLiteStore, db_path: Path, clock: FakeClock
+    store: Store, raw: Raw, clock: FakeClock
 ) -> None:
     body = b'{"entry": [{"ok": 1}, {"broken": true}]}'
-    delivery_id = await stored(file_store, "k1", body=body)
+    delivery_id = await stored(store, "k1", body=body)
     received = clock.now
     clock.advance(5)
     parsed = ParsedDelivery(inbox=(message("a", "k1"),), failure="entry[1]: unknown type")
-    assert await file_store.record_parsed(delivery_id, parsed, starting_agent=AGENT) == [sid("a")]
-    [item] = await file_store.list_quarantine()
+    assert await store.record_parsed(delivery_id, parsed, starting_agent=AGENT) == [sid("a")]
+    [item] = await store.list_quarantine()
     assert (item.channel, item.account, item.body, item.reason) == (
         CHANNEL,
         None,
@@ -115,11 +101,11 @@ async def test_record_parsed_failure_quarantines_the_whole_body(
     )
     assert item.received_at.timestamp() == received
     assert item.replayed_at is None
-    assert count(db_path, "deliveries") == 0
-    assert len(await file_store.pending_inbox(sid("a"))) == 1
+    assert await raw.count("deliveries") == 0
+    assert len(await store.pending_inbox(sid("a"))) == 1
 
 
-async def test_record_parsed_memberships_set_blocked_in_metadata(store: SQLiteStore) -> None:
+async def test_record_parsed_memberships_set_blocked_in_metadata(store: Store) -> None:
     await store.create_session(CHANNEL, ACCOUNT, "a", "billing", {"lang": "de"})
     first = await stored(store, "k1")
     parsed = ParsedDelivery(
@@ -144,30 +130,30 @@ async def test_record_parsed_memberships_set_blocked_in_metadata(store: SQLiteSt
 
 
 async def test_record_parsed_without_delivery_applies_and_deletes_nothing(
-    file_store: SQLiteStore, db_path: Path
+    store: Store, raw: Raw
 ) -> None:
-    await stored(file_store, "other")
+    await stored(store, "other")
     parsed = ParsedDelivery(inbox=(message("a", "replayed"),))
-    assert await file_store.record_parsed(None, parsed, starting_agent=AGENT) == [sid("a")]
-    assert count(db_path, "deliveries") == 1
+    assert await store.record_parsed(None, parsed, starting_agent=AGENT) == [sid("a")]
+    assert await raw.count("deliveries") == 1
     with pytest.raises(ValueError, match="delivery_id"):
-        await file_store.record_parsed(
+        await store.record_parsed(
             None, ParsedDelivery(failure="still broken"), starting_agent=AGENT
         )
 
 
-async def test_record_parsed_is_one_transaction(file_store: SQLiteStore, db_path: Path) -> None:
-    delivery_id = await stored(file_store, "k1", "k2")
-    add_trigger(db_path, "quarantine")
-    before = table_dump(db_path, *PIPELINE_TABLES, "sessions")
+async def test_record_parsed_is_one_transaction(store: Store, raw: Raw) -> None:
+    delivery_id = await stored(store, "k1", "k2")
+    await raw.fail_inserts("quarantine")
+    before = await raw.dump(*PIPELINE_TABLES, "sessions")
     parsed = ParsedDelivery(
         inbox=(message("a", "k1"),),
         memberships=(MembershipIn(CHANNEL, ACCOUNT, "b", True),),
         failure="part 2 failed",
     )
-    with pytest.raises(sqlite3.IntegrityError, match="injected failure"):
-        await file_store.record_parsed(delivery_id, parsed, starting_agent=AGENT)
-    assert table_dump(db_path, *PIPELINE_TABLES, "sessions") == before
+    with pytest.raises(raw.injected_error, match="injected failure"):
+        await store.record_parsed(delivery_id, parsed, starting_agent=AGENT)
+    assert await raw.dump(*PIPELINE_TABLES, "sessions") == before
 
 
 @pytest.mark.parametrize(
@@ -201,23 +187,23 @@ async def test_record_parsed_is_one_transaction(file_store: SQLiteStore, db_path
     ],
 )
 async def test_record_parsed_rejects_bad_input_and_writes_nothing(
-    file_store: SQLiteStore, db_path: Path, parsed: ParsedDelivery, field: str
+    store: Store, raw: Raw, parsed: ParsedDelivery, field: str
 ) -> None:
-    delivery_id = await stored(file_store, "k")
-    before = table_dump(db_path, *PIPELINE_TABLES, "sessions")
+    delivery_id = await stored(store, "k")
+    before = await raw.dump(*PIPELINE_TABLES, "sessions")
     with pytest.raises(ValueError, match=field):
-        await file_store.record_parsed(delivery_id, parsed, starting_agent=AGENT)
-    assert table_dump(db_path, *PIPELINE_TABLES, "sessions") == before
+        await store.record_parsed(delivery_id, parsed, starting_agent=AGENT)
+    assert await raw.dump(*PIPELINE_TABLES, "sessions") == before
 
 
-async def test_record_parsed_rejects_bad_delivery_id_and_agent(store: SQLiteStore) -> None:
+async def test_record_parsed_rejects_bad_delivery_id_and_agent(store: Store) -> None:
     with pytest.raises(ValueError, match="delivery_id"):
         await store.record_parsed(0, ParsedDelivery(), starting_agent=AGENT)
     with pytest.raises(ValueError, match="agent"):
         await store.record_parsed(None, ParsedDelivery(), starting_agent="")
 
 
-async def test_record_parsed_session_ids_follow_first_appearance(store: SQLiteStore) -> None:
+async def test_record_parsed_session_ids_follow_first_appearance(store: Store) -> None:
     delivery_id = await stored(store, "k")
     items = tuple(message(chat, f"k-{i}") for i, chat in enumerate("cabca"))
     sessions = await store.record_parsed(
@@ -227,7 +213,7 @@ async def test_record_parsed_session_ids_follow_first_appearance(store: SQLiteSt
 
 
 async def test_record_parsed_many_applies_every_delivery_and_skips_one_gone(
-    store: SQLiteStore,
+    store: Store,
 ) -> None:
     first, second = await stored(store, "k1"), await stored(store, "k2")
     items = [
@@ -240,16 +226,14 @@ async def test_record_parsed_many_applies_every_delivery_and_skips_one_gone(
     assert await store.record_parsed_many([], starting_agent=AGENT) == []
 
 
-async def test_record_parsed_many_is_one_transaction(
-    file_store: SQLiteStore, db_path: Path
-) -> None:
-    first, second = await stored(file_store, "k1"), await stored(file_store, "k2")
-    add_trigger(db_path, "quarantine")  # the second delivery's quarantine row fails
-    before = table_dump(db_path, *PIPELINE_TABLES, "sessions")
+async def test_record_parsed_many_is_one_transaction(store: Store, raw: Raw) -> None:
+    first, second = await stored(store, "k1"), await stored(store, "k2")
+    await raw.fail_inserts("quarantine")  # the second delivery's quarantine row fails
+    before = await raw.dump(*PIPELINE_TABLES, "sessions")
     items = [
         (first, ParsedDelivery(inbox=(message("a", "k1"),))),
         (second, ParsedDelivery(failure="part 2 failed")),
     ]
-    with pytest.raises(sqlite3.IntegrityError, match="injected failure"):
-        await file_store.record_parsed_many(items, starting_agent=AGENT)
-    assert table_dump(db_path, *PIPELINE_TABLES, "sessions") == before
+    with pytest.raises(raw.injected_error, match="injected failure"):
+        await store.record_parsed_many(items, starting_agent=AGENT)
+    assert await raw.dump(*PIPELINE_TABLES, "sessions") == before

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from store import (
@@ -16,31 +14,23 @@ from store import (
     SessionNotFound,
     SQLiteStore,
     StatusIn,
+    Store,
 )
 
-from .conftest import FakeClock, raw_rows
-from .pipeline import (
-    ACCOUNT,
-    AGENT,
-    CHANNEL,
-    PIPELINE_TABLES,
-    delivery,
-    sid,
-    statements_of,
-    table_dump,
-)
+from .conftest import FakeClock, Raw
+from .pipeline import ACCOUNT, AGENT, CHANNEL, PIPELINE_TABLES, delivery, sid, statements_of
 
 
 def reply(chat_id: str, text: str = "hello", account: str = ACCOUNT) -> OutboxIn:
     return OutboxIn(sid(chat_id, account), CHANNEL, account, chat_id, {"text": text})
 
 
-async def queued(store: SQLiteStore, chat_id: str = "a", count: int = 1) -> list[OutboxItem]:
+async def queued(store: Store, chat_id: str = "a", count: int = 1) -> list[OutboxItem]:
     await store.get_or_create_session(CHANNEL, ACCOUNT, chat_id, AGENT)
     return [await store.enqueue_outbox(reply(chat_id, f"m{i}")) for i in range(count)]
 
 
-async def statuses(store: SQLiteStore, *items: StatusIn) -> None:
+async def statuses(store: Store, *items: StatusIn) -> None:
     [result] = await store.ingest([delivery(f"status-{id(items)}-{len(items)}")])
     assert result.delivery_id is not None
     parsed = ParsedDelivery(statuses=items)
@@ -51,7 +41,7 @@ def status(platform_id: str, state: str, error: str | None = None) -> StatusIn:
     return StatusIn(CHANNEL, ACCOUNT, platform_id, state, error)
 
 
-async def test_enqueue_outbox_returns_the_pending_row(store: SQLiteStore, clock: FakeClock) -> None:
+async def test_enqueue_outbox_returns_the_pending_row(store: Store, clock: FakeClock) -> None:
     [item] = await queued(store)
     assert (item.session_id, item.channel, item.account, item.chat_id) == (
         sid("a"),
@@ -71,7 +61,7 @@ async def test_enqueue_outbox_returns_the_pending_row(store: SQLiteStore, clock:
     assert await store.list_outbox(sid("a")) == [item]
 
 
-async def test_enqueue_outbox_for_unknown_session_raises(store: SQLiteStore) -> None:
+async def test_enqueue_outbox_for_unknown_session_raises(store: Store) -> None:
     with pytest.raises(SessionNotFound, match=sid("nobody")):
         await store.enqueue_outbox(reply("nobody"))
 
@@ -88,18 +78,14 @@ async def test_enqueue_outbox_for_unknown_session_raises(store: SQLiteStore) -> 
         ({"text": "hi"}, "OutboxIn"),
     ],
 )
-async def test_enqueue_outbox_rejects_bad_items(
-    store: SQLiteStore, item: OutboxIn, field: str
-) -> None:
+async def test_enqueue_outbox_rejects_bad_items(store: Store, item: OutboxIn, field: str) -> None:
     await store.get_or_create_session(CHANNEL, ACCOUNT, "a", AGENT)
     with pytest.raises(ValueError, match=field):
         await store.enqueue_outbox(item)
     assert await store.list_outbox(sid("a")) == []
 
 
-async def test_due_outbox_respects_next_attempt_and_state(
-    store: SQLiteStore, clock: FakeClock
-) -> None:
+async def test_due_outbox_respects_next_attempt_and_state(store: Store, clock: FakeClock) -> None:
     [a1] = await queued(store, "a")
     b1, b2, b3 = await queued(store, "b", count=3)
     [c1] = await queued(store, "c")
@@ -113,7 +99,7 @@ async def test_due_outbox_respects_next_attempt_and_state(
 
 
 async def test_due_outbox_never_lets_a_reply_overtake_an_older_one_of_its_chat(
-    store: SQLiteStore, clock: FakeClock
+    store: Store, clock: FakeClock
 ) -> None:
     first, second = await queued(store, "a", count=2)
     await store.outbox_retry(first.id, next_attempt_at=clock.now + 30, error="5xx")
@@ -126,7 +112,7 @@ async def test_due_outbox_never_lets_a_reply_overtake_an_older_one_of_its_chat(
 
 
 async def test_next_outbox_due_is_the_earliest_head_of_a_chat(
-    store: SQLiteStore, clock: FakeClock
+    store: Store, clock: FakeClock
 ) -> None:
     assert await store.next_outbox_due() is None
     [first] = await queued(store, "a")
@@ -138,7 +124,7 @@ async def test_next_outbox_due_is_the_earliest_head_of_a_chat(
     assert await store.next_outbox_due() == clock.now + 30
 
 
-async def test_outbox_sent_records_ids_and_time(store: SQLiteStore, clock: FakeClock) -> None:
+async def test_outbox_sent_records_ids_and_time(store: Store, clock: FakeClock) -> None:
     [item] = await queued(store)
     await store.outbox_retry(item.id, next_attempt_at=clock.now, error="timeout")
     clock.advance(3)
@@ -156,6 +142,7 @@ async def test_outbox_sent_records_ids_and_time(store: SQLiteStore, clock: FakeC
 
 
 async def test_outbox_sent_is_one_update_statement(file_store: SQLiteStore) -> None:
+    """SQLite backend: the statements traced on its connection."""
     [item] = await queued(file_store)
     seen = await statements_of(file_store, lambda: file_store.outbox_sent(item.id, ["w1"]))
     # Each write runs in its own savepoint of a shared transaction (store/sqlite/_group_commit.py).
@@ -169,26 +156,24 @@ async def test_outbox_sent_is_one_update_statement(file_store: SQLiteStore) -> N
 
 
 async def test_outbox_transitions_refuse_rows_not_pending(
-    file_store: SQLiteStore, db_path: Path, clock: FakeClock
+    store: Store, raw: Raw, clock: FakeClock
 ) -> None:
-    [item] = await queued(file_store)
-    await file_store.outbox_sent(item.id, ["w1"])
-    before = table_dump(db_path, *PIPELINE_TABLES)
+    [item] = await queued(store)
+    await store.outbox_sent(item.id, ["w1"])
+    before = await raw.dump(*PIPELINE_TABLES)
     calls = [
-        file_store.outbox_sent(item.id, ["w9"]),
-        file_store.outbox_retry(item.id, next_attempt_at=clock.now, error="x"),
-        file_store.outbox_failed(item.id, error="x", state="dead"),
+        store.outbox_sent(item.id, ["w9"]),
+        store.outbox_retry(item.id, next_attempt_at=clock.now, error="x"),
+        store.outbox_failed(item.id, error="x", state="dead"),
     ]
     for call in calls:
         with pytest.raises(OutboxNotPending, match=f"{item.id} is sent") as caught:
             await call
         assert (caught.value.outbox_id, caught.value.state) == (item.id, "sent")
-    assert table_dump(db_path, *PIPELINE_TABLES) == before
+    assert await raw.dump(*PIPELINE_TABLES) == before
 
 
-async def test_outbox_transitions_of_unknown_row_raise(
-    store: SQLiteStore, clock: FakeClock
-) -> None:
+async def test_outbox_transitions_of_unknown_row_raise(store: Store, clock: FakeClock) -> None:
     calls = [
         store.outbox_sent(77, ["w"]),
         store.outbox_retry(77, next_attempt_at=clock.now, error="x"),
@@ -200,7 +185,7 @@ async def test_outbox_transitions_of_unknown_row_raise(
         assert caught.value.outbox_id == 77
 
 
-async def test_outbox_retry_counts_and_stays_pending(store: SQLiteStore, clock: FakeClock) -> None:
+async def test_outbox_retry_counts_and_stays_pending(store: Store, clock: FakeClock) -> None:
     [item] = await queued(store)
     await store.outbox_retry(item.id, next_attempt_at=clock.now + 5, error="429 retry_after=5")
     await store.outbox_retry(item.id, next_attempt_at=clock.now + 9, error="503")
@@ -214,7 +199,7 @@ async def test_outbox_retry_counts_and_stays_pending(store: SQLiteStore, clock: 
 
 
 @pytest.mark.parametrize("state", ["failed", "dead", "uncertain"])
-async def test_outbox_failed_ends_the_row(store: SQLiteStore, clock: FakeClock, state: str) -> None:
+async def test_outbox_failed_ends_the_row(store: Store, clock: FakeClock, state: str) -> None:
     [item] = await queued(store)
     await store.outbox_failed(item.id, error="blocked by user", state=state)
     [row] = await store.list_outbox(sid("a"))
@@ -244,21 +229,19 @@ async def test_outbox_failed_ends_the_row(store: SQLiteStore, clock: FakeClock, 
         (lambda s: s.purge_finished(1, chunk_size=0), "chunk_size"),
     ],
 )
-async def test_outbox_calls_reject_bad_arguments(
-    store: SQLiteStore, call: object, field: str
-) -> None:
+async def test_outbox_calls_reject_bad_arguments(store: Store, call: object, field: str) -> None:
     [item] = await queued(store)
     with pytest.raises(ValueError, match=field):
         await call(store)  # type: ignore[operator]
     assert await store.list_outbox(sid("a")) == [item]
 
 
-async def test_list_outbox_of_unknown_session_raises(store: SQLiteStore) -> None:
+async def test_list_outbox_of_unknown_session_raises(store: Store) -> None:
     with pytest.raises(SessionNotFound, match=sid("nobody")):
         await store.list_outbox(sid("nobody"))
 
 
-async def test_list_dead_outbox_newest_first(store: SQLiteStore) -> None:
+async def test_list_dead_outbox_newest_first(store: Store) -> None:
     items = await queued(store, count=4)
     for item in items[:3]:
         await store.outbox_failed(item.id, error=f"e{item.id}", state="dead")
@@ -268,7 +251,7 @@ async def test_list_dead_outbox_newest_first(store: SQLiteStore) -> None:
     assert [d.id for d in await store.list_dead_outbox(1, 1)] == [items[1].id]
 
 
-async def test_statuses_update_the_matching_row(store: SQLiteStore) -> None:
+async def test_statuses_update_the_matching_row(store: Store) -> None:
     first, second = await queued(store, count=2)
     await store.outbox_sent(first.id, ["w1a", "w1b"])
     await store.outbox_sent(second.id, ["w2"])
@@ -278,7 +261,7 @@ async def test_statuses_update_the_matching_row(store: SQLiteStore) -> None:
     assert by_id[second.id].delivery_state is None
 
 
-async def test_statuses_only_move_forward(store: SQLiteStore) -> None:
+async def test_statuses_only_move_forward(store: Store) -> None:
     [item] = await queued(store)
     await store.outbox_sent(item.id, ["w1"])
     await statuses(store, status("w1", "read"), status("w1", "delivered"), status("w1", "sent"))
@@ -286,7 +269,7 @@ async def test_statuses_only_move_forward(store: SQLiteStore) -> None:
     assert row.delivery_state == "read"
 
 
-async def test_failed_status_sets_the_error(store: SQLiteStore) -> None:
+async def test_failed_status_sets_the_error(store: Store) -> None:
     first, second = await queued(store, count=2)
     await store.outbox_sent(first.id, ["w1"])
     await store.outbox_sent(second.id, ["w2"])
@@ -299,7 +282,7 @@ async def test_failed_status_sets_the_error(store: SQLiteStore) -> None:
     ]
 
 
-async def test_statuses_match_channel_and_account(store: SQLiteStore) -> None:
+async def test_statuses_match_channel_and_account(store: Store) -> None:
     await store.get_or_create_session(CHANNEL, "other", "a", AGENT)
     [mine] = await queued(store)
     theirs = await store.enqueue_outbox(reply("a", account="other"))
@@ -311,7 +294,7 @@ async def test_statuses_match_channel_and_account(store: SQLiteStore) -> None:
 
 
 async def test_platform_id_reused_in_another_chat_moves_to_the_newer_row(
-    store: SQLiteStore,
+    store: Store,
 ) -> None:
     [old] = await queued(store, "a")
     [new] = await queued(store, "b")
@@ -322,7 +305,7 @@ async def test_platform_id_reused_in_another_chat_moves_to_the_newer_row(
     assert [r.delivery_state for r in await store.list_outbox(sid("b"))] == ["delivered"]
 
 
-async def test_turn_add_outbox_commits_with_the_turn(store: SQLiteStore, clock: FakeClock) -> None:
+async def test_turn_add_outbox_commits_with_the_turn(store: Store, clock: FakeClock) -> None:
     await store.get_or_create_session(CHANNEL, ACCOUNT, "a", AGENT)
     clock.advance(7)
     async with store.turn(sid("a")) as turn:
@@ -336,7 +319,7 @@ async def test_turn_add_outbox_commits_with_the_turn(store: SQLiteStore, clock: 
     assert [i.id for i in await store.due_outbox(clock.now)] == [first.id]  # one at a time
 
 
-async def test_turn_add_outbox_rejects_another_session_and_bad_items(store: SQLiteStore) -> None:
+async def test_turn_add_outbox_rejects_another_session_and_bad_items(store: Store) -> None:
     await store.get_or_create_session(CHANNEL, ACCOUNT, "a", AGENT)
     async with store.turn(sid("a")) as turn:
         with pytest.raises(ValueError, match="session_id"):
@@ -347,35 +330,33 @@ async def test_turn_add_outbox_rejects_another_session_and_bad_items(store: SQLi
     assert await store.list_outbox(sid("a")) == []
 
 
-async def test_delete_session_removes_its_outbox_and_platform_ids(
-    file_store: SQLiteStore, db_path: Path
-) -> None:
-    [a] = await queued(file_store, "a")
-    [b] = await queued(file_store, "b")
-    await file_store.outbox_sent(a.id, ["wa"])
-    await file_store.outbox_sent(b.id, ["wb"])
-    assert await file_store.delete_session(sid("a"))
-    assert raw_rows(db_path, "SELECT id FROM outbox") == [(b.id,)]
-    assert raw_rows(db_path, "SELECT platform_id FROM outbox_platform_ids") == [("wb",)]
+async def test_delete_session_removes_its_outbox_and_platform_ids(store: Store, raw: Raw) -> None:
+    [a] = await queued(store, "a")
+    [b] = await queued(store, "b")
+    await store.outbox_sent(a.id, ["wa"])
+    await store.outbox_sent(b.id, ["wb"])
+    assert await store.delete_session(sid("a"))
+    assert await raw.rows("SELECT id FROM outbox") == [(b.id,)]
+    assert await raw.rows("SELECT platform_id FROM outbox_platform_ids") == [("wb",)]
     with pytest.raises(OutboxNotFound):
-        await file_store.outbox_retry(a.id, next_attempt_at=0.0, error="x")
+        await store.outbox_retry(a.id, next_attempt_at=0.0, error="x")
 
 
 async def test_purge_finished_deletes_old_sent_rows_only(
-    file_store: SQLiteStore, db_path: Path, clock: FakeClock
+    store: Store, raw: Raw, clock: FakeClock
 ) -> None:
-    items = await queued(file_store, count=4)
+    items = await queued(store, count=4)
     for item in items[:3]:
-        await file_store.outbox_sent(item.id, [f"w{item.id}"])
+        await store.outbox_sent(item.id, [f"w{item.id}"])
     clock.advance(50)
-    await file_store.outbox_failed(items[3].id, error="x", state="dead")
-    assert await file_store.purge_finished(51) == 0
-    assert await file_store.purge_finished(49, chunk_size=2) == 3
-    assert raw_rows(db_path, "SELECT id, state FROM outbox") == [(items[3].id, "dead")]
-    assert raw_rows(db_path, "SELECT count(*) FROM outbox_platform_ids") == [(0,)]
+    await store.outbox_failed(items[3].id, error="x", state="dead")
+    assert await store.purge_finished(51) == 0
+    assert await store.purge_finished(49, chunk_size=2) == 3
+    assert await raw.rows("SELECT id, state FROM outbox") == [(items[3].id, "dead")]
+    assert await raw.count("outbox_platform_ids") == 0
 
 
-async def test_outbox_redirect_points_a_pending_row_at_another_chat(store: SQLiteStore) -> None:
+async def test_outbox_redirect_points_a_pending_row_at_another_chat(store: Store) -> None:
     [item] = await queued(store)
     await store.outbox_redirect(item.id, chat_id="-100777", error="chat migrated to -100777")
     [moved] = await store.list_outbox(sid("a"))
@@ -389,7 +370,7 @@ async def test_outbox_redirect_points_a_pending_row_at_another_chat(store: SQLit
     assert moved.error == "chat migrated to -100777"
 
 
-async def test_outbox_redirect_refuses_a_row_that_is_not_pending(store: SQLiteStore) -> None:
+async def test_outbox_redirect_refuses_a_row_that_is_not_pending(store: Store) -> None:
     [item] = await queued(store)
     await store.outbox_sent(item.id, ["m1"])
     with pytest.raises(OutboxNotPending):
@@ -399,7 +380,7 @@ async def test_outbox_redirect_refuses_a_row_that_is_not_pending(store: SQLiteSt
 
 
 async def test_outbox_progress_records_delivered_parts_and_keeps_the_row_pending(
-    store: SQLiteStore,
+    store: Store,
 ) -> None:
     [item] = await queued(store)
     await store.outbox_progress(item.id, skip_parts=1, platform_ids=["w1"])
@@ -416,7 +397,7 @@ async def test_outbox_progress_records_delivered_parts_and_keeps_the_row_pending
 
 
 async def test_outbox_schedule_is_due_and_next_due_in_one_read(
-    store: SQLiteStore, clock: FakeClock
+    store: Store, clock: FakeClock
 ) -> None:
     first, _ = await queued(store, "a", count=2)
     [later] = await queued(store, "b")

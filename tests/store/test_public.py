@@ -1,4 +1,4 @@
-"""The public surface: exports, and SQLiteStore matching the Store protocol."""
+"""The public surface: exports, and each backend matching the Store protocol."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import pytest
 
 import store
 from store import SQLiteStore, SQLiteTurn, Store, Turn
+from store.postgres import PostgresStore
+from store.postgres._turn import PostgresTurn
 
 
 def test_store_exports_every_public_name() -> None:
@@ -20,7 +22,10 @@ def _members(protocol: type) -> list[str]:
     return [n for n in vars(protocol) if not n.startswith("_") and n not in {"mro"}]
 
 
-@pytest.mark.parametrize(("protocol", "impl"), [(Store, SQLiteStore), (Turn, SQLiteTurn)])
+@pytest.mark.parametrize(
+    ("protocol", "impl"),
+    [(Store, SQLiteStore), (Turn, SQLiteTurn), (Store, PostgresStore), (Turn, PostgresTurn)],
+)
 def test_backend_matches_protocol_signatures(protocol: type, impl: type) -> None:
     for name in _members(protocol):
         expected, actual = getattr(protocol, name), getattr(impl, name)

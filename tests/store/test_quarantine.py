@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from store import ParsedDelivery, QuarantineIn, QuarantineNotFound, SQLiteStore
+from store import ParsedDelivery, QuarantineIn, QuarantineNotFound, Store
 
 from .conftest import FakeClock
 from .pipeline import AGENT, CHANNEL, delivery, message, sid
 
 
-async def quarantine(store: SQLiteStore, *bodies: bytes) -> list[int]:
+async def quarantine(store: Store, *bodies: bytes) -> list[int]:
     results = await store.ingest([QuarantineIn(CHANNEL, None, body, "not JSON") for body in bodies])
     ids = [r.quarantine_id for r in results]
     assert None not in ids
     return [i for i in ids if i is not None]
 
 
-async def test_list_quarantine_newest_first_with_pages(store: SQLiteStore) -> None:
+async def test_list_quarantine_newest_first_with_pages(store: Store) -> None:
     ids = await quarantine(store, b"one", b"two", b"three")
     found = await store.list_quarantine()
     assert [q.id for q in found] == list(reversed(ids))
@@ -25,7 +25,7 @@ async def test_list_quarantine_newest_first_with_pages(store: SQLiteStore) -> No
     assert [q.id for q in await store.list_quarantine(limit=1, offset=1)] == [ids[1]]
 
 
-async def test_get_quarantine_returns_the_whole_row(store: SQLiteStore, clock: FakeClock) -> None:
+async def test_get_quarantine_returns_the_whole_row(store: Store, clock: FakeClock) -> None:
     body = bytes(range(256)) * 40  # any bytes survive, not only text
     [qid] = await quarantine(store, body)
     item = await store.get_quarantine(qid)
@@ -42,7 +42,7 @@ async def test_get_quarantine_returns_the_whole_row(store: SQLiteStore, clock: F
     assert await store.get_quarantine(qid + 1) is None
 
 
-async def test_mark_replayed_sets_the_time(store: SQLiteStore, clock: FakeClock) -> None:
+async def test_mark_replayed_sets_the_time(store: Store, clock: FakeClock) -> None:
     [qid] = await quarantine(store, b"x")
     clock.advance(60)
     await store.mark_replayed(qid)
@@ -52,14 +52,14 @@ async def test_mark_replayed_sets_the_time(store: SQLiteStore, clock: FakeClock)
     assert item.replayed_at.timestamp() == clock.now
 
 
-async def test_mark_replayed_unknown_row_raises(store: SQLiteStore) -> None:
+async def test_mark_replayed_unknown_row_raises(store: Store) -> None:
     with pytest.raises(QuarantineNotFound, match="42") as caught:
         await store.mark_replayed(42)
     assert caught.value.quarantine_id == 42
     assert caught.value.code == "unknown_quarantine"
 
 
-async def test_replay_records_the_parsed_events(store: SQLiteStore) -> None:
+async def test_replay_records_the_parsed_events(store: Store) -> None:
     [result] = await store.ingest([delivery("k1", body=b"half broken")])
     assert result.delivery_id is not None
     parsed = ParsedDelivery(inbox=(message("a", "k1"),), failure="part 2: unknown type")
@@ -84,7 +84,7 @@ async def test_replay_records_the_parsed_events(store: SQLiteStore) -> None:
     ],
 )
 async def test_quarantine_calls_reject_bad_arguments(
-    store: SQLiteStore, call: object, field: str
+    store: Store, call: object, field: str
 ) -> None:
     with pytest.raises(ValueError, match=field):
         await call(store)  # type: ignore[operator]

@@ -1,21 +1,25 @@
-"""``store.turn(id, recent_turns=n)``: the turn loads only what pruning to n turns can keep."""
+"""``store.turn(id, recent_turns=n)``: the turn loads only what pruning to n turns can keep.
+
+The bounded-walk tests count SQLite's own virtual machine steps: SQLite backend only."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Sequence
-from pathlib import Path
+import uuid
+from collections.abc import Iterator, Sequence
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import Message, NewMessage, Role, SQLiteStore
+from store import Message, NewMessage, Role, SQLiteStore, Store
+from store.postgres import PostgresStore
 from store.sqlite._schema import migrate
 from store.sqlite._sql_sessions import select_branch, select_recent
+from tests.pg import fresh_schema_sync
 
-from .conftest import raw_rows
+from .conftest import BACKENDS, Raw
 
 
 def expected_recent(branch: Sequence[Message], turns: int) -> list[Message]:
@@ -26,45 +30,41 @@ def expected_recent(branch: Sequence[Message], turns: int) -> list[Message]:
     return [m for m in branch[:start] if m.role == "system"] + list(branch[start:])
 
 
-async def recent(store: SQLiteStore, sid: str, turns: int) -> list[Message]:
+async def recent(store: Store, sid: str, turns: int) -> list[Message]:
     async with store.turn(sid, recent_turns=turns) as turn:
         return list(turn.history)
 
 
-async def add(store: SQLiteStore, sid: str, roles: str) -> list[Message]:
+async def add(store: Store, sid: str, roles: str) -> list[Message]:
     """Append one message per letter: s(ystem), u(ser), a(ssistant), t(ool)."""
     names: dict[str, Role] = {"s": "system", "u": "user", "a": "assistant", "t": "tool"}
     return [await store.append_message(sid, names[r], f"{r}{i}") for i, r in enumerate(roles)]
 
 
 @pytest.fixture
-async def sid(store: SQLiteStore) -> str:
+async def sid(store: Store) -> str:
     return (await store.create_session("test", "bot", "1", "triage")).session_id
 
 
-async def test_turn_recent_turns_keeps_last_whole_turns(store: SQLiteStore, sid: str) -> None:
+async def test_turn_recent_turns_keeps_last_whole_turns(store: Store, sid: str) -> None:
     messages = await add(store, sid, "uauatauaua")  # users at 0, 2, 6, 8
     assert await recent(store, sid, 2) == messages[6:]
     assert await recent(store, sid, 3) == messages[2:]
 
 
-async def test_turn_recent_turns_with_fewer_turns_keeps_branch(
-    store: SQLiteStore, sid: str
-) -> None:
+async def test_turn_recent_turns_with_fewer_turns_keeps_branch(store: Store, sid: str) -> None:
     messages = await add(store, sid, "atuaua")
     assert await recent(store, sid, 3) == messages
     assert await recent(store, sid, 40) == messages
 
 
-async def test_turn_recent_turns_brings_older_system_messages_first(
-    store: SQLiteStore, sid: str
-) -> None:
+async def test_turn_recent_turns_brings_older_system_messages_first(store: Store, sid: str) -> None:
     messages = await add(store, sid, "suasuauasua")  # users at 1, 4, 6, 9
     assert await recent(store, sid, 2) == [messages[0], messages[3], *messages[6:]]
 
 
 async def test_turn_recent_turns_leaves_system_messages_of_other_branches(
-    store: SQLiteStore, sid: str
+    store: Store, sid: str
 ) -> None:
     first = await add(store, sid, "suaua")
     await store.set_active_head(sid, first[2].id)  # rewind, then a system message off-branch
@@ -76,11 +76,11 @@ async def test_turn_recent_turns_leaves_system_messages_of_other_branches(
     assert dropped[0] not in history
 
 
-async def test_turn_recent_turns_on_empty_session(store: SQLiteStore, sid: str) -> None:
+async def test_turn_recent_turns_on_empty_session(store: Store, sid: str) -> None:
     assert await recent(store, sid, 1) == []
 
 
-async def test_turn_recent_turns_none_loads_whole_branch(store: SQLiteStore, sid: str) -> None:
+async def test_turn_recent_turns_none_loads_whole_branch(store: Store, sid: str) -> None:
     messages = await add(store, sid, "uauaua")
     async with store.turn(sid, recent_turns=None) as turn:
         assert list(turn.history) == messages
@@ -88,29 +88,27 @@ async def test_turn_recent_turns_none_loads_whole_branch(store: SQLiteStore, sid
 
 @pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2"])
 async def test_turn_recent_turns_refuses_non_positive_or_non_int(
-    store: SQLiteStore, sid: str, bad: object
+    store: Store, sid: str, bad: object
 ) -> None:
     with pytest.raises(ValueError, match="recent_turns"):
         store.turn(sid, recent_turns=bad)  # type: ignore[arg-type]
 
 
-async def test_turn_recent_turns_commits_after_the_head(
-    file_store: SQLiteStore, db_path: Path
-) -> None:
+async def test_turn_recent_turns_commits_after_the_head(store: Store, raw: Raw) -> None:
     """A turn that loaded only part of the branch still appends after the head."""
-    sid = (await file_store.create_session("test", "bot", "2", "triage")).session_id
-    messages = await add(file_store, sid, "uauaua")
-    async with file_store.turn(sid, recent_turns=1) as turn:
+    sid = (await store.create_session("test", "bot", "2", "triage")).session_id
+    messages = await add(store, sid, "uauaua")
+    async with store.turn(sid, recent_turns=1) as turn:
         assert list(turn.history) == messages[4:]
         turn.append(NewMessage("user", "next"))
-    branch = await file_store.get_branch(sid)
+    branch = await store.get_branch(sid)
     assert branch[:-1] == messages
     assert branch[-1].parent_id == messages[-1].id
-    rows = raw_rows(db_path, "SELECT status FROM sessions WHERE session_id = ?", sid)
+    rows = await raw.rows("SELECT status FROM sessions WHERE session_id = ?", sid)
     assert rows == [("idle",)]
 
 
-# --- the walk is bounded: SQLite's own step counter ------------------------------------------
+# --- SQLite backend: the walk is bounded, by SQLite's own step counter ----------------------------
 
 
 def _long_branch(turns: int, system_at_root: bool) -> tuple[sqlite3.Connection, int]:
@@ -182,9 +180,27 @@ def ops() -> st.SearchStrategy[list[Op]]:
     return st.lists(st.one_of(append, append, append, rewind), max_size=40)
 
 
-async def _check(path: Path | str, script: list[Op], turns: int) -> None:
-    async with SQLiteStore(path) as store:
-        sid = (await store.create_session("test", "bot", "1", "triage")).session_id
+@pytest.fixture(params=BACKENDS)
+def database(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Where the property's stores live: a new ``:memory:`` database for each example, or one
+    PostgreSQL schema for the whole test (each example in a session of its own)."""
+    if request.param != "postgres":
+        yield ":memory:"
+        return
+    with fresh_schema_sync() as url:
+        yield url
+
+
+def _open(database: str) -> Store:
+    if database == ":memory:":
+        return SQLiteStore(database)
+    return PostgresStore(database, pool_size=2)
+
+
+async def _check(database: str, script: list[Op], turns: int) -> None:
+    async with _open(database) as store:
+        chat = uuid.uuid4().hex
+        sid = (await store.create_session("test", "bot", chat, "triage")).session_id
         made: list[Message] = []
         for kind, pick in script:
             if kind == "r" and made:
@@ -195,7 +211,12 @@ async def _check(path: Path | str, script: list[Op], turns: int) -> None:
         assert await recent(store, sid, turns) == expected_recent(branch, turns)
 
 
-@settings(max_examples=150, deadline=None)
+# The fixture is set up once for all the examples of a test, as wanted: a schema for them all.
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops(), st.integers(1, 6))
-def test_turn_recent_turns_matches_specification(script: list[Op], turns: int) -> None:
-    asyncio.run(_check(":memory:", script, turns))
+def test_turn_recent_turns_matches_specification(
+    database: str, script: list[Op], turns: int
+) -> None:
+    asyncio.run(_check(database, script, turns))

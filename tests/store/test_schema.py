@@ -1,4 +1,6 @@
-"""Opening a file: PRAGMAs, schema version and migrations, reopening with everything there."""
+"""Opening a store: reopening with everything there, closing, the schema's constraints (every
+backend); PRAGMAs, ``user_version`` and migrations of a file (SQLite backend only: see
+test_postgres_schema.py for PostgreSQL's)."""
 
 from __future__ import annotations
 
@@ -8,10 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from store import DeliveryIn, NewMessage, OutboxIn, SchemaTooNewError, SQLiteStore, StoreError
+from store import (
+    DeliveryIn,
+    NewMessage,
+    OutboxIn,
+    SchemaTooNewError,
+    SQLiteStore,
+    Store,
+    StoreError,
+)
 from store.sqlite._schema import LATEST, MIGRATIONS
 
-from .conftest import START, FakeClock, raw_rows
+from .conftest import SHARED, START, Backend, FakeClock, Raw, raw_rows
 
 SID = "telegram-support-1"
 
@@ -30,6 +40,7 @@ def set_user_version(path: Path, version: int) -> None:
 
 
 async def test_open_fresh_file_gets_latest_version(db_path: Path) -> None:
+    """SQLite backend."""
     async with SQLiteStore(db_path):
         pass
     assert raw_rows(db_path, "PRAGMA user_version") == [(LATEST,)]
@@ -39,6 +50,8 @@ async def test_open_fresh_file_gets_latest_version(db_path: Path) -> None:
 async def test_open_sets_wal_foreign_keys_full_sync_and_busy_timeout(
     file_store: SQLiteStore,
 ) -> None:
+    """SQLite backend."""
+
     def pragmas(conn: sqlite3.Connection) -> tuple[object, ...]:
         names = ("journal_mode", "foreign_keys", "synchronous", "busy_timeout")
         return tuple(conn.execute(f"PRAGMA {name}").fetchone()[0] for name in names)
@@ -46,11 +59,15 @@ async def test_open_sets_wal_foreign_keys_full_sync_and_busy_timeout(
     assert await file_store._db.call(pragmas) == ("wal", 1, 2, 5000)
 
 
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
 async def test_open_memory_skips_wal(store: SQLiteStore) -> None:
-    await store.ping()  # the memory variant of the fixture opened without WAL
+    """SQLite backend: WAL needs a file."""
+    mode = await store._db.call(lambda conn: conn.execute("PRAGMA journal_mode").fetchone()[0])
+    assert mode == "memory"
 
 
 async def test_open_refuses_newer_schema_and_leaves_file_untouched(db_path: Path) -> None:
+    """SQLite backend."""
     async with SQLiteStore(db_path) as store:
         await store.create_session("telegram", "support", "1", "triage")
     set_user_version(db_path, LATEST + 1)
@@ -65,6 +82,7 @@ async def test_open_refuses_newer_schema_and_leaves_file_untouched(db_path: Path
 
 
 async def test_open_refuses_newer_schema_on_plain_sqlite_file(db_path: Path) -> None:
+    """SQLite backend."""
     set_user_version(db_path, 99)
     before = fingerprint(db_path)
     with pytest.raises(SchemaTooNewError):
@@ -75,13 +93,15 @@ async def test_open_refuses_newer_schema_on_plain_sqlite_file(db_path: Path) -> 
 
 
 async def test_open_twice_migrates_once(db_path: Path) -> None:
+    """SQLite backend."""
     async with SQLiteStore(db_path), SQLiteStore(db_path):
         pass
     assert raw_rows(db_path, "PRAGMA user_version") == [(LATEST,)]
 
 
-async def test_reopen_keeps_everything(db_path: Path, clock: FakeClock) -> None:
-    async with SQLiteStore(db_path, clock=clock) as store:
+@SHARED
+async def test_reopen_keeps_everything(backend: Backend) -> None:
+    async with backend.store() as store:
         await store.create_session("telegram", "support", "1", "triage", {"lang": "en"})
         first = await store.append_message(SID, "user", "hi")
         async with store.turn(SID) as turn:
@@ -94,7 +114,7 @@ async def test_reopen_keeps_everything(db_path: Path, clock: FakeClock) -> None:
         session = await store.get_session(SID)
         events = await store.list_events(SID)
         branch = await store.get_branch(SID)
-    async with SQLiteStore(db_path, clock=clock) as store:
+    async with backend.store() as store:
         assert await store.get_session(SID) == session
         assert await store.get_branch(SID) == branch
         assert [m.text for m in branch] == ["hi", "hello"]
@@ -103,25 +123,28 @@ async def test_reopen_keeps_everything(db_path: Path, clock: FakeClock) -> None:
         assert await store.claim(["wa:1", "tg:2", "new"]) == {"new"}
 
 
-async def test_closed_store_refuses_calls(db_path: Path) -> None:
-    store = await SQLiteStore.open(db_path)
+async def test_closed_store_refuses_calls(backend: Backend) -> None:
+    store = backend.store()
+    await store.initialize()  # type: ignore[attr-defined]
     await store.aclose()
     await store.aclose()  # idempotent
     with pytest.raises(StoreError, match="not open"):
         await store.ping()
 
 
-async def test_turn_on_closed_connection_raises_store_error(db_path: Path) -> None:
-    store = await SQLiteStore.open(db_path)
+async def test_turn_on_closed_store_raises_store_error(backend: Backend) -> None:
+    store = backend.store()
+    await store.initialize()  # type: ignore[attr-defined]
     await store.create_session("telegram", "support", "1", "triage")
     scope = store.turn(SID)
     await store.aclose()
-    with pytest.raises(StoreError, match="closed"):
+    with pytest.raises(StoreError, match="closed|not open"):
         await scope.__aenter__()
 
 
 def make_v1_file(path: Path) -> None:
-    """A file as the gateway of schema version 1 left it, with a session and its history."""
+    """SQLite backend: a file as the gateway of schema version 1 left it, with a session and
+    its history."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("PRAGMA foreign_keys = ON")
@@ -150,6 +173,7 @@ def make_v1_file(path: Path) -> None:
 async def test_migration_1_to_2_keeps_data_and_adds_the_pipeline(
     db_path: Path, clock: FakeClock
 ) -> None:
+    """SQLite backend."""
     make_v1_file(db_path)
     before = raw_rows(db_path, "SELECT * FROM sessions") + raw_rows(
         db_path, "SELECT * FROM messages"
@@ -193,20 +217,21 @@ async def test_migration_1_to_2_keeps_data_and_adds_the_pipeline(
             " VALUES ('telegram-support-nobody', 'k', '{}', 0, 0)",
             (),
         ),
-        (
+        pytest.param(
             "INSERT INTO inbox (session_id, dedup_key, event, next_attempt_at, created_at)"
             " VALUES (?, 'k', 'not json', 0, 0)",
             (SID,),
+            id="json",
         ),
     ],
 )
 async def test_pipeline_tables_check_states_and_sessions(
-    file_store: SQLiteStore, sql: str, params: tuple[str, ...]
+    store: Store, raw: Raw, sql: str, params: tuple[str, ...]
 ) -> None:
-    await file_store.create_session("telegram", "support", "1", "triage")
-
-    def insert(conn: sqlite3.Connection) -> None:
-        conn.execute(sql, params)
-
-    with pytest.raises(sqlite3.IntegrityError):
-        await file_store._db.write(insert)
+    if "not json" in sql and not raw.backend.is_sqlite:
+        pytest.skip("the PostgreSQL schema keeps JSON as plain TEXT, with no json_valid CHECK")
+    await store.create_session("telegram", "support", "1", "triage")
+    before = await raw.dump("inbox", "outbox")
+    with pytest.raises(raw.integrity_error):
+        await raw.execute(sql, *params)
+    assert await raw.dump("inbox", "outbox") == before

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,11 +16,12 @@ from store import (
     SessionDeletedError,
     SessionNotFound,
     SQLiteStore,
+    Store,
     StoreError,
     TurnActive,
 )
 
-from .conftest import FakeClock, raw_rows
+from .conftest import SHARED, SQLITE_ONLY, Backend, FakeClock, Raw
 
 SID = "telegram-support-1"
 
@@ -30,26 +30,25 @@ class Boom(Exception):
     pass
 
 
-def session_row(path: Path) -> list[tuple[Any, ...]]:
-    return raw_rows(path, "SELECT * FROM sessions WHERE session_id = ?", SID)
+async def session_row(raw: Raw) -> list[tuple[Any, ...]]:
+    return await raw.rows("SELECT * FROM sessions WHERE session_id = ?", SID)
 
 
-def counts(path: Path) -> tuple[int, int]:
-    messages = raw_rows(path, "SELECT count(*) FROM messages")[0][0]
+async def counts(raw: Raw) -> tuple[int, int]:
+    messages = await raw.count("messages")
     # A turn that does not commit still logs that it started and ended (its attempt): not counted.
-    events = raw_rows(
-        path,
-        "SELECT count(*) FROM session_events WHERE kind NOT IN ('turn_started', 'turn_cancelled')",
-    )[0][0]
+    events = await raw.value(
+        "SELECT count(*) FROM session_events WHERE kind NOT IN ('turn_started', 'turn_cancelled')"
+    )
     return messages, events
 
 
 @pytest.fixture
-async def seeded(file_store: SQLiteStore, clock: FakeClock) -> SQLiteStore:
-    await file_store.create_session("telegram", "support", "1", "triage", {"k": "v"})
-    await file_store.append_message(SID, "user", "hello")
+async def seeded(store: Store, clock: FakeClock) -> Store:
+    await store.create_session("telegram", "support", "1", "triage", {"k": "v"})
+    await store.append_message(SID, "user", "hello")
     clock.advance(60)
-    return file_store
+    return store
 
 
 def _fill(turn: Any) -> None:
@@ -60,7 +59,7 @@ def _fill(turn: Any) -> None:
     turn.record_event("handoff", {"to": "billing"})
 
 
-async def test_turn_commits_everything_together(seeded: SQLiteStore, clock: FakeClock) -> None:
+async def test_turn_commits_everything_together(seeded: Store, clock: FakeClock) -> None:
     async with seeded.turn(SID) as turn:
         assert turn.session.status == "running"
         assert [m.text for m in turn.history] == ["hello"]
@@ -90,25 +89,23 @@ async def test_turn_commits_everything_together(seeded: SQLiteStore, clock: Fake
     }
 
 
-async def test_turn_writes_nothing_before_exit(seeded: SQLiteStore, db_path: Path) -> None:
-    before = counts(db_path)
+async def test_turn_writes_nothing_before_exit(seeded: Store, raw: Raw) -> None:
+    before = await counts(raw)
     async with seeded.turn(SID) as turn:
         _fill(turn)
-        assert counts(db_path) == before
-        assert session_row(db_path)[0][5] == "running"
+        assert await counts(raw) == before
+        assert (await session_row(raw))[0][5] == "running"
 
 
-async def test_turn_start_leaves_updated_at_alone(seeded: SQLiteStore, db_path: Path) -> None:
-    before = session_row(db_path)[0]
+async def test_turn_start_leaves_updated_at_alone(seeded: Store, raw: Raw) -> None:
+    before = (await session_row(raw))[0]
     async with seeded.turn(SID):
-        during = session_row(db_path)[0]
+        during = (await session_row(raw))[0]
         assert during[:5] + during[6:] == before[:5] + before[6:]
 
 
-async def test_turn_exception_leaves_session_byte_for_byte(
-    seeded: SQLiteStore, db_path: Path
-) -> None:
-    before, before_counts = session_row(db_path), counts(db_path)
+async def test_turn_exception_leaves_session_byte_for_byte(seeded: Store, raw: Raw) -> None:
+    before, before_counts = await session_row(raw), await counts(raw)
 
     async def failing() -> None:
         async with seeded.turn(SID) as turn:
@@ -117,14 +114,12 @@ async def test_turn_exception_leaves_session_byte_for_byte(
 
     with pytest.raises(Boom):
         await failing()
-    assert session_row(db_path) == before
-    assert counts(db_path) == before_counts
+    assert await session_row(raw) == before
+    assert await counts(raw) == before_counts
 
 
-async def test_turn_cancellation_leaves_session_byte_for_byte(
-    seeded: SQLiteStore, db_path: Path
-) -> None:
-    before, before_counts = session_row(db_path), counts(db_path)
+async def test_turn_cancellation_leaves_session_byte_for_byte(seeded: Store, raw: Raw) -> None:
+    before, before_counts = await session_row(raw), await counts(raw)
     entered, never = asyncio.Event(), asyncio.Event()
 
     async def body() -> None:
@@ -138,14 +133,12 @@ async def test_turn_cancellation_leaves_session_byte_for_byte(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert session_row(db_path) == before
-    assert counts(db_path) == before_counts
+    assert await session_row(raw) == before
+    assert await counts(raw) == before_counts
 
 
-async def test_turn_cancelled_while_entering_restores_status(
-    seeded: SQLiteStore, db_path: Path
-) -> None:
-    before = session_row(db_path)
+async def test_turn_cancelled_while_entering_restores_status(seeded: Store, raw: Raw) -> None:
+    before = await session_row(raw)
     reached: list[bool] = []
 
     async def enter() -> None:
@@ -159,44 +152,46 @@ async def test_turn_cancelled_while_entering_restores_status(
         await task
     await seeded.ping()
     assert reached == []
-    assert session_row(db_path) == before
+    assert await session_row(raw) == before
     async with seeded.turn(SID):  # not stuck as open in this process
         pass
 
 
+@SHARED
 async def test_turn_rollback_restores_interrupted_status(
-    seeded: SQLiteStore, db_path: Path
+    seeded: Store, raw: Raw, backend: Backend
 ) -> None:
     scope = seeded.turn(SID)
     await scope.__aenter__()
     await seeded.aclose()  # a crash: the turn never exits
-    async with SQLiteStore(db_path) as reopened:
+    async with backend.store() as reopened:
         assert await reopened.interrupt_running() == [SID]
-        before = session_row(db_path)
+        before = await session_row(raw)
         with pytest.raises(Boom):
             async with reopened.turn(SID):
                 raise Boom
-        assert session_row(db_path) == before
+        assert await session_row(raw) == before
         async with reopened.turn(SID) as turn:
             assert turn.session.status == "running"
         assert (await reopened.get_session(SID)).status == "idle"  # type: ignore[union-attr]
 
 
-async def test_turn_crash_leaves_running_for_recovery(seeded: SQLiteStore, db_path: Path) -> None:
+@SHARED
+async def test_turn_crash_leaves_running_for_recovery(
+    seeded: Store, raw: Raw, backend: Backend
+) -> None:
     scope = seeded.turn(SID)
     turn = await scope.__aenter__()
     turn.append(NewMessage("assistant", "never written"))
     await seeded.aclose()
-    assert session_row(db_path)[0][5] == "running"
-    async with SQLiteStore(db_path) as reopened:
+    assert (await session_row(raw))[0][5] == "running"
+    async with backend.store() as reopened:
         assert [m.text for m in await reopened.get_branch(SID)] == ["hello"]
         assert await reopened.interrupt_running() == [SID]
         assert (await reopened.get_session(SID)).status == "interrupted"  # type: ignore[union-attr]
 
 
-async def test_turn_session_deleted_meanwhile_writes_nothing(
-    seeded: SQLiteStore, db_path: Path
-) -> None:
+async def test_turn_session_deleted_meanwhile_writes_nothing(seeded: Store, raw: Raw) -> None:
     async def deleting() -> None:
         async with seeded.turn(SID) as turn:
             _fill(turn)
@@ -205,11 +200,11 @@ async def test_turn_session_deleted_meanwhile_writes_nothing(
     with pytest.raises(SessionDeletedError) as caught:
         await deleting()
     assert caught.value.code == "session_deleted"
-    assert counts(db_path) == (0, 0)
+    assert await counts(raw) == (0, 0)
 
 
 async def test_turn_session_recreated_meanwhile_writes_nothing(
-    seeded: SQLiteStore, clock: FakeClock, db_path: Path
+    seeded: Store, clock: FakeClock, raw: Raw
 ) -> None:
     async def recreating() -> None:
         async with seeded.turn(SID) as turn:
@@ -220,11 +215,11 @@ async def test_turn_session_recreated_meanwhile_writes_nothing(
 
     with pytest.raises(SessionDeletedError):
         await recreating()
-    assert counts(db_path) == (0, 0)
-    assert session_row(db_path)[0][5] == "idle"
+    assert await counts(raw) == (0, 0)
+    assert (await session_row(raw))[0][5] == "idle"
 
 
-async def test_turn_refuses_missing_session(store: SQLiteStore) -> None:
+async def test_turn_refuses_missing_session(store: Store) -> None:
     with pytest.raises(SessionNotFound):
         async with store.turn(SID):
             pass
@@ -233,7 +228,7 @@ async def test_turn_refuses_missing_session(store: SQLiteStore) -> None:
         pass
 
 
-async def test_turn_refuses_nested_turn_of_same_session(seeded: SQLiteStore) -> None:
+async def test_turn_refuses_nested_turn_of_same_session(seeded: Store) -> None:
     async with seeded.turn(SID):
         with pytest.raises(TurnActive) as caught:
             async with seeded.turn(SID):
@@ -243,7 +238,7 @@ async def test_turn_refuses_nested_turn_of_same_session(seeded: SQLiteStore) -> 
         pass
 
 
-async def test_turn_refuses_concurrent_turn_of_same_session(seeded: SQLiteStore) -> None:
+async def test_turn_refuses_concurrent_turn_of_same_session(seeded: Store) -> None:
     async def one() -> None:
         async with seeded.turn(SID) as turn:
             turn.append(NewMessage("assistant", "x"))
@@ -253,7 +248,7 @@ async def test_turn_refuses_concurrent_turn_of_same_session(seeded: SQLiteStore)
     assert sum(r is None for r in results) == 1
 
 
-async def test_turns_of_different_sessions_run_side_by_side(seeded: SQLiteStore) -> None:
+async def test_turns_of_different_sessions_run_side_by_side(seeded: Store) -> None:
     await seeded.create_session("telegram", "support", "2", "triage")
     async with seeded.turn(SID) as a, seeded.turn("telegram-support-2") as b:
         a.append(NewMessage("assistant", "a"))
@@ -261,16 +256,17 @@ async def test_turns_of_different_sessions_run_side_by_side(seeded: SQLiteStore)
     assert [m.text for m in await seeded.get_branch("telegram-support-2")] == ["b"]
 
 
+@SHARED
 async def test_turn_refuses_session_running_in_another_store(
-    seeded: SQLiteStore, db_path: Path
+    seeded: Store, backend: Backend
 ) -> None:
-    async with SQLiteStore(db_path) as other, seeded.turn(SID):
+    async with backend.store() as other, seeded.turn(SID):
         with pytest.raises(RunActive):
             async with other.turn(SID):
                 pass
 
 
-async def test_turn_commit_chains_after_messages_appended_meanwhile(seeded: SQLiteStore) -> None:
+async def test_turn_commit_chains_after_messages_appended_meanwhile(seeded: Store) -> None:
     async with seeded.turn(SID) as turn:
         await seeded.append_message(SID, "assistant", "operator reply")
         turn.append(NewMessage("assistant", "model reply"))
@@ -278,7 +274,7 @@ async def test_turn_commit_chains_after_messages_appended_meanwhile(seeded: SQLi
     assert texts == ["hello", "operator reply", "model reply"]
 
 
-async def test_turn_keeps_agent_changed_meanwhile_unless_it_sets_one(seeded: SQLiteStore) -> None:
+async def test_turn_keeps_agent_changed_meanwhile_unless_it_sets_one(seeded: Store) -> None:
     async with seeded.turn(SID):
         await seeded.update_session(SID, active_agent="human", metadata={"m": 1})
     session = await seeded.get_session(SID)
@@ -286,7 +282,7 @@ async def test_turn_keeps_agent_changed_meanwhile_unless_it_sets_one(seeded: SQL
     assert (session.active_agent, session.metadata) == ("human", {"k": "v", "m": 1})
 
 
-async def test_turn_rejects_bad_input_in_the_body(seeded: SQLiteStore) -> None:
+async def test_turn_rejects_bad_input_in_the_body(seeded: Store) -> None:
     async with seeded.turn(SID) as turn:
         with pytest.raises(ValueError):
             turn.append(NewMessage("robot", "x"))  # type: ignore[arg-type]
@@ -301,16 +297,16 @@ async def test_turn_rejects_bad_input_in_the_body(seeded: SQLiteStore) -> None:
         assert turn.pending == ()
 
 
-async def test_turn_refuses_writes_after_exit(seeded: SQLiteStore) -> None:
+async def test_turn_refuses_writes_after_exit(seeded: Store) -> None:
     async with seeded.turn(SID) as turn:
         pass
     with pytest.raises(StoreError):
         turn.append(NewMessage("user", "late"))
 
 
-async def test_turn_commit_hook_runs_in_the_same_transaction(
-    seeded: SQLiteStore, db_path: Path
-) -> None:
+@SQLITE_ONLY
+async def test_turn_commit_hook_runs_in_the_same_transaction(seeded: SQLiteStore) -> None:
+    """SQLite backend: a commit hook (``SQLiteTurn.add_commit_hook``) gets the connection."""
     seen: list[int] = []
 
     def hook(conn: sqlite3.Connection, committed: Sequence[Message]) -> None:
@@ -325,10 +321,12 @@ async def test_turn_commit_hook_runs_in_the_same_transaction(
     assert (await seeded.get_session(SID)).metadata == {"hooked": True}  # type: ignore[union-attr]
 
 
+@SQLITE_ONLY
 async def test_turn_failing_commit_hook_writes_nothing_and_restores_status(
-    seeded: SQLiteStore, db_path: Path
+    seeded: SQLiteStore, raw: Raw
 ) -> None:
-    before, before_counts = session_row(db_path), counts(db_path)
+    """SQLite backend: a commit hook that raises undoes the whole commit."""
+    before, before_counts = await session_row(raw), await counts(raw)
 
     def hook(conn: sqlite3.Connection, committed: Sequence[Message]) -> None:
         raise Boom
@@ -340,11 +338,11 @@ async def test_turn_failing_commit_hook_writes_nothing_and_restores_status(
 
     with pytest.raises(Boom):
         await hooked()
-    assert session_row(db_path) == before
-    assert counts(db_path) == before_counts
+    assert await session_row(raw) == before
+    assert await counts(raw) == before_counts
 
 
-async def test_turn_works_in_memory(store: SQLiteStore) -> None:
+async def test_turn_works_in_memory(store: Store) -> None:
     await store.create_session("telegram", "support", "1", "triage")
 
     async def failing() -> None:

@@ -74,7 +74,7 @@ async def test_open_store_opens_postgresql_urls(scheme: str) -> None:
 def test_check_url_accepts_both_backends_and_refuses_the_rest() -> None:
     assert check_url("postgresql://gw@db:5432/gw") == "postgresql://gw@db:5432/gw"
     assert check_url("sqlite:///data/gw.db") == "sqlite:///data/gw.db"
-    with pytest.raises(ValueError, match="unsupported store url scheme 'postgresql+asyncpg'"):
+    with pytest.raises(ValueError, match=r"unsupported store url scheme 'postgresql\+asyncpg'"):
         check_url("postgresql+asyncpg://gw:pw@db/gw")
 
 

@@ -1,4 +1,5 @@
-"""Every method that takes a session id refuses a malformed one before any lookup."""
+"""Every method that takes a session id refuses a malformed one before any lookup; bad
+arguments are refused on every backend."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ from typing import Any
 
 import pytest
 
-from store import InvalidSessionId, SQLiteStore
+from store import InvalidSessionId, SQLiteStore, Store
+from store.postgres import PostgresStore
 
 BAD_IDS: list[Any] = ["", "x" * 129, "has space", "slash/id", "dot.id", "ünï", None, 42, b"id"]
 
-Call = Callable[[SQLiteStore, Any], Awaitable[object]]
+Call = Callable[[Store, Any], Awaitable[object]]
 
 
-async def _turn(store: SQLiteStore, sid: Any) -> None:
+async def _turn(store: Store, sid: Any) -> None:
     async with store.turn(sid):
         pass
 
@@ -29,21 +31,38 @@ CALLS: dict[str, Call] = {
     "latest_user_text": lambda s, sid: s.latest_user_text(sid),
     "record_event": lambda s, sid: s.record_event(sid, "k"),
     "list_events": lambda s, sid: s.list_events(sid),
+    "set_agent": lambda s, sid: s.set_agent(sid, "a", reason="r"),
     "turn": _turn,
+    "create_attachment": lambda s, sid: s.create_attachment(
+        sid, name="x", content_type="text/plain", source="upload"
+    ),
+    "get_attachment": lambda s, sid: s.get_attachment(sid, "0" * 32),
+    "list_attachments": lambda s, sid: s.list_attachments(sid),
+    "pending_inbox": lambda s, sid: s.pending_inbox(sid),
+    "list_outbox": lambda s, sid: s.list_outbox(sid),
+}
+
+# Never opened: a lookup would raise StoreError instead (the PostgreSQL url is never dialled).
+UNOPENED: dict[str, Callable[[], Store]] = {
+    "sqlite": lambda: SQLiteStore(":memory:"),
+    "postgres": lambda: PostgresStore("postgresql://never@127.0.0.1:1/never"),
 }
 
 
+@pytest.mark.parametrize("kind", sorted(UNOPENED))
 @pytest.mark.parametrize("method", sorted(CALLS))
 @pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
-async def test_methods_reject_invalid_session_id_before_lookup(method: str, bad: Any) -> None:
-    store = SQLiteStore(":memory:")  # never opened: a lookup would raise StoreError instead
+async def test_methods_reject_invalid_session_id_before_lookup(
+    kind: str, method: str, bad: Any
+) -> None:
+    store = UNOPENED[kind]()
     with pytest.raises(InvalidSessionId) as caught:
         await CALLS[method](store, bad)
     assert isinstance(caught.value, ValueError)
     assert caught.value.code == "invalid_session_id"
 
 
-async def test_valid_id_of_128_characters_is_accepted(store: SQLiteStore) -> None:
+async def test_valid_id_of_128_characters_is_accepted(store: Store) -> None:
     assert await store.get_session("x" * 128) is None
 
 
@@ -51,13 +70,13 @@ async def test_valid_id_of_128_characters_is_accepted(store: SQLiteStore) -> Non
     ("limit", "offset"), [(0, 0), (-1, 0), (1001, 0), (10, -1), (True, 0), (1.5, 0), (10, "0")]
 )
 async def test_list_sessions_rejects_bad_limit_or_offset(
-    store: SQLiteStore, limit: Any, offset: Any
+    store: Store, limit: Any, offset: Any
 ) -> None:
     with pytest.raises(ValueError):
         await store.list_sessions(limit=limit, offset=offset)
 
 
-async def test_list_and_count_reject_unknown_status(store: SQLiteStore) -> None:
+async def test_list_and_count_reject_unknown_status(store: Store) -> None:
     with pytest.raises(ValueError, match="status"):
         await store.list_sessions(status="busy")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="status"):
@@ -66,7 +85,7 @@ async def test_list_and_count_reject_unknown_status(store: SQLiteStore) -> None:
 
 @pytest.mark.parametrize("head", [0, -1, True, "1"])
 async def test_get_branch_and_set_active_head_reject_bad_message_ids(
-    store: SQLiteStore, head: Any
+    store: Store, head: Any
 ) -> None:
     await store.create_session("telegram", "support", "1", "triage")
     with pytest.raises(ValueError):
@@ -83,7 +102,7 @@ async def test_get_branch_and_set_active_head_reject_bad_message_ids(
         ("telegram", "x" * 130, "1", "triage"),
     ],
 )
-async def test_create_session_rejects_bad_parts(store: SQLiteStore, args: tuple[Any, ...]) -> None:
+async def test_create_session_rejects_bad_parts(store: Store, args: tuple[Any, ...]) -> None:
     with pytest.raises(ValueError):
         await store.create_session(*args)
     with pytest.raises(ValueError):
@@ -91,13 +110,13 @@ async def test_create_session_rejects_bad_parts(store: SQLiteStore, args: tuple[
     assert await store.count_sessions() == 0
 
 
-async def test_update_session_rejects_empty_agent(store: SQLiteStore) -> None:
+async def test_update_session_rejects_empty_agent(store: Store) -> None:
     await store.create_session("telegram", "support", "1", "triage")
     with pytest.raises(ValueError):
         await store.update_session("telegram-support-1", active_agent="")
 
 
-async def test_record_event_rejects_empty_kind(store: SQLiteStore) -> None:
+async def test_record_event_rejects_empty_kind(store: Store) -> None:
     await store.create_session("telegram", "support", "1", "triage")
     with pytest.raises(ValueError):
         await store.record_event("telegram-support-1", "")

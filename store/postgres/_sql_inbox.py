@@ -1,0 +1,138 @@
+"""Inbox statements: inbound messages of a session, pending until a turn commits them done.
+
+Where SQLite's single writer makes "update the pending rows" safe, here each changing
+statement first locks its rows in id order (``ORDER BY id FOR UPDATE``) and updates only those
+still pending once locked: two transactions never both act on a pending row, and two that
+share rows wait for each other instead of deadlocking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import asyncpg
+
+from .._errors import InboxNotFound, InboxNotPending
+from .._pipeline_rows import INBOX_COLUMNS, to_inbox
+from .._pipeline_types import InboxItem
+
+
+async def insert(conn: asyncpg.Connection, row: tuple[object, ...]) -> str | None:
+    """Insert ``(session_id, dedup_key, event, now)``; its session id, or None if known."""
+    session_id, dedup_key, event, now = row
+    found = await conn.fetchval(
+        "INSERT INTO inbox (session_id, dedup_key, event, next_attempt_at, created_at)"
+        " VALUES ($1, $2, $3, $4, $4) ON CONFLICT (dedup_key) DO NOTHING RETURNING session_id",
+        session_id,
+        dedup_key,
+        event,
+        now,
+    )
+    return None if found is None else str(found)
+
+
+async def _check_all(
+    conn: asyncpg.Connection,
+    ids: Sequence[int],
+    updated: Sequence[asyncpg.Record],
+    session_id: str | None,
+) -> None:
+    """Raise (so the caller's transaction rolls back) unless every id was updated."""
+    if len(updated) == len(ids):
+        return
+    done = {row[0] for row in updated}
+    refused = [i for i in ids if i not in done]
+    rows = await conn.fetch(
+        "SELECT id, session_id FROM inbox WHERE id = ANY($1::bigint[])", refused
+    )
+    present = {row[0] for row in rows if session_id is None or row[1] == session_id}
+    missing = tuple(i for i in refused if i not in present)
+    if missing:
+        raise InboxNotFound(missing)
+    raise InboxNotPending(tuple(refused))
+
+
+async def complete(
+    conn: asyncpg.Connection, session_id: str, ids: Sequence[int], now: float
+) -> None:
+    """Mark pending rows of the session done; raise (and so roll back) if any is not."""
+    updated = await conn.fetch(
+        "WITH mine AS (SELECT id FROM inbox WHERE id = ANY($3::bigint[]) AND session_id = $2"
+        " AND state = 'pending' ORDER BY id FOR UPDATE)"
+        " UPDATE inbox SET state = 'done', finished_at = $1 FROM mine"
+        " WHERE inbox.id = mine.id AND inbox.state = 'pending' RETURNING inbox.id",
+        now,
+        session_id,
+        list(ids),
+    )
+    await _check_all(conn, ids, updated, session_id)
+
+
+async def fail(
+    conn: asyncpg.Connection,
+    ids: Sequence[int],
+    error: str,
+    next_attempt_at: float,
+    dead: bool,
+    now: float,
+) -> None:
+    """Record a failed try of pending rows; raise (and so roll back) if any is not pending."""
+    updated = await conn.fetch(
+        "WITH mine AS (SELECT id FROM inbox WHERE id = ANY($5::bigint[]) AND state = 'pending'"
+        " ORDER BY id FOR UPDATE)"
+        " UPDATE inbox SET attempts = attempts + 1, error = $1, next_attempt_at = $2,"
+        " state = CASE WHEN $3 THEN 'dead' ELSE 'pending' END,"
+        " finished_at = CASE WHEN $3 THEN $4::float8 END"
+        " FROM mine WHERE inbox.id = mine.id AND inbox.state = 'pending' RETURNING inbox.id",
+        error,
+        next_attempt_at,
+        dead,
+        now,
+        list(ids),
+    )
+    await _check_all(conn, ids, updated, None)
+
+
+async def pending_sessions(conn: asyncpg.Connection) -> list[str]:
+    """Sessions with pending rows, the one with the oldest pending row first."""
+    rows = await conn.fetch(
+        "SELECT session_id FROM inbox WHERE state = 'pending' GROUP BY session_id ORDER BY min(id)"
+    )
+    return [str(row[0]) for row in rows]
+
+
+async def pending(conn: asyncpg.Connection, session_id: str, limit: int) -> list[InboxItem]:
+    """A session's pending rows, oldest first."""
+    rows = await conn.fetch(
+        f"SELECT {INBOX_COLUMNS} FROM inbox WHERE session_id = $1 AND state = 'pending'"
+        " ORDER BY id LIMIT $2",
+        session_id,
+        limit,
+    )
+    return [to_inbox(row) for row in rows]
+
+
+async def list_dead(conn: asyncpg.Connection, limit: int, offset: int) -> list[InboxItem]:
+    """Dead rows, newest first."""
+    rows = await conn.fetch(
+        f"SELECT {INBOX_COLUMNS} FROM inbox WHERE state = 'dead' ORDER BY id DESC"
+        " LIMIT $1 OFFSET $2",
+        limit,
+        offset,
+    )
+    return [to_inbox(row) for row in rows]
+
+
+async def purge_done_chunk(conn: asyncpg.Connection, cutoff: float, chunk_size: int) -> int:
+    """Delete up to ``chunk_size`` rows done before ``cutoff``; return the count.
+
+    No ORDER BY: the scan stops at the limit instead of sorting every done row. SKIP LOCKED:
+    two processes purging at once take different rows instead of queueing on the same ones.
+    """
+    status = await conn.execute(
+        "DELETE FROM inbox WHERE id IN (SELECT id FROM inbox"
+        " WHERE state = 'done' AND finished_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        cutoff,
+        chunk_size,
+    )
+    return int(status.split()[-1])

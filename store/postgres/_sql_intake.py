@@ -1,0 +1,160 @@
+"""Record what the intake parsed out of deliveries, in the caller's single transaction.
+
+The rows are checked and built by the SQLite backend's ``prepare`` (one validation for both
+backends); this module writes them. Several intakes may record at once, so a transaction
+takes its locks in one order: the deliveries (by id), then every session it writes to (by id,
+bytewise, ``FOR NO KEY UPDATE`` as ``_sql_sessions`` takes it to log an event), then their
+rows. A delivery is locked before it is applied and deleted with it: a second intake that
+read the same delivery waits, then finds it gone and skips it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import asyncpg
+
+from .._errors import DeliveryNotFound
+from .._rows import dump_json, load_json
+from ..sqlite._sql_intake import Arrival, Rows, prepare
+from . import _sql_attachments as attachments
+from . import _sql_inbox as inbox
+from . import _sql_outbox as outbox
+from ._sql_quarantine import insert_many as insert_quarantine
+from ._sql_sessions import add_event, insert_session
+
+__all__ = ["Rows", "prepare", "record", "record_many"]
+
+_LOCK_SESSIONS = (
+    "SELECT session_id FROM sessions WHERE session_id = ANY($1::text[])"
+    ' ORDER BY session_id COLLATE "C" FOR NO KEY UPDATE'
+)
+_ATTEMPTS = 3  # a session deleted between its insert and its lock is inserted again
+
+
+async def _lock_deliveries(
+    conn: asyncpg.Connection, ids: Iterable[int]
+) -> dict[int, asyncpg.Record]:
+    """Lock the deliveries still stored, in id order; their rows by id."""
+    rows = await conn.fetch(
+        "SELECT id, channel, account, body, received_at FROM deliveries"
+        " WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE",
+        sorted(set(ids)),
+    )
+    return {int(row[0]): row for row in rows}
+
+
+async def _lock_sessions(
+    conn: asyncpg.Connection, new: dict[str, dict[str, Any]], others: Iterable[str], now: float
+) -> None:
+    """Create the sessions of ``new`` that do not exist, then lock them and ``others``."""
+    wanted = sorted({*new, *others})
+    if not wanted:
+        return
+    missing = sorted(new)
+    for _ in range(_ATTEMPTS):
+        for session_id in missing:
+            await insert_session(conn, new[session_id], now)  # an existing one is kept as is
+        locked = {row[0] for row in await conn.fetch(_LOCK_SESSIONS, wanted)}
+        missing = [session_id for session_id in sorted(new) if session_id not in locked]
+        if not missing:
+            return
+
+
+async def record(
+    conn: asyncpg.Connection, delivery_id: int | None, rows: Rows, now: float
+) -> list[str]:
+    """Apply ``rows``, quarantine the body on failure, delete the delivery."""
+    source = None
+    if delivery_id is not None:
+        source = (await _lock_deliveries(conn, [delivery_id])).get(delivery_id)
+        if source is None:
+            raise DeliveryNotFound(delivery_id)
+    touched = await outbox.status_sessions(conn, rows.statuses)
+    await _lock_sessions(conn, rows.sessions, touched, now)
+    return await _apply(conn, delivery_id, source, rows, now)
+
+
+async def record_many(
+    conn: asyncpg.Connection, items: Sequence[tuple[int, Rows]], now: float
+) -> list[str]:
+    """``record`` for several deliveries in the caller's one transaction; one already gone
+    (another intake recorded it) is skipped before anything of it is written."""
+    sources = await _lock_deliveries(conn, (delivery_id for delivery_id, _ in items))
+    todo: list[tuple[int, asyncpg.Record, Rows]] = []
+    for delivery_id, rows in items:
+        source = sources.pop(delivery_id, None)  # a repeated id is gone the second time
+        if source is not None:
+            todo.append((delivery_id, source, rows))
+    sessions: dict[str, dict[str, Any]] = {}
+    statuses: list[dict[str, Any]] = []
+    for _, _, rows in todo:
+        for session_id, values in rows.sessions.items():
+            sessions.setdefault(session_id, values)
+        statuses += rows.statuses
+    await _lock_sessions(conn, sessions, await outbox.status_sessions(conn, statuses), now)
+    fresh: dict[str, None] = {}  # an ordered set
+    for delivery_id, source, rows in todo:
+        fresh.update(dict.fromkeys(await _apply(conn, delivery_id, source, rows, now)))
+    return list(fresh)
+
+
+async def _apply(
+    conn: asyncpg.Connection,
+    delivery_id: int | None,
+    source: asyncpg.Record | None,
+    rows: Rows,
+    now: float,
+) -> list[str]:
+    """Write ``rows`` of one delivery whose sessions exist and are locked."""
+    fresh: dict[str, None] = {}
+    for row, arrival in zip(rows.inbox, rows.arrivals, strict=True):
+        session_id = await inbox.insert(conn, row)
+        if session_id is not None:
+            fresh[session_id] = None
+            await _arrived(conn, session_id, str(row[1]), arrival, now)
+    for session_id, status in await outbox.apply_statuses(conn, rows.statuses):
+        await add_event(conn, session_id, "status", status, now)
+    await _set_blocked(conn, rows.memberships, now)
+    if source is not None:
+        if rows.failure is not None:
+            channel, account, body, received_at = source[1:]
+            await insert_quarantine(conn, [(channel, account, body, rows.failure, received_at)])
+        await conn.execute("DELETE FROM deliveries WHERE id = $1", delivery_id)
+    return list(fresh)
+
+
+async def _arrived(
+    conn: asyncpg.Connection, session_id: str, dedup_key: str, arrival: Arrival, now: float
+) -> None:
+    """A new inbound message: link its uploads, record its platform files, log its event."""
+    if arrival.links:
+        await attachments.link(conn, session_id, arrival.links, dedup_key)
+    for values in arrival.attachments:
+        await attachments.insert(conn, {**values, "session_id": session_id}, now)
+    await add_event(conn, session_id, "message", arrival.detail, now)
+
+
+async def _set_blocked(
+    conn: asyncpg.Connection, memberships: Sequence[tuple[object, ...]], now: float
+) -> None:
+    """Set ``metadata.blocked`` of each ``("true" | "false", now, session_id)`` row, in order.
+
+    Merged here rather than with jsonb, which would rewrite the stored text (key order,
+    spacing): the metadata stays exactly as ``dump_json`` writes it, as on SQLite.
+    """
+    if not memberships:
+        return
+    order = list(dict.fromkeys(str(row[2]) for row in memberships))
+    found = await conn.fetch(
+        "SELECT session_id, metadata FROM sessions WHERE session_id = ANY($1::text[])", order
+    )
+    metadata = {str(row[0]): load_json(row[1]) for row in found}
+    for blocked, _, session_id in memberships:
+        if session_id in metadata:
+            metadata[str(session_id)]["blocked"] = blocked == "true"
+    await conn.executemany(
+        "UPDATE sessions SET metadata = $1, updated_at = $2 WHERE session_id = $3",
+        [(dump_json(metadata[sid]), now, sid) for sid in order if sid in metadata],
+    )

@@ -1,0 +1,311 @@
+"""Outbox statements: replies to send, and what became of them.
+
+Every transition is one conditional UPDATE (``WHERE id = $n AND state = 'pending'``): under
+READ COMMITTED a second transaction on the same row waits for the first and then re-checks
+the condition on the row as committed, so a row leaves ``pending`` once, whoever tries.
+A transition that logs an event locks the row's session first, the order every write of a
+session's events takes (session, then its rows), so it cannot deadlock with a turn.
+
+``due`` is a read, not a claim, as on SQLite, where one process sends: a second sender would
+get the same rows and send them too; its conditional ``sent`` then fails (OutboxNotPending),
+but the platform has the message twice. Claiming needs a lease that outlives the read
+(``FOR UPDATE SKIP LOCKED`` locks end with the read's transaction, before the send).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from .._errors import OutboxNotFound, OutboxNotPending, SessionNotFound
+from .._pipeline_rows import OUTBOX_COLUMNS, dump_list, to_outbox
+from .._pipeline_types import DELIVERY_STATES, OutboxItem
+from .._rows import dump_json, load_json
+from ._sql_sessions import add_event
+
+# A status only moves a row forward (statuses can arrive out of order); "failed" is final.
+STATUS_RANK = {state: rank for rank, state in enumerate(DELIVERY_STATES, start=1)}
+_RANK_OF_CURRENT = (
+    "CASE delivery_state "
+    + " ".join(f"WHEN '{state}' THEN {rank}" for state, rank in STATUS_RANK.items())
+    + " ELSE 0 END"
+)
+_APPLY_STATUS = (
+    "UPDATE outbox SET delivery_state = $1::text,"
+    " error = CASE WHEN $1::text = 'failed' THEN coalesce($2::text, 'delivery failed')"
+    " ELSE error END"
+    " WHERE id = (SELECT outbox_id FROM outbox_platform_ids"
+    "   WHERE channel = $3 AND account = $4 AND platform_id = $5)"
+    f" AND {_RANK_OF_CURRENT} < $6 RETURNING id, session_id"
+)
+_STATUS_SESSIONS = (
+    "SELECT DISTINCT o.session_id FROM unnest($1::text[], $2::text[], $3::text[])"
+    " AS s (channel, account, platform_id) JOIN outbox_platform_ids AS p"
+    " USING (channel, account, platform_id) JOIN outbox AS o ON o.id = p.outbox_id"
+    " WHERE o.session_id IS NOT NULL"
+)
+
+
+async def insert(conn: asyncpg.Connection, values: dict[str, Any], now: float) -> OutboxItem:
+    """Insert one row of a session that exists; SessionNotFound otherwise.
+
+    ``FOR KEY SHARE`` waits for a concurrent ``delete_session`` of the session: once that
+    commits the session is not found, instead of a foreign key error from the INSERT.
+    """
+    row = await conn.fetchrow(
+        "INSERT INTO outbox (session_id, channel, account, chat_id, payload, next_attempt_at,"
+        " created_at) SELECT $1, $2, $3, $4, $5, $6, $6"
+        " WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = $1 FOR KEY SHARE)"
+        f" RETURNING {OUTBOX_COLUMNS}",
+        values["session_id"],
+        values["channel"],
+        values["account"],
+        values["chat_id"],
+        values["payload"],
+        now,
+    )
+    if row is None:
+        raise SessionNotFound(values["session_id"])
+    return to_outbox(row)
+
+
+async def status_sessions(
+    conn: asyncpg.Connection, statuses: Sequence[dict[str, Any]]
+) -> list[str]:
+    """The sessions whose rows ``statuses`` would move (to lock them before the rows)."""
+    if not statuses:
+        return []
+    rows = await conn.fetch(
+        _STATUS_SESSIONS,
+        [status["channel"] for status in statuses],
+        [status["account"] for status in statuses],
+        [status["platform_id"] for status in statuses],
+    )
+    return [str(row[0]) for row in rows]
+
+
+async def apply_statuses(
+    conn: asyncpg.Connection, statuses: Sequence[dict[str, Any]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Set ``delivery_state`` of the rows that sent these platform ids; others are ignored.
+
+    Returns ``(session_id, event detail)`` of each row that moved, for the session's log.
+    One statement per status, in order: a later status of the same row sees the earlier one.
+    """
+    moved: list[tuple[str, dict[str, Any]]] = []
+    for status in statuses:
+        row = await conn.fetchrow(
+            _APPLY_STATUS,
+            status["state"],
+            status["error"],
+            status["channel"],
+            status["account"],
+            status["platform_id"],
+            status["rank"],
+        )
+        if row is not None and row[1] is not None:
+            detail: dict[str, Any] = {"outbox_id": row[0], "state": status["state"]}
+            if status["state"] == "failed":
+                detail["error"] = status["error"] or "delivery failed"
+            moved.append((str(row[1]), detail))
+    return moved
+
+
+async def _refusal(conn: asyncpg.Connection, outbox_id: int) -> OutboxNotFound | OutboxNotPending:
+    state = await conn.fetchval("SELECT state FROM outbox WHERE id = $1", outbox_id)
+    return OutboxNotFound(outbox_id) if state is None else OutboxNotPending(outbox_id, state)
+
+
+async def _lock_session_of(conn: asyncpg.Connection, outbox_id: int) -> None:
+    """Lock the session of the row (if it has one), before the row itself."""
+    await conn.execute(
+        "SELECT 1 FROM sessions WHERE session_id ="
+        " (SELECT session_id FROM outbox WHERE id = $1) FOR NO KEY UPDATE",
+        outbox_id,
+    )
+
+
+async def sent(
+    conn: asyncpg.Connection, outbox_id: int, platform_ids: Sequence[str], now: float
+) -> None:
+    """Mark a pending row sent: one UPDATE, then the id lookup rows and the status event."""
+    await _lock_session_of(conn, outbox_id)
+    row = await conn.fetchrow(
+        "UPDATE outbox SET state = 'sent', sent_at = $1, platform_ids = $2,"
+        " attempts = attempts + 1, error = NULL"
+        " WHERE id = $3 AND state = 'pending' RETURNING channel, account, session_id",
+        now,
+        dump_list(list(platform_ids)),
+        outbox_id,
+    )
+    if row is None:
+        raise await _refusal(conn, outbox_id)
+    await _index_platform_ids(conn, row[0], row[1], outbox_id, platform_ids)
+    if row[2] is not None:
+        await add_event(conn, row[2], "status", {"outbox_id": outbox_id, "state": "sent"}, now)
+
+
+async def _locked_pending(conn: asyncpg.Connection, outbox_id: int) -> asyncpg.Record:
+    """Lock a pending row for a change of its payload; refuse one missing or not pending."""
+    row = await conn.fetchrow(
+        "SELECT payload, channel, account FROM outbox WHERE id = $1 AND state = 'pending'"
+        " FOR NO KEY UPDATE",
+        outbox_id,
+    )
+    if row is None:
+        raise await _refusal(conn, outbox_id)
+    return row
+
+
+def _set_key(payload: str, key: str, value: object) -> str:
+    """``payload`` with ``key`` set, as ``dump_json`` writes it (SQLite's json_set does too)."""
+    return dump_json({**load_json(payload), key: value})
+
+
+async def progress(
+    conn: asyncpg.Connection, outbox_id: int, skip_parts: int, platform_ids: Sequence[str]
+) -> None:
+    """Record the parts of a split reply already delivered; the row stays pending."""
+    row = await _locked_pending(conn, outbox_id)
+    await conn.execute(
+        "UPDATE outbox SET payload = $1, platform_ids = $2 WHERE id = $3",
+        _set_key(row[0], "skip_parts", skip_parts),
+        dump_list(list(platform_ids)),
+        outbox_id,
+    )
+    await _index_platform_ids(conn, row[1], row[2], outbox_id, platform_ids)
+
+
+async def _index_platform_ids(
+    conn: asyncpg.Connection,
+    channel: str,
+    account: str,
+    outbox_id: int,
+    platform_ids: Sequence[str],
+) -> None:
+    """Delivery statuses find the row through these (a repeated id moves to the newer row).
+
+    Distinct and sorted: one statement may not upsert a key twice, and two transactions
+    upserting the same ids take their locks in the same order.
+    """
+    ids = sorted(set(platform_ids))
+    if not ids:
+        return
+    await conn.execute(
+        "INSERT INTO outbox_platform_ids (channel, account, platform_id, outbox_id)"
+        " SELECT $1, $2, platform_id, $3 FROM unnest($4::text[]) AS platform_id"
+        ' ORDER BY platform_id COLLATE "C"'
+        " ON CONFLICT (channel, account, platform_id) DO UPDATE SET outbox_id = excluded.outbox_id",
+        channel,
+        account,
+        outbox_id,
+        ids,
+    )
+
+
+async def retry(
+    conn: asyncpg.Connection, outbox_id: int, next_attempt_at: float, error: str
+) -> None:
+    """Count a failed try; the row stays pending until ``next_attempt_at``."""
+    found = await conn.fetchval(
+        "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $1, error = $2"
+        " WHERE id = $3 AND state = 'pending' RETURNING id",
+        next_attempt_at,
+        error,
+        outbox_id,
+    )
+    if found is None:
+        raise await _refusal(conn, outbox_id)
+
+
+async def redirect(conn: asyncpg.Connection, outbox_id: int, chat_id: str, error: str) -> None:
+    """Point a pending row at another chat, under its row lock, so it is sent exactly once."""
+    row = await _locked_pending(conn, outbox_id)
+    await conn.execute(
+        "UPDATE outbox SET chat_id = $1, payload = $2, attempts = attempts + 1, error = $3"
+        " WHERE id = $4",
+        chat_id,
+        _set_key(row[0], "chat_id", chat_id),
+        error,
+        outbox_id,
+    )
+
+
+async def failed(
+    conn: asyncpg.Connection, outbox_id: int, error: str, state: str, now: float
+) -> None:
+    """End a pending row in ``state`` (failed, dead or uncertain), logged as a ``status``."""
+    await _lock_session_of(conn, outbox_id)
+    row = await conn.fetchrow(
+        "UPDATE outbox SET state = $1, attempts = attempts + 1, error = $2"
+        " WHERE id = $3 AND state = 'pending' RETURNING session_id",
+        state,
+        error,
+        outbox_id,
+    )
+    if row is None:
+        raise await _refusal(conn, outbox_id)
+    if row[0] is not None:
+        detail = {"outbox_id": outbox_id, "state": "failed", "error": error, "outcome": state}
+        await add_event(conn, row[0], "status", detail, now)
+
+
+# The oldest pending row of its chat: a newer reply never overtakes one waiting for a retry.
+_HEAD_OF_CHAT = (
+    "state = 'pending' AND NOT EXISTS (SELECT 1 FROM outbox AS earlier"
+    " WHERE earlier.state = 'pending' AND earlier.channel = outbox.channel"
+    " AND earlier.account = outbox.account AND earlier.chat_id = outbox.chat_id"
+    " AND earlier.id < outbox.id)"
+)
+
+
+async def due(conn: asyncpg.Connection, now: float, limit: int) -> list[OutboxItem]:
+    """The oldest pending row of each chat, if due by ``now``, in id order."""
+    rows = await conn.fetch(
+        f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE {_HEAD_OF_CHAT} AND next_attempt_at <= $1"
+        " ORDER BY id LIMIT $2",
+        now,
+        limit,
+    )
+    return [to_outbox(row) for row in rows]
+
+
+async def next_due(conn: asyncpg.Connection) -> float | None:
+    """The earliest ``next_attempt_at`` of the rows ``due`` could return."""
+    value = await conn.fetchval(f"SELECT min(next_attempt_at) FROM outbox WHERE {_HEAD_OF_CHAT}")
+    return None if value is None else float(value)
+
+
+async def of_session(conn: asyncpg.Connection, session_id: str) -> list[OutboxItem]:
+    """A session's rows in id order."""
+    rows = await conn.fetch(
+        f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE session_id = $1 ORDER BY id", session_id
+    )
+    return [to_outbox(row) for row in rows]
+
+
+async def list_dead(conn: asyncpg.Connection, limit: int, offset: int) -> list[OutboxItem]:
+    """Dead rows, newest first."""
+    rows = await conn.fetch(
+        f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE state = 'dead' ORDER BY id DESC"
+        " LIMIT $1 OFFSET $2",
+        limit,
+        offset,
+    )
+    return [to_outbox(row) for row in rows]
+
+
+async def purge_sent_chunk(conn: asyncpg.Connection, cutoff: float, chunk_size: int) -> int:
+    """Delete up to ``chunk_size`` rows sent before ``cutoff``; return the count.
+
+    No ORDER BY, SKIP LOCKED: as the inbox's purge (the platform ids go with their rows).
+    """
+    status = await conn.execute(
+        "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox"
+        " WHERE state = 'sent' AND sent_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        cutoff,
+        chunk_size,
+    )
+    return int(status.split()[-1])

@@ -1,0 +1,52 @@
+"""Quarantine statements: deliveries kept whole because they could not be parsed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import asyncpg
+
+from .._errors import QuarantineNotFound
+from .._pipeline_rows import QUARANTINE_COLUMNS, to_quarantine
+from .._pipeline_types import QuarantineItem
+from ._sql_insert import inserted_ids
+
+_COLUMNS = (
+    ("channel", "text"),
+    ("account", "text"),
+    ("body", "bytea"),
+    ("reason", "text"),
+    ("received_at", "float8"),
+)
+
+
+async def insert_many(conn: asyncpg.Connection, rows: Sequence[tuple[object, ...]]) -> list[int]:
+    """Insert ``(channel, account, body, reason, received_at)`` rows; their ids in order."""
+    return await inserted_ids(conn, "quarantine", _COLUMNS, rows)
+
+
+async def list_page(conn: asyncpg.Connection, limit: int, offset: int) -> list[QuarantineItem]:
+    """Quarantined deliveries, newest first."""
+    rows = await conn.fetch(
+        f"SELECT {QUARANTINE_COLUMNS} FROM quarantine ORDER BY id DESC LIMIT $1 OFFSET $2",
+        limit,
+        offset,
+    )
+    return [to_quarantine(row) for row in rows]
+
+
+async def get(conn: asyncpg.Connection, quarantine_id: int) -> QuarantineItem | None:
+    """One quarantined delivery, or None."""
+    row = await conn.fetchrow(
+        f"SELECT {QUARANTINE_COLUMNS} FROM quarantine WHERE id = $1", quarantine_id
+    )
+    return None if row is None else to_quarantine(row)
+
+
+async def mark_replayed(conn: asyncpg.Connection, quarantine_id: int, now: float) -> None:
+    """Set ``replayed_at``; QuarantineNotFound if there is no such row."""
+    found = await conn.fetchval(
+        "UPDATE quarantine SET replayed_at = $1 WHERE id = $2 RETURNING id", now, quarantine_id
+    )
+    if found is None:
+        raise QuarantineNotFound(quarantine_id)

@@ -1,0 +1,489 @@
+"""Session, history and event statements: plain async functions over an ``asyncpg.Connection``.
+
+The SQLite backend's ``_sql_sessions`` on PostgreSQL: same names, same arguments, awaited.
+Each function runs inside the caller's transaction (``Database.write`` or ``read``).
+
+SQLite has one writer at a time; here several processes write at once. So every function that
+reads a session and then writes it, and every event insert (its ``seq`` is the session's
+``max(seq) + 1``), first locks the session's row ``FOR NO KEY UPDATE``: the writers of one
+session take turns, and the next statement's snapshot sees what the previous holder committed.
+That lock, unlike ``FOR UPDATE``, does not wait for transactions that merely insert rows
+referring to the session (a foreign key takes ``FOR KEY SHARE``), so two of those that then
+log an event queue up instead of deadlocking.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from .._errors import MessageNotFound, RunActive, SessionNotFound
+from .._rows import (
+    EVENT_COLUMNS,
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    dump_json,
+    to_event,
+    to_message,
+    to_session,
+)
+from .._types import Message, Session, SessionEvent
+from ..sqlite._sql_sessions import Filters, merged_metadata, message_event
+from ._db import returned
+
+__all__ = [
+    "Filters",
+    "add_event",
+    "append_events",
+    "append_message",
+    "branch_of",
+    "count_sessions",
+    "delete_session",
+    "insert_event",
+    "insert_message",
+    "insert_session",
+    "interrupt_running",
+    "latest_user_text",
+    "list_events",
+    "list_sessions",
+    "lock_row",
+    "lock_session",
+    "log_event",
+    "merged_metadata",
+    "message_event",
+    "require_message",
+    "require_session",
+    "select_branch",
+    "select_recent",
+    "select_session",
+    "set_active_head",
+    "set_agent",
+    "set_status",
+    "update_session",
+]
+
+_M_COLUMNS = ", ".join("m." + c for c in MESSAGE_COLUMNS.split(", "))
+
+_BRANCH = f"""
+WITH RECURSIVE branch (id, depth) AS (
+    SELECT $1::bigint, 0
+    UNION ALL
+    SELECT m.parent_id, b.depth + 1 FROM messages AS m JOIN branch AS b ON m.id = b.id
+    WHERE m.parent_id IS NOT NULL
+)
+SELECT {_M_COLUMNS}
+FROM branch AS b JOIN messages AS m ON m.id = b.id
+"""
+
+_LOCK = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1 FOR NO KEY UPDATE"
+
+
+async def select_session(conn: asyncpg.Connection, session_id: str) -> Session | None:
+    """The session, or None."""
+    row = await conn.fetchrow(
+        f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1", session_id
+    )
+    return None if row is None else to_session(row)
+
+
+async def require_session(conn: asyncpg.Connection, session_id: str) -> Session:
+    """The session, or SessionNotFound (no lock: also for read-only transactions)."""
+    session = await select_session(conn, session_id)
+    if session is None:
+        raise SessionNotFound(session_id)
+    return session
+
+
+async def lock_row(conn: asyncpg.Connection, session_id: str) -> asyncpg.Record:
+    """The session's ``SESSION_COLUMNS`` row, locked until the transaction ends; SessionNotFound.
+
+    The writers of one session take turns here; a later statement of the transaction sees
+    whatever the previous holder committed.
+    """
+    row = await conn.fetchrow(_LOCK, session_id)
+    if row is None:
+        raise SessionNotFound(session_id)
+    return row
+
+
+async def lock_session(conn: asyncpg.Connection, session_id: str) -> Session:
+    """``lock_row`` as a Session."""
+    return to_session(await lock_row(conn, session_id))
+
+
+async def insert_session(
+    conn: asyncpg.Connection, values: dict[str, Any], now: float
+) -> Session | None:
+    """Insert a new session; None if one with that id exists already."""
+    row = await conn.fetchrow(
+        "INSERT INTO sessions (session_id, channel, account, chat_id, active_agent, metadata,"
+        " created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $7)"
+        f" ON CONFLICT (session_id) DO NOTHING RETURNING {SESSION_COLUMNS}",
+        values["session_id"],
+        values["channel"],
+        values["account"],
+        values["chat_id"],
+        values["active_agent"],
+        values["metadata"],
+        now,
+    )
+    return None if row is None else to_session(row)
+
+
+async def update_session(
+    conn: asyncpg.Connection,
+    session_id: str,
+    active_agent: str | None,
+    metadata: dict[str, Any] | None,
+    now: float,
+) -> Session:
+    """Set the active agent and/or merge metadata keys (shallow); bump ``updated_at``."""
+    session = await lock_session(conn, session_id)
+    merged = merged_metadata(session, metadata or {})
+    row = await conn.fetchrow(
+        "UPDATE sessions SET active_agent = coalesce($1, active_agent), metadata = $2,"
+        f" updated_at = $3 WHERE session_id = $4 RETURNING {SESSION_COLUMNS}",
+        active_agent,
+        merged,
+        now,
+        session_id,
+    )
+    return to_session(returned(row))
+
+
+async def delete_session(conn: asyncpg.Connection, session_id: str) -> bool:
+    """Delete a session with its messages and events; False if there was none."""
+    status = await conn.execute("DELETE FROM sessions WHERE session_id = $1", session_id)
+    return _count(status) > 0
+
+
+def _count(status: str) -> int:
+    """The row count of a command status such as ``DELETE 3``."""
+    return int(status.rsplit(" ", 1)[-1])
+
+
+def _where(filters: Filters, search: str | None = None) -> tuple[str, list[Any]]:
+    """The WHERE clause with ``$1``.. placeholders, and its parameters.
+
+    ``ILIKE``: SQLite's LIKE ignores the case of ASCII letters; backslash escapes the wildcards.
+    """
+    params: list[Any] = list(filters.values())
+    clauses = [f"{col} = ${n}" for n, col in enumerate(filters, start=1)]
+    if search:
+        pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        params.append(pattern)
+        n = len(params)
+        clauses.append(f"(chat_id ILIKE ${n} ESCAPE '\\' OR session_id ILIKE ${n} ESCAPE '\\')")
+    if not clauses:
+        return "", []
+    return " WHERE " + " AND ".join(clauses), params
+
+
+async def list_sessions(
+    conn: asyncpg.Connection,
+    filters: Filters,
+    limit: int,
+    offset: int,
+    search: str | None = None,
+) -> list[Session]:
+    """A page of sessions, most recently updated first, then by id (byte order, as SQLite)."""
+    where, params = _where(filters, search)
+    n = len(params)
+    rows = await conn.fetch(
+        f"SELECT {SESSION_COLUMNS} FROM sessions{where}"
+        f' ORDER BY updated_at DESC, session_id COLLATE "C" LIMIT ${n + 1} OFFSET ${n + 2}',
+        *params,
+        limit,
+        offset,
+    )
+    return [to_session(row) for row in rows]
+
+
+async def count_sessions(
+    conn: asyncpg.Connection, filters: Filters, search: str | None = None
+) -> int:
+    """How many sessions match the filters."""
+    where, params = _where(filters, search)
+    count: int = await conn.fetchval(f"SELECT count(*) FROM sessions{where}", *params)
+    return count
+
+
+async def interrupt_running(conn: asyncpg.Connection, now: float) -> list[str]:
+    """Mark every ``running`` session ``interrupted``; return their ids, sorted.
+
+    Each gets a ``turn_cancelled`` event: its ``turn_started`` will not be followed by a finish.
+    The rows are locked in id order first, as every writer of several sessions does.
+    """
+    rows = await conn.fetch(
+        "SELECT session_id FROM sessions WHERE status = 'running'"
+        ' ORDER BY session_id COLLATE "C" FOR NO KEY UPDATE'
+    )
+    ids = sorted(row[0] for row in rows)
+    if not ids:
+        return []
+    await conn.execute(
+        "UPDATE sessions SET status = 'interrupted' WHERE session_id = ANY($1::text[])", ids
+    )
+    detail = dump_json({"reason": "interrupted"})
+    for sid in ids:
+        await append_events(conn, sid, [("turn_cancelled", detail, now)])
+    return ids
+
+
+async def set_status(conn: asyncpg.Connection, session_id: str, status: str) -> None:
+    """Set the status alone: ``updated_at`` stays, so a rolled-back turn leaves no trace."""
+    await conn.execute("UPDATE sessions SET status = $1 WHERE session_id = $2", status, session_id)
+
+
+async def select_branch(conn: asyncpg.Connection, head_id: int | None) -> list[Message]:
+    """The messages from the root to ``head_id``, oldest first."""
+    if head_id is None:
+        return []
+    rows = await conn.fetch(_BRANCH + " ORDER BY b.depth DESC", head_id)
+    return [to_message(row) for row in rows]
+
+
+_RECENT = f"""
+WITH RECURSIVE recent (id, parent_id, depth, users) AS (
+    SELECT id, parent_id, 0, (role = 'user')::int FROM messages WHERE id = $1::bigint
+    UNION ALL
+    SELECT m.id, m.parent_id, r.depth + 1, r.users + (m.role = 'user')::int
+    FROM recent AS r JOIN messages AS m ON m.id = r.parent_id
+    WHERE r.users < $2::int
+)
+SELECT {_M_COLUMNS}
+FROM recent AS r JOIN messages AS m ON m.id = r.id
+ORDER BY r.depth DESC
+"""
+
+# Ancestors of $1 down to id $2 (a parent's id is always below its child's), system messages
+# only; the walk reads ids alone and stops at the oldest system message it could meet.
+_OLDER_SYSTEM = f"""
+WITH RECURSIVE up (id) AS (
+    SELECT $1::bigint
+    UNION ALL
+    SELECT m.parent_id FROM up JOIN messages AS m ON m.id = up.id WHERE m.parent_id >= $2::bigint
+)
+SELECT {MESSAGE_COLUMNS} FROM messages WHERE id IN (SELECT id FROM up) AND role = 'system'
+ORDER BY id
+"""
+
+
+async def select_recent(
+    conn: asyncpg.Connection, session_id: str, head_id: int | None, turns: int
+) -> list[Message]:
+    """What ``prune_to_turns(branch, turns)`` can keep of the branch ending at ``head_id``.
+
+    The branch from the ``turns``-th newest user message to ``head_id`` (all of it when it has
+    fewer user messages), after every older system message of the branch; oldest first.
+    See the SQLite backend's ``select_recent`` for why the walk is split so.
+    """
+    if head_id is None:
+        return []
+    rows = await conn.fetch(_RECENT, head_id, turns)
+    window = [to_message(row) for row in rows]
+    oldest = window[0]
+    if oldest.parent_id is None:
+        return window
+    lowest = await conn.fetchval(
+        "SELECT min(id) FROM messages WHERE session_id = $1 AND id < $2 AND role = 'system'",
+        session_id,
+        oldest.id,
+    )
+    if lowest is None:
+        return window
+    older = await conn.fetch(_OLDER_SYSTEM, oldest.parent_id, lowest)
+    return [to_message(row) for row in older] + window
+
+
+async def require_message(conn: asyncpg.Connection, session_id: str, message_id: int) -> None:
+    """Raise MessageNotFound unless the message exists and belongs to the session."""
+    row = await conn.fetchval(
+        "SELECT 1 FROM messages WHERE id = $1 AND session_id = $2", message_id, session_id
+    )
+    if row is None:
+        raise MessageNotFound(session_id, message_id)
+
+
+async def branch_of(
+    conn: asyncpg.Connection, session_id: str, head_id: int | None
+) -> list[Message]:
+    """The current branch of a session, or the branch ending at ``head_id`` (of that session)."""
+    session = await require_session(conn, session_id)
+    if head_id is None:
+        return await select_branch(conn, session.head_id)
+    await require_message(conn, session_id, head_id)
+    return await select_branch(conn, head_id)
+
+
+async def latest_user_text(conn: asyncpg.Connection, session_id: str) -> str | None:
+    """The text of the newest user message on the current branch."""
+    session = await require_session(conn, session_id)
+    if session.head_id is None:
+        return None
+    row = await conn.fetchrow(
+        _BRANCH + " WHERE m.role = 'user' ORDER BY b.depth LIMIT 1", session.head_id
+    )
+    return None if row is None else to_message(row).text
+
+
+async def insert_message(
+    conn: asyncpg.Connection, session_id: str, parent_id: int | None, new: dict[str, Any]
+) -> Message:
+    """Insert one message; ``new`` holds role, text, agent, data (JSON text) and created_at."""
+    row = await conn.fetchrow(
+        "INSERT INTO messages (session_id, parent_id, role, text, agent, data, created_at)"
+        f" VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {MESSAGE_COLUMNS}",
+        session_id,
+        parent_id,
+        new["role"],
+        new["text"],
+        new["agent"],
+        new["data"],
+        new["created_at"],
+    )
+    return to_message(returned(row))
+
+
+async def append_message(
+    conn: asyncpg.Connection, session_id: str, new: dict[str, Any], now: float
+) -> Message:
+    """Append after the head and move the head to the new message."""
+    head = await conn.fetchrow(
+        "SELECT head_id FROM sessions WHERE session_id = $1 FOR NO KEY UPDATE", session_id
+    )
+    if head is None:
+        raise SessionNotFound(session_id)
+    message = await insert_message(conn, session_id, head[0], new)
+    await conn.execute(
+        "UPDATE sessions SET head_id = $1, updated_at = $2 WHERE session_id = $3",
+        message.id,
+        now,
+        session_id,
+    )
+    return message
+
+
+async def set_active_head(
+    conn: asyncpg.Connection, session_id: str, message_id: int, now: float
+) -> Session:
+    """Move the head to one of the session's messages; refused while a turn runs."""
+    session = await lock_session(conn, session_id)
+    if session.status == "running":
+        raise RunActive(session_id)
+    await require_message(conn, session_id, message_id)
+    row = await conn.fetchrow(
+        "UPDATE sessions SET head_id = $1, updated_at = $2 WHERE session_id = $3"
+        f" RETURNING {SESSION_COLUMNS}",
+        message_id,
+        now,
+        session_id,
+    )
+    detail = dump_json({"message_id": message_id})
+    await append_events(conn, session_id, [("head_moved", detail, now)])
+    return to_session(returned(row))
+
+
+async def set_agent(
+    conn: asyncpg.Connection, session_id: str, agent: str, reason: str, now: float
+) -> Session:
+    """Hand the session to ``agent`` with an ``agent_changed`` event; refused while running."""
+    session = await lock_session(conn, session_id)
+    if session.status == "running":
+        raise RunActive(session_id)
+    row = await conn.fetchrow(
+        "UPDATE sessions SET active_agent = $1, updated_at = $2 WHERE session_id = $3"
+        f" RETURNING {SESSION_COLUMNS}",
+        agent,
+        now,
+        session_id,
+    )
+    if agent != session.active_agent:
+        detail = dump_json({"from": session.active_agent, "to": agent, "reason": reason})
+        await append_events(conn, session_id, [("agent_changed", detail, now)])
+    return to_session(returned(row))
+
+
+# One row per (kind, detail, created_at), numbered after the session's last seq, in order.
+_APPEND_EVENTS = (
+    "INSERT INTO session_events (session_id, kind, detail, created_at, seq)"
+    " SELECT $1, e.kind, e.detail, e.created_at, last.seq + e.n"
+    " FROM unnest($2::text[], $3::text[], $4::float8[]) WITH ORDINALITY"
+    " AS e (kind, detail, created_at, n),"
+    " (SELECT coalesce(max(seq), 0) AS seq FROM session_events WHERE session_id = $1) AS last"
+    " ORDER BY e.n RETURNING id"
+)
+
+
+async def append_events(
+    conn: asyncpg.Connection, session_id: str, events: list[tuple[str, str, float]]
+) -> list[int]:
+    """Append ``(kind, detail JSON text, created_at)`` events in one statement; their ids.
+
+    Only for a caller that holds the session's row lock (``lock_row``, or an UPDATE of the
+    row earlier in the transaction): that is what keeps two writers from taking one seq.
+    """
+    if not events:
+        return []
+    kinds, details, times = zip(*events, strict=True)
+    rows = await conn.fetch(_APPEND_EVENTS, session_id, list(kinds), list(details), list(times))
+    return sorted(row[0] for row in rows)
+
+
+_INSERT_EVENT = (
+    "INSERT INTO session_events (session_id, kind, detail, created_at, seq)"
+    " VALUES ($1, $2, $3, $4, (SELECT coalesce(max(seq), 0) + 1 FROM session_events"
+    " WHERE session_id = $1))"
+)
+
+
+async def _lock_for_event(conn: asyncpg.Connection, session_id: str) -> None:
+    # A separate statement: the INSERT that follows takes its snapshot after the lock is held,
+    # so its max(seq) counts the events the previous holder committed.
+    await lock_row(conn, session_id)
+
+
+async def insert_event(
+    conn: asyncpg.Connection, session_id: str, kind: str, detail: str, now: float
+) -> SessionEvent:
+    """Append one event to the session's log with its next ``seq``; ``detail`` is JSON text.
+
+    Locks the session's row first (SessionNotFound if there is none), so no other writer can
+    take the same seq.
+    """
+    await _lock_for_event(conn, session_id)
+    row = await conn.fetchrow(
+        f"{_INSERT_EVENT} RETURNING {EVENT_COLUMNS}", session_id, kind, detail, now
+    )
+    return to_event(returned(row))
+
+
+async def log_event(
+    conn: asyncpg.Connection, session_id: str, kind: str, detail: str, now: float
+) -> None:
+    """``insert_event`` for the many callers that do not read the row back (no RETURNING)."""
+    await _lock_for_event(conn, session_id)
+    await conn.execute(_INSERT_EVENT, session_id, kind, detail, now)
+
+
+async def add_event(
+    conn: asyncpg.Connection, session_id: str, kind: str, detail: dict[str, Any], now: float
+) -> None:
+    """``log_event`` with ``detail`` as a dict."""
+    await log_event(conn, session_id, kind, dump_json(detail), now)
+
+
+async def list_events(
+    conn: asyncpg.Connection, session_id: str, after: int = 0, limit: int = -1
+) -> list[SessionEvent]:
+    """A session's events with ``seq > after``, oldest first (``limit`` < 0: all)."""
+    await require_session(conn, session_id)
+    rows = await conn.fetch(
+        f"SELECT {EVENT_COLUMNS} FROM session_events WHERE session_id = $1 AND seq > $2"
+        " ORDER BY seq LIMIT $3",
+        session_id,
+        after,
+        None if limit < 0 else limit,  # LIMIT NULL: no limit
+    )
+    return [to_event(row) for row in rows]
