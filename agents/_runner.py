@@ -85,6 +85,7 @@ class Runner:
         *,
         cancel: asyncio.Event | None = None,
         before_commit: BeforeCommit | None = None,
+        inbox_ids: Sequence[int] = (),
     ) -> TurnResult:
         """Answer ``inbound`` in ``session_id``; commit history and active agent once.
 
@@ -93,11 +94,13 @@ class Runner:
 
         ``before_commit(turn, replies)`` runs inside the turn after the agents answered, so what
         it buffers (outbox rows, finished inbox rows) commits with the turn or not at all.
+        ``inbox_ids``: the inbox rows this turn answers; the store refuses to begin if one is no
+        longer pending (another process answered it meanwhile), before any agent runs.
         """
         cancelled = False
         # The model sees at most max_turns whole turns (this one included): load no more.
         recent = self._limits.max_turns
-        async with self._store.turn(session_id, recent_turns=recent) as turn:
+        async with self._store.turn(session_id, recent_turns=recent, inbox_ids=inbox_ids) as turn:
             before = turn.session.active_agent
             try:
                 replies = await self._guarded(session_id, self._work(turn, inbound), cancel)

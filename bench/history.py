@@ -22,6 +22,7 @@ import statistics
 import tempfile
 import time
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,9 +47,11 @@ class BenchStore(SQLiteStore):
 
     whole_branch = False
 
-    def turn(self, session_id: str, *, recent_turns: int | None = None) -> TurnScope:
+    def turn(
+        self, session_id: str, *, recent_turns: int | None = None, inbox_ids: Sequence[int] = ()
+    ) -> TurnScope:
         limit = None if self.whole_branch else recent_turns
-        return super().turn(session_id, recent_turns=limit)
+        return super().turn(session_id, recent_turns=limit, inbox_ids=inbox_ids)
 
 
 @dataclass(frozen=True)

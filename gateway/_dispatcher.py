@@ -20,6 +20,8 @@ from channels import ChannelAdapter
 from channels.web import CHANNEL as WEB
 from store import (
     InboxItem,
+    InboxNotFound,
+    InboxNotPending,
     OutboxIn,
     RunActive,
     SessionDeletedError,
@@ -93,14 +95,15 @@ class Dispatcher:
 
     async def start(self) -> None:
         """Reconcile interrupted runs, then give every session with pending rows a lane."""
-        interrupted = await self._store.interrupt_running()
-        if interrupted:
-            log.warning("%d session(s) were running at start: now interrupted", len(interrupted))
         await self.poll()
 
     async def poll(self) -> None:
-        """Look for sessions with pending rows (rows from another process, or left out)."""
+        """Take over the turns of processes whose lease ran out, then look for sessions with
+        pending rows (rows from another process, taken over, or left out)."""
         self._overflow = False
+        taken = await self._store.interrupt_running()
+        if taken:
+            log.warning("took over %d session(s) of a process that stopped", len(taken))
         self.wake(await self._store.pending_sessions())
 
     def wake(self, session_ids: Iterable[str]) -> None:
@@ -219,6 +222,7 @@ class Dispatcher:
                 before_commit=partial(
                     _before_commit, [row.id for row in batch], convert.thread_of(batch), typing
                 ),
+                inbox_ids=[row.id for row in batch],
             )
         except (SessionDeletedError, SessionNotFound):
             log.info("session %s was deleted during its turn; nothing written", sid)
@@ -226,6 +230,10 @@ class Dispatcher:
             return 0.0
         except (RunActive, TurnActive):
             return max(BUSY_RETRY_SECONDS, self._config.retry_base_seconds)
+        except (InboxNotPending, InboxNotFound):
+            # Another process answered these rows (or they were deleted) since they were read.
+            log.info("inbox rows of session %s were no longer pending; looking again", sid)
+            return 0.0
         except asyncio.CancelledError:
             self._metrics.inc(TURNS, outcome="cancelled")  # shutdown: rolled back, runs again
             raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -146,7 +146,7 @@ def build_pipeline(
     return Pipeline(intake, dispatcher, sender, purger, media, intake_wake)
 
 
-def _recorded(dispatcher: Dispatcher, media: MediaWorker, session_ids: Sequence[str]) -> None:
+def _recorded(dispatcher: Dispatcher, media: MediaWorker, session_ids: Iterable[str]) -> None:
     """New inbox rows: their lanes run, and their files (if any) start downloading."""
     dispatcher.wake(session_ids)
     media.wake.set()
@@ -190,7 +190,10 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
         app[DISPATCHER] = pipeline.dispatcher
         await pipeline.start()
         try:
-            yield
+            # Work other processes commit (PostgreSQL) starts here at once, not at the next poll.
+            on_inbox = partial(_recorded, pipeline.dispatcher, pipeline.media)
+            async with app[STORE].watch_work(on_inbox, app[SENDER_WAKE].set):
+                yield
         finally:
             app[STOPPING].set()
             await pipeline.stop(settings.server.shutdown_timeout)

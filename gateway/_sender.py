@@ -35,6 +35,10 @@ from ._wait import wait_event
 from .config import SenderConfig
 
 log = logging.getLogger("gateway.sender")
+# A row is claimed for one send attempt (every part of a split reply) before it goes out, so
+# two processes never send it both; longer than any attempt's HTTP timeouts. A claim of a
+# process that died ends with its lease (docs/deployment.md).
+CLAIM_SECONDS = 120.0
 
 OUTBOX = "gateway_outbox_total"
 MAX_BATCH = 1000  # the store's largest page
@@ -199,6 +203,8 @@ class Sender:
 
     async def _send(self, row: OutboxItem) -> None:
         try:
+            if not await self._store.claim_outbox(row.id, CLAIM_SECONDS):
+                return  # another process is sending it (or it was sent meanwhile)
             await self._deliver(row)
         except StoreError as exc:
             # The row stays as it was: pending rows are tried again (and may then go twice).

@@ -30,6 +30,7 @@ from ._keys import (
     STORE,
     WRITER,
 )
+from ._lease import Lease
 from ._metrics import Metrics
 from ._pipeline import pipeline_ctx
 from ._sandbox import add_sandbox_routes, sandbox_warnings
@@ -50,14 +51,19 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
         dedup_ttl_hours=settings.dedup.ttl_hours,
         pool_size=settings.store.pool_size,
     )
-    interrupted = await store.interrupt_running()
-    if interrupted:
-        log.warning("marked %d session(s) interrupted after an unclean stop", len(interrupted))
-    app[STORE] = store
-    stop_watching = store.watch_events(app[FEED].notify)
-    yield
-    stop_watching()
-    await store.aclose()
+    lease = Lease(store, settings.store.lease_seconds)
+    try:
+        await lease.start()
+        interrupted = await store.interrupt_running()
+        if interrupted:
+            log.warning("marked %d session(s) interrupted: their process stopped", len(interrupted))
+        app[STORE] = store
+        stop_watching = store.watch_events(app[FEED].notify)
+        yield
+        stop_watching()
+        await lease.stop()  # after the pipeline drained: no turn of ours runs any more
+    finally:
+        await store.aclose()
 
 
 async def _backlog_ctx(app: web.Application) -> AsyncIterator[None]:

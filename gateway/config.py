@@ -64,6 +64,9 @@ class IngestConfig(_Section):
 class StoreConfig(_Section):
     url: str = "sqlite:///data/gateway.db"  # or postgresql://user@host:5432/database
     pool_size: int = Field(default=10, ge=1, le=1000)  # PostgreSQL connections per process
+    # A process renews its lease every third of this; a process that stopped renewing for this
+    # long is dead to the others, which then take over its running turns (docs/deployment.md).
+    lease_seconds: float = Field(default=15.0, ge=1.0, le=3600.0)
 
     @field_validator("url")
     @classmethod

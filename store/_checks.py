@@ -44,6 +44,14 @@ def check_time(name: str, value: object) -> float:
     return float(value)
 
 
+def check_seconds(name: str, value: object) -> float:
+    """A finite, positive number of seconds (a lease's or a claim's length)."""
+    seconds = check_time(name, value)
+    if not seconds > 0:
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
 def check_ids(name: str, ids: Iterable[int]) -> tuple[int, ...]:
     """Distinct positive row ids in the given order; at least one."""
     if isinstance(ids, str | bytes):

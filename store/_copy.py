@@ -41,6 +41,7 @@ TABLES: tuple[Table, ...] = (
             "chat_id",
             "active_agent",
             "status",
+            "owner",
             "metadata",
             "created_at",
             "updated_at",
@@ -93,6 +94,8 @@ TABLES: tuple[Table, ...] = (
             "delivery_state",
             "created_at",
             "sent_at",
+            "claimed_by",
+            "claimed_until",
         ),
         "id",
     ),
@@ -118,6 +121,7 @@ TABLES: tuple[Table, ...] = (
         ),
         "id",
     ),
+    Table("leases", ("owner", "expires_at"), "owner"),
 )
 HEADS = Table("sessions", ("session_id", "head_id"), "session_id")
 

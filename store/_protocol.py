@@ -135,8 +135,28 @@ class Store(Protocol):
         search: str | None = None,
     ) -> int: ...
 
+    # ownership across processes (docs/deployment.md)
+    @property
+    def owner(self) -> str:
+        """This store's identity, made at open: the turns it runs and the outbox rows it claims
+        carry it, and its lease says it is alive."""
+
+    async def renew_lease(self, seconds: float) -> None:
+        """Hold this store's lease until ``seconds`` from now (the gateway renews it often)."""
+
+    async def release_lease(self) -> None:
+        """Drop this store's lease (a clean stop): what it held may be taken over at once."""
+
     async def interrupt_running(self) -> list[str]:
-        """Turn every ``running`` session into ``interrupted``; return their ids."""
+        """Turn ``running`` sessions whose owner holds no live lease into ``interrupted``; return
+        their ids. Sessions a live process is running a turn of are left alone."""
+
+    def watch_work(
+        self, on_inbox: Callable[[frozenset[str]], None], on_outbox: Callable[[], None]
+    ) -> AbstractAsyncContextManager[None]:
+        """While entered, hear of inbox rows (their sessions) and outbox rows that OTHER
+        processes committed, without waiting for a poll. A backend without notifications
+        (SQLite) hears nothing: the pipeline's polls find that work."""
 
     # history
     async def get_branch(self, session_id: str, head_id: int | None = None) -> list[Message]: ...
@@ -210,10 +230,20 @@ class Store(Protocol):
 
     # turns
     def turn(
-        self, session_id: str, *, recent_turns: int | None = None
+        self,
+        session_id: str,
+        *,
+        recent_turns: int | None = None,
+        inbox_ids: Sequence[int] = (),
     ) -> AbstractAsyncContextManager[Turn]:
         """Open a turn; with ``recent_turns``, its history is only what pruning to that many
-        whole turns keeps: the last ``recent_turns`` turns and every system message."""
+        whole turns keeps: the last ``recent_turns`` turns and every system message.
+
+        The turn owns the session (``owner``) until it ends; if another process took the session
+        over meanwhile (this one's lease expired), the commit raises TurnActive and writes
+        nothing. ``inbox_ids``: the rows the turn answers; entering raises InboxNotPending (or
+        InboxNotFound) if any is no longer pending, before any work is done on a stale batch.
+        """
 
     # dedup guard
     async def claim(self, keys: Iterable[str]) -> set[str]:
@@ -277,6 +307,11 @@ class Store(Protocol):
         self, now: float, limit: int = 100
     ) -> tuple[list[OutboxItem], float | None]:
         """``due_outbox`` and ``next_outbox_due`` in one read (the sender's every pass)."""
+
+    async def claim_outbox(self, outbox_id: int, seconds: float) -> bool:
+        """Claim a pending row for sending for ``seconds``: False if it is not pending or another
+        store's claim on it is still running. Claimed rows of others are not due (and neither is
+        the rest of their chat) until the claim ends; sent/retry/failed marks end it."""
 
     async def outbox_sent(self, outbox_id: int, platform_ids: Sequence[str]) -> None:
         """Mark a pending row sent with the platform's ids (one UPDATE)."""

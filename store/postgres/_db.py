@@ -8,6 +8,10 @@ its status) take row locks or a per-session advisory lock inside the function.
 A trigger on ``session_events`` notes every session that gets an event in a transaction-local
 setting; ``write`` reads it just before the COMMIT and, once committed, tells the listeners,
 as the SQLite backend's TEMP trigger does. No write path can forget to wake the watchers.
+
+Every pooled connection carries its store's owner in the ``gateway.origin`` setting; the
+triggers on ``inbox`` and ``outbox`` put it in their notifications, so a store that listens
+(``_work.watch``) can tell other processes' rows from its own.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ Fn = Callable[[asyncpg.Connection], Awaitable[T]]
 EventListener = Callable[[frozenset[str]], None]
 
 TOUCHED = "SELECT current_setting('gateway.touched', true)"
+ORIGIN_SETTING = "gateway.origin"  # read by the inbox and outbox triggers (_schema.py)
 
 
 class StoreUnavailable(StoreError):
@@ -36,15 +41,31 @@ class StoreUnavailable(StoreError):
     code = "store_unavailable"
 
 
-def _unavailable(exc: BaseException) -> StoreUnavailable:
+def unavailable(exc: BaseException) -> StoreUnavailable:
+    """StoreUnavailable for a connection error, naming its type only."""
     # The exception's text may carry the host or the user; its type says enough to act on.
     return StoreUnavailable(f"the PostgreSQL database did not answer ({type(exc).__name__})")
+
+
+def _refused(exc: asyncpg.PostgresError) -> StoreError:
+    return StoreError(f"PostgreSQL refused the connection: {exc.sqlstate} {type(exc).__name__}")
 
 
 CONNECTION_ERRORS = (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)
 # Two transactions that locked the same rows in different orders: PostgreSQL rolls one back.
 RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
 RETRIES = 5
+
+
+async def connect(url: str, *, connect_timeout: float) -> asyncpg.Connection:
+    """One connection of its own, outside the pool (``watch_work`` listens on it); the errors
+    of ``Database.open``, without the url."""
+    try:
+        return await asyncpg.connect(url, timeout=connect_timeout)
+    except CONNECTION_ERRORS as exc:
+        raise unavailable(exc) from None
+    except asyncpg.PostgresError as exc:
+        raise _refused(exc) from None
 
 
 def returned(row: asyncpg.Record | None) -> asyncpg.Record:
@@ -64,9 +85,21 @@ class Database:
 
     @classmethod
     async def open(
-        cls, url: str, *, min_size: int, max_size: int, connect_timeout: float
+        cls,
+        url: str,
+        *,
+        min_size: int,
+        max_size: int,
+        connect_timeout: float,
+        owner: str = "",
     ) -> Database:
-        """Connect, refuse a too-new schema and apply the migrations."""
+        """Connect, refuse a too-new schema and apply the migrations.
+
+        ``owner`` (the store's) becomes every connection's ``gateway.origin`` setting: the
+        notifications of the rows it writes carry it. It is a startup setting of the session,
+        not a ``set_config`` at connect: the pool's ``RESET ALL`` at each release would undo that.
+        """
+        settings = {ORIGIN_SETTING: owner} if owner else None
         try:
             pool = await asyncpg.create_pool(
                 url,
@@ -74,13 +107,12 @@ class Database:
                 max_size=max_size,
                 timeout=connect_timeout,
                 command_timeout=60,
+                server_settings=settings,
             )
         except CONNECTION_ERRORS as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
         except asyncpg.PostgresError as exc:  # e.g. an unknown database or a refused login
-            raise StoreError(
-                f"PostgreSQL refused the connection: {exc.sqlstate} {type(exc).__name__}"
-            ) from None
+            raise _refused(exc) from None
         try:
             async with pool.acquire() as proxy:
                 await migrate(cast(asyncpg.Connection, proxy))
@@ -96,7 +128,7 @@ class Database:
             async with self._pool.acquire() as proxy:
                 return await fn(cast(asyncpg.Connection, proxy))
         except CONNECTION_ERRORS as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
 
     async def read(self, fn: Fn[T]) -> T:
         """``fn`` in a read-only transaction with one snapshot."""
@@ -108,7 +140,7 @@ class Database:
             ):
                 return await fn(cast(asyncpg.Connection, proxy))
         except CONNECTION_ERRORS as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
 
     async def write(self, fn: Fn[T], *, urgent: bool = False) -> T:
         """``fn`` in a transaction, committed if it returns; then the listeners hear of events.
@@ -125,7 +157,7 @@ class Database:
                     touched = await proxy.fetchval(TOUCHED)
                 break
             except CONNECTION_ERRORS as exc:
-                raise _unavailable(exc) from None
+                raise unavailable(exc) from None
             except RETRYABLE:  # rolled back whole: the function only wrote to the database
                 if attempt == RETRIES:
                     raise

@@ -17,6 +17,7 @@ from .._checks import (
     check_agent,
     check_ids,
     check_int,
+    check_seconds,
     check_text,
     check_time,
     outbox_values,
@@ -72,12 +73,16 @@ def _check_platform_ids(platform_ids: Sequence[str]) -> list[str]:
 
 
 class PipelineMethods:
-    """Mixed into ``PostgresStore``, which provides ``_db``, ``_ttl`` and ``_now``."""
+    """Mixed into ``PostgresStore``, which provides ``_db``, ``_ttl``, ``owner`` and ``_now``."""
 
     _ttl: float
 
     @property
     def _db(self) -> Database:
+        raise NotImplementedError
+
+    @property
+    def owner(self) -> str:
         raise NotImplementedError
 
     def _now(self) -> float:
@@ -176,13 +181,16 @@ class PipelineMethods:
         return await self._db.write(partial(outbox.insert, values=values, now=self._now()))
 
     async def due_outbox(self, now: float, limit: int = 100) -> list[OutboxItem]:
-        """Pending rows with ``next_attempt_at <= now``, in id order.
+        """Pending rows with ``next_attempt_at <= now``, in id order: the oldest of each chat,
+        unless another store's claim on it still runs (by the store's clock).
 
-        A read, not a claim: two senders would both get these rows (see ``_sql_outbox``).
+        A read, not a claim: two senders may both get these rows; ``claim_outbox`` decides
+        which sends one (see ``_sql_outbox``).
         """
         at = check_time("now", now)
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
-        return await self._db.read(partial(outbox.due, now=at, limit=limit))
+        run = partial(outbox.due, now=at, limit=limit, owner=self.owner, at=self._now())
+        return await self._db.read(run)
 
     async def outbox_schedule(
         self, now: float, limit: int = 100
@@ -191,14 +199,31 @@ class PipelineMethods:
         at = check_time("now", now)
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
 
+        owner, clock = self.owner, self._now()
+
         async def run(conn: asyncpg.Connection) -> tuple[list[OutboxItem], float | None]:
-            return await outbox.due(conn, at, limit), await outbox.next_due(conn)
+            due = await outbox.due(conn, at, limit, owner, clock)
+            return due, await outbox.next_due(conn, owner, clock)
 
         return await self._db.read(run)
 
     async def next_outbox_due(self) -> float | None:
-        """The earliest ``next_attempt_at`` of pending rows, or None."""
-        return await self._db.read(outbox.next_due)
+        """The earliest ``next_attempt_at`` of the rows ``due_outbox`` could give, or None
+        (claims of other stores as at the store's clock)."""
+        run = partial(outbox.next_due, owner=self.owner, at=self._now())
+        return await self._db.read(run)
+
+    async def claim_outbox(self, outbox_id: int, seconds: float) -> bool:
+        """Claim a pending row for sending for ``seconds``: False if it is missing, not pending,
+        or another store's claim on it still runs. Sent, retry, failed, progress and redirect
+        end the claim."""
+        check_int("outbox_id", outbox_id, 1)
+        length = check_seconds("seconds", seconds)
+        now = self._now()
+        run = partial(
+            outbox.claim, outbox_id=outbox_id, owner=self.owner, until=now + length, now=now
+        )
+        return await self._db.write(run)
 
     async def outbox_sent(self, outbox_id: int, platform_ids: Sequence[str]) -> None:
         """Mark a pending row sent with the platform's ids (one UPDATE)."""

@@ -177,7 +177,48 @@ _V1 = (
     "CREATE INDEX attachments_pending ON attachments (state) WHERE state = 'pending'",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+# Ownership across processes: a lease per live store, the owner of a running turn, claims on
+# outbox rows being sent, and notifications of new inbox and outbox rows to the other
+# processes (heard once the COMMIT is done). A notification starts with the ``gateway.origin``
+# of the connection that wrote the row (each pool connection has its store's owner there), so
+# a process can ignore its own; channels are per database: another schema's listener just
+# wakes for nothing.
+_V2 = (
+    """
+    CREATE TABLE leases (
+        owner      TEXT PRIMARY KEY,
+        expires_at DOUBLE PRECISION NOT NULL
+    )
+    """,
+    "ALTER TABLE sessions ADD COLUMN owner TEXT",
+    "ALTER TABLE outbox ADD COLUMN claimed_by TEXT",
+    "ALTER TABLE outbox ADD COLUMN claimed_until DOUBLE PRECISION",
+    """
+    CREATE FUNCTION gateway_inbox_written() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('gateway_inbox',
+            coalesce(current_setting('gateway.origin', true), '') || ' ' || NEW.session_id);
+        RETURN NULL;
+    END $$
+    """,
+    """
+    CREATE TRIGGER gateway_inbox_written AFTER INSERT ON inbox
+        FOR EACH ROW EXECUTE FUNCTION gateway_inbox_written()
+    """,
+    """
+    CREATE FUNCTION gateway_outbox_written() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('gateway_outbox', coalesce(current_setting('gateway.origin', true), ''));
+        RETURN NULL;
+    END $$
+    """,
+    """
+    CREATE TRIGGER gateway_outbox_written AFTER INSERT ON outbox
+        FOR EACH ROW EXECUTE FUNCTION gateway_outbox_written()
+    """,
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 LATEST = len(MIGRATIONS)
 
 _VERSION_TABLE = (

@@ -7,13 +7,20 @@ exactly one transaction through ``Database.write`` or ``Database.read``, as on S
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
 import asyncpg
 
-from .._checks import MAX_LIST_LIMIT, check_agent, check_int, check_text, session_values
+from .._checks import (
+    MAX_LIST_LIMIT,
+    check_agent,
+    check_ids,
+    check_int,
+    check_text,
+    session_values,
+)
 from .._errors import SessionExistsError
 from .._ids import validate_session_id
 from .._rows import dump_json
@@ -35,11 +42,15 @@ def _filters(channel: str | None, status: str | None, agent: str | None) -> sql.
 
 class SessionMethods:
     """Mixed into ``PostgresStore``, which provides ``_db``, ``_ttl``, ``_clock``,
-    ``_open_turns`` and ``_now``."""
+    ``_open_turns``, ``owner`` and ``_now``."""
 
     _ttl: float
     _clock: Callable[[], float]
     _open_turns: set[str]
+
+    @property
+    def owner(self) -> str:
+        raise NotImplementedError
 
     @property
     def _db(self) -> Database:
@@ -141,9 +152,11 @@ class SessionMethods:
         return await self._db.read(partial(sql.count_sessions, filters=filters, search=search))
 
     async def interrupt_running(self) -> list[str]:
-        """Turn every ``running`` session into ``interrupted``; return their ids.
+        """Turn ``running`` sessions whose owner holds no live lease into ``interrupted``;
+        return their ids. Sessions a live process (this one too) runs a turn of are left alone.
 
-        Every process's running sessions: call it only when no other process runs turns.
+        Safe while other processes run turns, and from several processes at once: each session
+        is taken over by one of them.
         """
         return await self._db.write(partial(sql.interrupt_running, now=self._now()))
 
@@ -238,16 +251,37 @@ class SessionMethods:
 
     # turns
 
-    def turn(self, session_id: str, *, recent_turns: int | None = None) -> TurnScope:
+    def turn(
+        self,
+        session_id: str,
+        *,
+        recent_turns: int | None = None,
+        inbox_ids: Sequence[int] = (),
+    ) -> TurnScope:
         """``async with store.turn(id) as turn``: buffered writes, one commit at the end.
 
         With ``recent_turns``, ``turn.history`` holds only what ``prune_to_turns`` can keep of
         the branch: its last ``recent_turns`` whole turns and every system message.
+
+        The turn owns the session (``owner``) until it ends; if another process took it over
+        meanwhile, the commit raises TurnActive and writes nothing. Entering raises
+        InboxNotPending or InboxNotFound if one of ``inbox_ids`` is not a pending row of the
+        session (and then writes nothing).
         """
         validate_session_id(session_id)
         if recent_turns is not None:
             check_int("recent_turns", recent_turns, 1)
-        return TurnScope(self._db, self._open_turns, session_id, self._clock, recent_turns)
+        refused = isinstance(inbox_ids, str | bytes)
+        ids = check_ids("inbox_ids", inbox_ids) if refused or len(inbox_ids) else ()
+        return TurnScope(
+            self._db,
+            self._open_turns,
+            session_id,
+            self._clock,
+            recent_turns,
+            owner=self.owner,
+            inbox_ids=ids,
+        )
 
     # dedup guard
 

@@ -68,6 +68,18 @@ async def complete(
     await _check_all(conn, ids, updated, session_id)
 
 
+async def check_pending(conn: asyncpg.Connection, session_id: str, ids: Sequence[int]) -> None:
+    """Raise InboxNotPending or InboxNotFound, as ``complete`` would, unless every row is a
+    pending row of the session now (a turn's begin: nothing is locked or written)."""
+    found = await conn.fetch(
+        "SELECT id FROM inbox WHERE id = ANY($1::bigint[]) AND session_id = $2"
+        " AND state = 'pending'",
+        list(ids),
+        session_id,
+    )
+    await _check_all(conn, ids, found, session_id)
+
+
 async def fail(
     conn: asyncpg.Connection,
     ids: Sequence[int],

@@ -6,10 +6,12 @@ the condition on the row as committed, so a row leaves ``pending`` once, whoever
 A transition that logs an event locks the row's session first, the order every write of a
 session's events takes (session, then its rows), so it cannot deadlock with a turn.
 
-``due`` is a read, not a claim, as on SQLite, where one process sends: a second sender would
-get the same rows and send them too; its conditional ``sent`` then fails (OutboxNotPending),
-but the platform has the message twice. Claiming needs a lease that outlives the read
-(``FOR UPDATE SKIP LOCKED`` locks end with the read's transaction, before the send).
+``due`` is a read, not a claim: two senders may get the same rows. Before sending one, a
+sender claims it (``claim``: ``claimed_by`` its store's owner until ``claimed_until``), a
+claim that outlives the transaction (``FOR UPDATE SKIP LOCKED`` locks would end with it,
+before the send): of two senders racing for a row, one gets it. A chat whose oldest pending
+row another owner has claimed is not due, until the claim runs out (its sender died) or a
+transition out of the send attempt (sent, retry, failed, progress, redirect) ends it.
 """
 
 from __future__ import annotations
@@ -113,6 +115,37 @@ async def apply_statuses(
     return moved
 
 
+# Every transition out of a send attempt ends the row's claim.
+_UNCLAIM = "claimed_by = NULL, claimed_until = NULL"
+
+
+def _free(owner: int, at: int) -> str:
+    """A row nobody else is sending: unclaimed, claimed by ``$owner``, or a claim that ran out
+    before ``$at`` (the store's clock, the one claims are made by). On the head row of a chat:
+    while another owner's claim runs, the whole chat waits behind it."""
+    return (
+        f"(claimed_by IS NULL OR claimed_by = ${owner} OR claimed_until < ${at} OR NOT EXISTS"
+        f" (SELECT 1 FROM leases WHERE leases.owner = outbox.claimed_by AND expires_at >= ${at}))"
+    )
+
+
+async def claim(
+    conn: asyncpg.Connection, outbox_id: int, owner: str, until: float, now: float
+) -> bool:
+    """Claim a pending row for ``owner`` until ``until``: unclaimed, its own, or a claim that
+    ran out. Under READ COMMITTED a second claimant waits for the first and re-checks the row
+    as committed: of two at once, one gets it."""
+    found = await conn.fetchval(
+        "UPDATE outbox SET claimed_by = $1, claimed_until = $2 WHERE id = $3"
+        f" AND state = 'pending' AND {_free(1, 4)} RETURNING id",
+        owner,
+        until,
+        outbox_id,
+        now,
+    )
+    return found is not None
+
+
 async def _refusal(conn: asyncpg.Connection, outbox_id: int) -> OutboxNotFound | OutboxNotPending:
     state = await conn.fetchval("SELECT state FROM outbox WHERE id = $1", outbox_id)
     return OutboxNotFound(outbox_id) if state is None else OutboxNotPending(outbox_id, state)
@@ -134,7 +167,7 @@ async def sent(
     await _lock_session_of(conn, outbox_id)
     row = await conn.fetchrow(
         "UPDATE outbox SET state = 'sent', sent_at = $1, platform_ids = $2,"
-        " attempts = attempts + 1, error = NULL"
+        f" attempts = attempts + 1, error = NULL, {_UNCLAIM}"
         " WHERE id = $3 AND state = 'pending' RETURNING channel, account, session_id",
         now,
         dump_list(list(platform_ids)),
@@ -170,7 +203,7 @@ async def progress(
     """Record the parts of a split reply already delivered; the row stays pending."""
     row = await _locked_pending(conn, outbox_id)
     await conn.execute(
-        "UPDATE outbox SET payload = $1, platform_ids = $2 WHERE id = $3",
+        f"UPDATE outbox SET payload = $1, platform_ids = $2, {_UNCLAIM} WHERE id = $3",
         _set_key(row[0], "skip_parts", skip_parts),
         dump_list(list(platform_ids)),
         outbox_id,
@@ -210,8 +243,8 @@ async def retry(
 ) -> None:
     """Count a failed try; the row stays pending until ``next_attempt_at``."""
     found = await conn.fetchval(
-        "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $1, error = $2"
-        " WHERE id = $3 AND state = 'pending' RETURNING id",
+        "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = $1, error = $2,"
+        f" {_UNCLAIM} WHERE id = $3 AND state = 'pending' RETURNING id",
         next_attempt_at,
         error,
         outbox_id,
@@ -224,8 +257,8 @@ async def redirect(conn: asyncpg.Connection, outbox_id: int, chat_id: str, error
     """Point a pending row at another chat, under its row lock, so it is sent exactly once."""
     row = await _locked_pending(conn, outbox_id)
     await conn.execute(
-        "UPDATE outbox SET chat_id = $1, payload = $2, attempts = attempts + 1, error = $3"
-        " WHERE id = $4",
+        "UPDATE outbox SET chat_id = $1, payload = $2, attempts = attempts + 1, error = $3,"
+        f" {_UNCLAIM} WHERE id = $4",
         chat_id,
         _set_key(row[0], "chat_id", chat_id),
         error,
@@ -239,7 +272,7 @@ async def failed(
     """End a pending row in ``state`` (failed, dead or uncertain), logged as a ``status``."""
     await _lock_session_of(conn, outbox_id)
     row = await conn.fetchrow(
-        "UPDATE outbox SET state = $1, attempts = attempts + 1, error = $2"
+        f"UPDATE outbox SET state = $1, attempts = attempts + 1, error = $2, {_UNCLAIM}"
         " WHERE id = $3 AND state = 'pending' RETURNING session_id",
         state,
         error,
@@ -261,20 +294,29 @@ _HEAD_OF_CHAT = (
 )
 
 
-async def due(conn: asyncpg.Connection, now: float, limit: int) -> list[OutboxItem]:
-    """The oldest pending row of each chat, if due by ``now``, in id order."""
+async def due(
+    conn: asyncpg.Connection, now: float, limit: int, owner: str, at: float
+) -> list[OutboxItem]:
+    """The oldest pending row of each chat, if due by ``now`` and no other owner's claim on it
+    runs at ``at``, in id order."""
     rows = await conn.fetch(
         f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE {_HEAD_OF_CHAT} AND next_attempt_at <= $1"
-        " ORDER BY id LIMIT $2",
+        f" AND {_free(2, 3)} ORDER BY id LIMIT $4",
         now,
+        owner,
+        at,
         limit,
     )
     return [to_outbox(row) for row in rows]
 
 
-async def next_due(conn: asyncpg.Connection) -> float | None:
-    """The earliest ``next_attempt_at`` of the rows ``due`` could return."""
-    value = await conn.fetchval(f"SELECT min(next_attempt_at) FROM outbox WHERE {_HEAD_OF_CHAT}")
+async def next_due(conn: asyncpg.Connection, owner: str, at: float) -> float | None:
+    """The earliest ``next_attempt_at`` of the rows ``due`` could return (claims as there)."""
+    value = await conn.fetchval(
+        f"SELECT min(next_attempt_at) FROM outbox WHERE {_HEAD_OF_CHAT} AND {_free(1, 2)}",
+        owner,
+        at,
+    )
     return None if value is None else float(value)
 
 

@@ -59,7 +59,6 @@ __all__ = [
     "select_session",
     "set_active_head",
     "set_agent",
-    "set_status",
     "update_session",
 ]
 
@@ -209,31 +208,45 @@ async def count_sessions(
     return count
 
 
+# A lease that ran out this long ago is deleted: its owner's sessions were long taken over.
+LEASE_RETENTION = 86400.0
+
+# Running sessions whose owner holds no lease that is still running. SKIP LOCKED: a row another
+# transaction holds (a turn beginning or committing, another process interrupting it) is left
+# for the next call, so two processes interrupting at once never wait for each other, and each
+# session is taken by one of them (one that waited would re-check the row and find it taken).
+_DEAD_RUNNING = (
+    "SELECT session_id FROM sessions AS s WHERE status = 'running' AND (owner IS NULL"
+    " OR NOT EXISTS (SELECT 1 FROM leases AS l WHERE l.owner = s.owner AND l.expires_at >= $1))"
+    ' ORDER BY session_id COLLATE "C" FOR NO KEY UPDATE SKIP LOCKED'
+)
+
+
 async def interrupt_running(conn: asyncpg.Connection, now: float) -> list[str]:
-    """Mark every ``running`` session ``interrupted``; return their ids, sorted.
+    """Mark ``running`` sessions whose owner holds no live lease ``interrupted`` (no owner);
+    return their ids, sorted. Sessions of live owners (this store's too) are left alone.
 
     Each gets a ``turn_cancelled`` event: its ``turn_started`` will not be followed by a finish.
-    The rows are locked in id order first, as every writer of several sessions does.
+    Leases that ran out more than ``LEASE_RETENTION`` ago are deleted.
     """
-    rows = await conn.fetch(
-        "SELECT session_id FROM sessions WHERE status = 'running'"
-        ' ORDER BY session_id COLLATE "C" FOR NO KEY UPDATE'
-    )
+    rows = await conn.fetch(_DEAD_RUNNING, now)
     ids = sorted(row[0] for row in rows)
+    await conn.execute(
+        "DELETE FROM leases WHERE owner IN (SELECT owner FROM leases WHERE expires_at < $1"
+        " FOR UPDATE SKIP LOCKED)",
+        now - LEASE_RETENTION,
+    )
     if not ids:
         return []
     await conn.execute(
-        "UPDATE sessions SET status = 'interrupted' WHERE session_id = ANY($1::text[])", ids
+        "UPDATE sessions SET status = 'interrupted', owner = NULL"
+        " WHERE session_id = ANY($1::text[])",
+        ids,
     )
     detail = dump_json({"reason": "interrupted"})
     for sid in ids:
         await append_events(conn, sid, [("turn_cancelled", detail, now)])
     return ids
-
-
-async def set_status(conn: asyncpg.Connection, session_id: str, status: str) -> None:
-    """Set the status alone: ``updated_at`` stays, so a rolled-back turn leaves no trace."""
-    await conn.execute("UPDATE sessions SET status = $1 WHERE session_id = $2", status, session_id)
 
 
 async def select_branch(conn: asyncpg.Connection, head_id: int | None) -> list[Message]:

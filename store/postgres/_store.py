@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
 from types import TracebackType
 from typing import Self
 
+from .._checks import check_seconds
 from .._errors import StoreError
+from . import _work as work
 from ._attachments import AttachmentMethods
 from ._db import Database
 from ._pipeline import PipelineMethods
@@ -50,6 +55,7 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
         self._pool_size = pool_size
         self._database: Database | None = None
         self._open_turns: set[str] = set()
+        self._owner = uuid.uuid4().hex  # one per store object, so one per process
 
     @classmethod
     async def open(
@@ -73,6 +79,7 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
                 min_size=min(2, self._pool_size),
                 max_size=self._pool_size,
                 connect_timeout=CONNECT_TIMEOUT,
+                owner=self._owner,
             )
 
     async def __aenter__(self) -> Self:
@@ -99,9 +106,13 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
 
     @property
     def _db(self) -> Database:
+        self._check_open()
+        assert self._database is not None
+        return self._database
+
+    def _check_open(self) -> None:
         if self._database is None:
             raise StoreError("the store is not open; call initialize() or use 'async with'")
-        return self._database
 
     async def ping(self) -> None:
         """Raise if the database does not answer."""
@@ -109,3 +120,39 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
 
     def _now(self) -> float:
         return float(self._clock())
+
+    # ownership across processes (docs/deployment.md)
+
+    @property
+    def owner(self) -> str:
+        """This store's identity (random, made with the object): its turns carry it in
+        ``sessions.owner``, its outbox claims in ``outbox.claimed_by``, its lease in ``leases``,
+        and its connections in ``gateway.origin`` (so it can ignore its own notifications)."""
+        return self._owner
+
+    async def renew_lease(self, seconds: float) -> None:
+        """Hold this store's lease until ``seconds`` from now (by the store's clock)."""
+        length = check_seconds("seconds", seconds)
+        run = partial(work.renew_lease, owner=self._owner, expires_at=self._now() + length)
+        await self._db.write(run)
+
+    async def release_lease(self) -> None:
+        """Drop this store's lease (a clean stop): its running turns may be taken over at once."""
+        await self._db.write(partial(work.release_lease, owner=self._owner))
+
+    @asynccontextmanager
+    async def watch_work(
+        self, on_inbox: Callable[[frozenset[str]], None], on_outbox: Callable[[], None]
+    ) -> AsyncIterator[None]:
+        """While entered, call ``on_inbox({session_id})`` for each inbox row and ``on_outbox()``
+        for each outbox row that other stores (processes) commit, as soon as they commit.
+
+        Listens on a connection of its own, opened on entering (StoreUnavailable if it cannot
+        be) and closed on exit. Losing it later logs a warning: the polls still find the work.
+        """
+        self._check_open()
+        watching = work.watch(
+            self._url, self._owner, on_inbox, on_outbox, connect_timeout=CONNECT_TIMEOUT
+        )
+        async with watching:
+            yield

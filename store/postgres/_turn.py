@@ -7,9 +7,14 @@ everything; any exception restores the status and writes nothing else.
 
 Several processes may share the database, so both transactions lock the session's row first:
 of two processes beginning a turn of one session, the second sees ``running`` and gets
-RunActive (TurnActive is for a second turn within this process). Undoing the status checks
-that this turn's ``turn_started`` committed and is the session's latest, so a turn whose
-begin never committed cannot reset another process's ``running``.
+RunActive (TurnActive is for a second turn within this process).
+
+The turn owns the session: begin sets ``owner`` to the store's, commit and undo clear it. A
+process whose lease ran out may have lost the session meanwhile (``interrupt_running`` of
+another process clears the owner); its commit then raises TurnActive and writes nothing, and
+its undo leaves the session alone. Undoing also checks that this turn's ``turn_started``
+committed and is the session's latest, so a turn whose begin never committed cannot reset
+another process's ``running``.
 """
 
 from __future__ import annotations
@@ -39,7 +44,6 @@ from ._sql_sessions import (
     select_branch,
     select_recent,
 )
-from ._sql_sessions import set_status as set_status_sql
 
 CommitHook = Callable[[asyncpg.Connection, Sequence[Message]], Awaitable[None]]
 """Extra rows of a turn: awaited inside the commit transaction with the committed messages."""
@@ -48,7 +52,7 @@ Clock = Callable[[], float]
 _Written = tuple[list[Message], list[OutboxItem]]
 _Event = tuple[str, str, float]  # kind, detail as JSON text, created_at
 
-__all__ = ["CommitHook", "PostgresTurn", "TurnScope", "end_reason"]
+__all__ = ["CommitHook", "PostgresTurn", "TurnScope", "end_reason", "taken_over"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,20 @@ class _Snapshot:
     prior_status: SessionStatus
     created_at: float  # as stored: tells the session apart from one deleted and re-created
     started: int  # id of this turn's turn_started event
+    owner: str  # the store's: the session's owner while the turn holds it
+
+
+def taken_over(session_id: str) -> TurnActive:
+    """The commit of a turn whose session another process took over (this one's lease ran out).
+
+    TurnActive, as for a second turn in one process: the session is someone else's turn now.
+    """
+    error = TurnActive(session_id)
+    error.args = (
+        f"session {session_id!r} was taken over by another process (this one's lease ran out);"
+        " nothing was written",
+    )
+    return error
 
 
 class PostgresTurn:
@@ -185,12 +203,14 @@ class PostgresTurn:
         """Everything the turn buffered, in the caller's transaction."""
         sid = self._session.session_id
         row = await conn.fetchrow(
-            "SELECT head_id, metadata, created_at FROM sessions WHERE session_id = $1"
+            "SELECT head_id, metadata, created_at, owner FROM sessions WHERE session_id = $1"
             " FOR NO KEY UPDATE",
             sid,
         )
         if row is None or row[2] != snapshot.created_at:
             raise SessionDeletedError(sid)
+        if row[3] != snapshot.owner:
+            raise taken_over(sid)
         parent: int | None = row[0]
         committed: list[Message] = []
         for new in self._rows:
@@ -200,7 +220,8 @@ class PostgresTurn:
         metadata = dump_json({**load_json(row[1]), **self._metadata})
         await conn.execute(
             "UPDATE sessions SET head_id = $1, active_agent = coalesce($2, active_agent),"
-            " metadata = $3, status = 'idle', updated_at = $4 WHERE session_id = $5",
+            " metadata = $3, status = 'idle', owner = NULL, updated_at = $4"
+            " WHERE session_id = $5",
             parent,
             self._agent,
             metadata,
@@ -250,12 +271,17 @@ class TurnScope:
         session_id: str,
         clock: Clock,
         recent_turns: int | None = None,
+        *,
+        owner: str,
+        inbox_ids: Sequence[int] = (),
     ) -> None:
         self._db = db
         self._open_turns = open_turns
         self._sid = session_id
         self._clock = clock
         self._recent_turns = recent_turns
+        self._owner = owner
+        self._inbox_ids = tuple(inbox_ids)
         self._snapshot: _Snapshot | None = None
         self._turn: PostgresTurn | None = None
 
@@ -310,7 +336,14 @@ class TurnScope:
         if session.status == "running":
             # Another process's turn, or a crash that interrupt_running() has not reconciled.
             raise RunActive(self._sid)
-        await set_status_sql(conn, self._sid, "running")
+        if self._inbox_ids:
+            # A stale batch (another process answered it meanwhile) is refused before any work.
+            await inbox_sql.check_pending(conn, self._sid, self._inbox_ids)
+        await conn.execute(
+            "UPDATE sessions SET status = 'running', owner = $1 WHERE session_id = $2",
+            self._owner,
+            self._sid,
+        )
         [started] = await append_events(
             conn, self._sid, [("turn_started", dump_json({}), self._clock())]
         )
@@ -318,7 +351,7 @@ class TurnScope:
             history = await select_branch(conn, session.head_id)
         else:
             history = await select_recent(conn, self._sid, session.head_id, self._recent_turns)
-        self._snapshot = _Snapshot(session.status, row[8], started)
+        self._snapshot = _Snapshot(session.status, row[8], started, self._owner)
         return replace(session, status="running"), history
 
     async def _restore(self, conn: asyncpg.Connection, reason: str) -> None:
@@ -326,17 +359,28 @@ class TurnScope:
         snapshot = self._snapshot
         if snapshot is None or not await self._still_ours(conn, snapshot):
             return
-        await set_status_sql(conn, self._sid, snapshot.prior_status)
+        await conn.execute(
+            "UPDATE sessions SET status = $1, owner = NULL WHERE session_id = $2",
+            snapshot.prior_status,
+            self._sid,
+        )
         detail = dump_json({"reason": reason})
         await append_events(conn, self._sid, [("turn_cancelled", detail, self._clock())])
 
     async def _still_ours(self, conn: asyncpg.Connection, snapshot: _Snapshot) -> bool:
-        """Whether the session is ``running`` from this turn's begin (locks its row)."""
+        """Whether the session is ``running`` from this turn's begin (locks its row): this store
+        still owns it, and no other turn began after this one's."""
         row = await conn.fetchrow(
-            "SELECT status, created_at FROM sessions WHERE session_id = $1 FOR NO KEY UPDATE",
+            "SELECT status, created_at, owner FROM sessions WHERE session_id = $1"
+            " FOR NO KEY UPDATE",
             self._sid,
         )
-        if row is None or row[0] != "running" or row[1] != snapshot.created_at:
+        if (
+            row is None
+            or row[0] != "running"
+            or row[1] != snapshot.created_at
+            or row[2] != snapshot.owner
+        ):
             return False
         # NULL if the begin rolled back; a later id if another turn began after this one.
         latest = await conn.fetchval(

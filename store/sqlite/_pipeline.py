@@ -15,6 +15,7 @@ from .._checks import (
     check_agent,
     check_ids,
     check_int,
+    check_seconds,
     check_text,
     check_time,
     outbox_values,
@@ -64,9 +65,10 @@ def _check_page(limit: int, offset: int) -> None:
 
 
 class PipelineMethods:
-    """Mixed into ``SQLiteStore``, which provides ``_db``, ``_ttl`` and ``_now``."""
+    """Mixed into ``SQLiteStore``, which provides ``_db``, ``_ttl``, ``_owner`` and ``_now``."""
 
     _ttl: float
+    _owner: str
 
     @property
     def _db(self) -> Connection:
@@ -168,10 +170,12 @@ class PipelineMethods:
         return await self._db.write(partial(outbox.insert, values=values, now=self._now()))
 
     async def due_outbox(self, now: float, limit: int = 100) -> list[OutboxItem]:
-        """Pending rows with ``next_attempt_at <= now``, in id order."""
+        """Pending rows with ``next_attempt_at <= now``, in id order: the oldest of each chat,
+        unless another store's claim on it has not run out (by this store's clock)."""
         at = check_time("now", now)
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
-        return await self._db.read(partial(outbox.due, now=at, limit=limit))
+        run = partial(outbox.due, now=at, limit=limit, owner=self._owner, at=self._now())
+        return await self._db.read(run)
 
     async def outbox_schedule(
         self, now: float, limit: int = 100
@@ -179,15 +183,30 @@ class PipelineMethods:
         """``due_outbox`` and ``next_outbox_due`` in one read transaction (one thread hop)."""
         at = check_time("now", now)
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
+        owner, clock = self._owner, self._now()
 
         def run(conn: sqlite3.Connection) -> tuple[list[OutboxItem], float | None]:
-            return outbox.due(conn, at, limit), outbox.next_due(conn)
+            return outbox.due(conn, at, limit, owner, clock), outbox.next_due(conn, owner, clock)
 
         return await self._db.read(run)
 
     async def next_outbox_due(self) -> float | None:
-        """The earliest ``next_attempt_at`` of pending rows, or None."""
-        return await self._db.read(outbox.next_due)
+        """The earliest ``next_attempt_at`` of the rows ``due_outbox`` could return, or None."""
+        return await self._db.read(partial(outbox.next_due, owner=self._owner, at=self._now()))
+
+    async def claim_outbox(self, outbox_id: int, seconds: float) -> bool:
+        """Claim a pending row for sending for ``seconds``: False if it is not pending (or not
+        there) or another store's claim on it has not run out. This store's own claim is
+        renewed. Until the claim ends, the row and the rest of its chat are not due for the
+        other stores; ``outbox_sent``, ``_retry``, ``_failed``, ``_progress`` and ``_redirect``
+        end it."""
+        check_int("outbox_id", outbox_id, 1)
+        length = check_seconds("seconds", seconds)
+        now = self._now()
+        run = partial(
+            outbox.claim, outbox_id=outbox_id, owner=self._owner, until=now + length, now=now
+        )
+        return await self._db.write(run)
 
     async def outbox_sent(self, outbox_id: int, platform_ids: Sequence[str]) -> None:
         """Mark a pending row sent with the platform's ids (one UPDATE)."""

@@ -186,7 +186,19 @@ _V5 = ("CREATE INDEX messages_system ON messages (session_id, id) WHERE role = '
 # first column too: the older (session_id, id) index only cost every event an insert.
 _V6 = ("DROP INDEX session_events_session",)
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+# Ownership across processes (docs/deployment.md): each store renews a lease while it lives; a
+# running turn names its store (``sessions.owner``), and a sender claims the outbox row it is
+# sending. Another process takes over a session or a row only once its owner's lease or claim
+# has run out. Leases are looked up by owner only (the primary key): the table holds one row
+# per live process, and ``interrupt_running`` deletes the rows that ran out a day ago.
+_V7 = (
+    "CREATE TABLE leases (owner TEXT PRIMARY KEY, expires_at REAL NOT NULL) WITHOUT ROWID",
+    "ALTER TABLE sessions ADD COLUMN owner TEXT",
+    "ALTER TABLE outbox ADD COLUMN claimed_by TEXT",
+    "ALTER TABLE outbox ADD COLUMN claimed_until REAL",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 LATEST = len(MIGRATIONS)
 
 

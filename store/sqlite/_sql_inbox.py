@@ -53,6 +53,16 @@ def complete(conn: sqlite3.Connection, session_id: str, ids: Sequence[int], now:
     _check_all(conn, ids, updated, session_id)
 
 
+def check_pending(conn: sqlite3.Connection, session_id: str, ids: Sequence[int]) -> None:
+    """Raise as ``complete`` would, writing nothing, unless every id is a pending row of the
+    session (a turn checks the batch it answers before it begins)."""
+    found = conn.execute(
+        f"SELECT id FROM inbox WHERE session_id = ? AND state = 'pending' AND {_IDS}",
+        (session_id, dump_ids(ids)),
+    ).fetchall()
+    _check_all(conn, ids, found, session_id)
+
+
 def fail(
     conn: sqlite3.Connection,
     ids: Sequence[int],

@@ -27,6 +27,17 @@ _APPLY_STATUS = (
 )
 
 
+# Every way out of a send attempt ends the sender's claim on the row (see ``claim``).
+_UNCLAIMED = "claimed_by = NULL, claimed_until = NULL"
+
+# A row nobody else is sending: unclaimed, claimed by this store, or its claim has run out, or
+# its claimer's lease has (a process killed mid-send: its sends go on elsewhere at once).
+_FREE = (
+    "(claimed_by IS NULL OR claimed_by = :owner OR claimed_until < :at OR NOT EXISTS"
+    " (SELECT 1 FROM leases WHERE leases.owner = outbox.claimed_by AND expires_at >= :at))"
+)
+
+
 def insert(conn: sqlite3.Connection, values: dict[str, Any], now: float) -> OutboxItem:
     """Insert one row of a session that exists; SessionNotFound otherwise."""
     row = conn.execute(
@@ -68,7 +79,7 @@ def sent(conn: sqlite3.Connection, outbox_id: int, platform_ids: Sequence[str], 
     """Mark a pending row sent: one UPDATE, then the id lookup rows."""
     row = conn.execute(
         "UPDATE outbox SET state = 'sent', sent_at = ?, platform_ids = ?,"
-        " attempts = attempts + 1, error = NULL"
+        f" attempts = attempts + 1, error = NULL, {_UNCLAIMED}"
         " WHERE id = ? AND state = 'pending' RETURNING channel, account, session_id",
         (now, dump_list(list(platform_ids)), outbox_id),
     ).fetchone()
@@ -84,8 +95,8 @@ def progress(
 ) -> None:
     """Record the parts of a split reply already delivered; the row stays pending."""
     row = conn.execute(
-        "UPDATE outbox SET payload = json_set(payload, '$.skip_parts', ?), platform_ids = ?"
-        " WHERE id = ? AND state = 'pending' RETURNING channel, account",
+        "UPDATE outbox SET payload = json_set(payload, '$.skip_parts', ?), platform_ids = ?,"
+        f" {_UNCLAIMED} WHERE id = ? AND state = 'pending' RETURNING channel, account",
         (skip_parts, dump_list(list(platform_ids)), outbox_id),
     ).fetchone()
     if row is None:
@@ -112,7 +123,7 @@ def _index_platform_ids(
 def retry(conn: sqlite3.Connection, outbox_id: int, next_attempt_at: float, error: str) -> None:
     """Count a failed try; the row stays pending until ``next_attempt_at``."""
     cursor = conn.execute(
-        "UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?, error = ?"
+        f"UPDATE outbox SET attempts = attempts + 1, next_attempt_at = ?, error = ?, {_UNCLAIMED}"
         " WHERE id = ? AND state = 'pending'",
         (next_attempt_at, error, outbox_id),
     )
@@ -124,7 +135,7 @@ def redirect(conn: sqlite3.Connection, outbox_id: int, chat_id: str, error: str)
     """Point a pending row at another chat, in one statement, so it is sent exactly once."""
     cursor = conn.execute(
         "UPDATE outbox SET chat_id = ?, payload = json_set(payload, '$.chat_id', ?),"
-        " attempts = attempts + 1, error = ? WHERE id = ? AND state = 'pending'",
+        f" attempts = attempts + 1, error = ?, {_UNCLAIMED} WHERE id = ? AND state = 'pending'",
         (chat_id, chat_id, error, outbox_id),
     )
     if cursor.rowcount == 0:
@@ -134,7 +145,7 @@ def redirect(conn: sqlite3.Connection, outbox_id: int, chat_id: str, error: str)
 def failed(conn: sqlite3.Connection, outbox_id: int, error: str, state: str, now: float) -> None:
     """End a pending row in ``state`` (failed, dead or uncertain), logged as a ``status``."""
     row = conn.execute(
-        "UPDATE outbox SET state = ?, attempts = attempts + 1, error = ?"
+        f"UPDATE outbox SET state = ?, attempts = attempts + 1, error = ?, {_UNCLAIMED}"
         " WHERE id = ? AND state = 'pending' RETURNING session_id",
         (state, error, outbox_id),
     ).fetchone()
@@ -154,20 +165,39 @@ _HEAD_OF_CHAT = (
 )
 
 
-def due(conn: sqlite3.Connection, now: float, limit: int) -> list[OutboxItem]:
-    """The oldest pending row of each chat, if due by ``now``, in id order."""
+def claim(conn: sqlite3.Connection, outbox_id: int, owner: str, until: float, now: float) -> bool:
+    """Claim a pending row for ``owner`` until ``until``; False if it is not pending or
+    another owner's claim runs until ``now`` or later. One UPDATE by primary key."""
+    cursor = conn.execute(
+        "UPDATE outbox SET claimed_by = :owner, claimed_until = :until"
+        f" WHERE id = :id AND state = 'pending' AND {_FREE}",
+        {"owner": owner, "until": until, "id": outbox_id, "at": now},
+    )
+    return cursor.rowcount > 0
+
+
+def due(
+    conn: sqlite3.Connection, now: float, limit: int, owner: str, at: float
+) -> list[OutboxItem]:
+    """The oldest pending row of each chat, if due by ``now``, in id order.
+
+    A chat whose oldest pending row another owner has claimed (a claim running until ``at``,
+    the store's clock, or later) is left out: that sender has it, and the rest of the chat
+    waits behind it. The claim is a filter on the head row itself, after the same index walk.
+    """
     rows = conn.execute(
-        f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE {_HEAD_OF_CHAT} AND next_attempt_at <= ?"
-        " ORDER BY id LIMIT ?",
-        (now, limit),
+        f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE {_HEAD_OF_CHAT} AND next_attempt_at <= :now"
+        f" AND {_FREE} ORDER BY id LIMIT :limit",
+        {"now": now, "limit": limit, "owner": owner, "at": at},
     ).fetchall()
     return [to_outbox(row) for row in rows]
 
 
-def next_due(conn: sqlite3.Connection) -> float | None:
-    """The earliest ``next_attempt_at`` of the rows ``due`` could return."""
+def next_due(conn: sqlite3.Connection, owner: str, at: float) -> float | None:
+    """The earliest ``next_attempt_at`` of the rows ``due`` could return (claims as there)."""
     value: float | None = conn.execute(
-        f"SELECT min(next_attempt_at) FROM outbox WHERE {_HEAD_OF_CHAT}"
+        f"SELECT min(next_attempt_at) FROM outbox WHERE {_HEAD_OF_CHAT} AND {_FREE}",
+        {"owner": owner, "at": at},
     ).fetchone()[0]
     return value
 

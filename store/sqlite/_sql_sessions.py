@@ -122,23 +122,55 @@ def count_sessions(conn: sqlite3.Connection, filters: Filters, search: str | Non
     return count
 
 
-def interrupt_running(conn: sqlite3.Connection, now: float) -> list[str]:
-    """Mark every ``running`` session ``interrupted``; return their ids, sorted.
+LEASE_KEPT_SECONDS = 86400.0  # a lease row that ran out longer ago than this is deleted
 
-    Each gets a ``turn_cancelled`` event: its ``turn_started`` will not be followed by a finish.
+
+def interrupt_running(conn: sqlite3.Connection, now: float) -> list[str]:
+    """Mark ``running`` sessions whose owner holds no live lease ``interrupted``; their ids.
+
+    A session whose owner's lease runs until ``now`` or later is left alone, whichever store
+    that is: its turn is still running somewhere. Each one taken gets a ``turn_cancelled``
+    event (its ``turn_started`` will not be followed by a finish) and loses its owner, so the
+    old owner's commit, should it come after all, finds the session taken over. Leases that
+    ran out more than ``LEASE_KEPT_SECONDS`` ago are deleted on the way.
+
+    ``sessions_status`` finds the running sessions; each owner is one primary-key probe.
     """
     rows = conn.execute(
-        "UPDATE sessions SET status = 'interrupted' WHERE status = 'running' RETURNING session_id"
+        "UPDATE sessions SET status = 'interrupted', owner = NULL WHERE status = 'running'"
+        " AND (owner IS NULL OR NOT EXISTS (SELECT 1 FROM leases"
+        " WHERE leases.owner = sessions.owner AND leases.expires_at >= ?))"
+        " RETURNING session_id",
+        (now,),
     ).fetchall()
     ids = sorted(row[0] for row in rows)
     for sid in ids:
         add_event(conn, sid, "turn_cancelled", {"reason": "interrupted"}, now)
+    conn.execute("DELETE FROM leases WHERE expires_at < ?", (now - LEASE_KEPT_SECONDS,))
     return ids
 
 
-def set_status(conn: sqlite3.Connection, session_id: str, status: str) -> None:
-    """Set the status alone: ``updated_at`` stays, so a rolled-back turn leaves no trace."""
-    conn.execute("UPDATE sessions SET status = ? WHERE session_id = ?", (status, session_id))
+def renew_lease(conn: sqlite3.Connection, owner: str, expires_at: float) -> None:
+    """Hold ``owner``'s lease until ``expires_at``."""
+    conn.execute(
+        "INSERT INTO leases (owner, expires_at) VALUES (?, ?)"
+        " ON CONFLICT (owner) DO UPDATE SET expires_at = excluded.expires_at",
+        (owner, expires_at),
+    )
+
+
+def release_lease(conn: sqlite3.Connection, owner: str) -> None:
+    """Drop ``owner``'s lease: its running turns may be taken over at once."""
+    conn.execute("DELETE FROM leases WHERE owner = ?", (owner,))
+
+
+def begin_turn(conn: sqlite3.Connection, session_id: str, owner: str) -> None:
+    """Mark the session ``running`` a turn of ``owner``; ``updated_at`` stays, so a turn
+    rolled back leaves no trace."""
+    conn.execute(
+        "UPDATE sessions SET status = 'running', owner = ? WHERE session_id = ?",
+        (owner, session_id),
+    )
 
 
 def select_branch(conn: sqlite3.Connection, head_id: int | None) -> list[Message]:

@@ -6,12 +6,22 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
 from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
-from .._checks import MAX_LIST_LIMIT, check_agent, check_int, check_text, session_values
+from .._checks import (
+    MAX_LIST_LIMIT,
+    check_agent,
+    check_ids,
+    check_int,
+    check_seconds,
+    check_text,
+    session_values,
+)
 from .._errors import SessionExistsError, StoreError
 from .._ids import validate_session_id
 from .._rows import dump_json
@@ -33,6 +43,13 @@ def _check_ttl(hours: float) -> float:
     if isinstance(hours, bool) or not isinstance(hours, int | float) or not hours > 0:
         raise ValueError(f"dedup_ttl_hours must be a positive number, got {hours!r}")
     return float(hours) * 3600.0
+
+
+def _check_batch(inbox_ids: Sequence[int]) -> tuple[int, ...]:
+    """The inbox rows a turn answers: none, or distinct positive ids."""
+    if isinstance(inbox_ids, str | bytes) or len(inbox_ids):
+        return check_ids("inbox_ids", inbox_ids)
+    return ()
 
 
 def _filters(channel: str | None, status: str | None, agent: str | None) -> sql.Filters:
@@ -57,6 +74,7 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
         self._clock = clock
         self._conn: Connection | None = None
         self._open_turns: set[str] = set()
+        self._owner = uuid.uuid4().hex  # one per store object, so one per process
 
     @classmethod
     async def open(
@@ -200,9 +218,46 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
         filters = _filters(channel, status, agent)
         return await self._db.read(partial(sql.count_sessions, filters=filters, search=search))
 
+    # ownership across processes (docs/deployment.md)
+
+    @property
+    def owner(self) -> str:
+        """This store's identity (random, made with the object): its turns carry it in
+        ``sessions.owner``, its outbox claims in ``outbox.claimed_by``, its lease in ``leases``."""
+        return self._owner
+
+    async def renew_lease(self, seconds: float) -> None:
+        """Hold this store's lease until ``seconds`` from now (by the store's clock)."""
+        length = check_seconds("seconds", seconds)
+        run = partial(sql.renew_lease, owner=self._owner, expires_at=self._now() + length)
+        await self._db.write(run)
+
+    async def release_lease(self) -> None:
+        """Drop this store's lease (a clean stop): its running turns may be taken over at once."""
+        await self._db.write(partial(sql.release_lease, owner=self._owner))
+
     async def interrupt_running(self) -> list[str]:
-        """Turn every ``running`` session into ``interrupted``; return their ids."""
+        """Turn ``running`` sessions whose owner holds no live lease into ``interrupted``;
+        return their ids, sorted.
+
+        A turn whose store's lease is live is left alone, whichever store runs it (this one
+        included: renew the lease first, or this store's own open turns count as dead). Each
+        session taken gets a ``turn_cancelled`` event and loses its owner, so the old owner's
+        commit fails with TurnActive. Leases that ran out over a day ago are deleted.
+        """
         return await self._db.write(partial(sql.interrupt_running, now=self._now()))
+
+    @asynccontextmanager
+    async def watch_work(
+        self, on_inbox: Callable[[frozenset[str]], None], on_outbox: Callable[[], None]
+    ) -> AsyncIterator[None]:
+        """Nothing to enter: SQLite has no notifications, so other processes' work is not heard.
+
+        The dispatcher's and the sender's polls (``pending_sessions``, ``outbox_schedule``)
+        find the inbox and outbox rows another process committed to the same file. This
+        process's own rows reach them without any of this (the gateway wakes them directly).
+        """
+        yield
 
     # history
 
@@ -298,16 +353,35 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
 
     # turns
 
-    def turn(self, session_id: str, *, recent_turns: int | None = None) -> TurnScope:
+    def turn(
+        self,
+        session_id: str,
+        *,
+        recent_turns: int | None = None,
+        inbox_ids: Sequence[int] = (),
+    ) -> TurnScope:
         """``async with store.turn(id) as turn``: buffered writes, one commit at the end.
 
         With ``recent_turns``, ``turn.history`` holds only what ``prune_to_turns`` can keep of
         the branch: its last ``recent_turns`` whole turns and every system message.
+        The turn owns the session (``sessions.owner`` is this store's ``owner``) until it
+        ends; its commit raises TurnActive, writing nothing, if the session was taken over.
+        ``inbox_ids``: the rows the turn answers; entering raises InboxNotPending or
+        InboxNotFound, writing nothing, unless each is a pending row of the session.
         """
         validate_session_id(session_id)
         if recent_turns is not None:
             check_int("recent_turns", recent_turns, 1)
-        return TurnScope(self._db, self._open_turns, session_id, self._clock, recent_turns)
+        batch = _check_batch(inbox_ids)
+        return TurnScope(
+            self._db,
+            self._open_turns,
+            session_id,
+            self._clock,
+            recent_turns,
+            owner=self._owner,
+            inbox_ids=batch,
+        )
 
     # dedup guard
 

@@ -1,9 +1,15 @@
 """Turns on SQLite: buffer the writes in memory, then commit them in one transaction.
 
-Entering a turn is one short transaction (status ``running``, load the branch, or with
+Entering a turn is one short transaction (check the inbox batch it answers, status
+``running`` with this store as the session's ``owner``, load the branch, or with
 ``recent_turns`` only what pruning to that many whole turns can keep); the body runs
 with no transaction open and no lock held; a clean exit is one ``BEGIN IMMEDIATE`` transaction
 that writes everything; any exception restores the status and writes nothing else.
+
+Ownership: while the turn runs, ``sessions.owner`` names this store. Another process whose
+``interrupt_running`` finds this store's lease run out takes the session over (status
+``interrupted``, owner NULL, and perhaps a turn of its own); this turn's commit then raises
+TurnActive and writes nothing, and its rollback leaves the session as the other process left it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from . import _sql_outbox as outbox_sql
 from ._conn import Connection
 from ._sql_sessions import (
     add_event,
+    begin_turn,
     insert_message,
     log_event,
     message_event,
@@ -33,7 +40,6 @@ from ._sql_sessions import (
     select_branch,
     select_recent,
 )
-from ._sql_sessions import set_status as set_status_sql
 
 CommitHook = Callable[[sqlite3.Connection, Sequence[Message]], None]
 """Extra rows of a turn: called inside the commit transaction with the committed messages."""
@@ -48,6 +54,17 @@ class _Snapshot:
 
     prior_status: SessionStatus
     created_at: float  # as stored: tells the session apart from one deleted and re-created
+    owner: str  # the store running the turn: ``sessions.owner`` until it ends
+
+
+def taken_over(session_id: str) -> TurnActive:
+    """The error of a turn whose session another process took over while it ran."""
+    error = TurnActive(session_id)
+    error.args = (
+        f"session {session_id!r} was taken over by another process (this store's lease ran"
+        " out) while its turn ran; nothing was written",
+    )
+    return error
 
 
 class SQLiteTurn:
@@ -175,10 +192,13 @@ class SQLiteTurn:
         """Everything the turn buffered, in the caller's transaction."""
         sid = self._session.session_id
         row = conn.execute(
-            "SELECT head_id, metadata, created_at FROM sessions WHERE session_id = ?", (sid,)
+            "SELECT head_id, metadata, created_at, owner FROM sessions WHERE session_id = ?",
+            (sid,),
         ).fetchone()
         if row is None or row[2] != snapshot.created_at:
             raise SessionDeletedError(sid)
+        if row[3] != snapshot.owner:
+            raise taken_over(sid)
         parent: int | None = row[0]
         committed: list[Message] = []
         for new in self._rows:
@@ -188,7 +208,7 @@ class SQLiteTurn:
         metadata = dump_json({**load_json(row[1]), **self._metadata})
         conn.execute(
             "UPDATE sessions SET head_id = ?, active_agent = coalesce(?, active_agent),"
-            " metadata = ?, status = 'idle', updated_at = ? WHERE session_id = ?",
+            " metadata = ?, status = 'idle', owner = NULL, updated_at = ? WHERE session_id = ?",
             (parent, self._agent, metadata, now, sid),
         )
         for kind, detail, at in self._events:
@@ -236,12 +256,17 @@ class TurnScope:
         session_id: str,
         clock: Clock,
         recent_turns: int | None = None,
+        *,
+        owner: str,
+        inbox_ids: Sequence[int] = (),
     ) -> None:
         self._conn = conn
         self._open_turns = open_turns
         self._sid = session_id
         self._clock = clock
         self._recent_turns = recent_turns
+        self._owner = owner
+        self._inbox_ids = tuple(inbox_ids)
         self._snapshot: _Snapshot | None = None
         self._turn: SQLiteTurn | None = None
 
@@ -296,26 +321,39 @@ class TurnScope:
         if session.status == "running":
             # Another process's turn, or a crash that interrupt_running() has not reconciled.
             raise RunActive(self._sid)
+        if self._inbox_ids:
+            # A stale batch (rows another lane or process answered meanwhile) fails here,
+            # before the turn does any work, and leaves the session as it was.
+            inbox_sql.check_pending(conn, self._sid, self._inbox_ids)
         created_at: float = conn.execute(
             "SELECT created_at FROM sessions WHERE session_id = ?", (self._sid,)
         ).fetchone()[0]
-        set_status_sql(conn, self._sid, "running")
+        begin_turn(conn, self._sid, self._owner)
         add_event(conn, self._sid, "turn_started", {}, self._clock())
         if self._recent_turns is None:
             history = select_branch(conn, session.head_id)
         else:
             history = select_recent(conn, self._sid, session.head_id, self._recent_turns)
-        self._snapshot = _Snapshot(session.status, created_at)
+        self._snapshot = _Snapshot(session.status, created_at, self._owner)
         return replace(session, status="running"), history
 
     def _restore(self, conn: sqlite3.Connection, reason: str) -> None:
-        """Put the status back as it was before the turn and log why it ended; nothing else."""
+        """Put the status back as it was before the turn and log why it ended; nothing else.
+
+        Only while the session is still this turn's: one taken over meanwhile is left as the
+        other process made it.
+        """
         if self._snapshot is None:
             return
         cursor = conn.execute(
-            "UPDATE sessions SET status = ? WHERE session_id = ? AND status = 'running'"
-            " AND created_at = ?",
-            (self._snapshot.prior_status, self._sid, self._snapshot.created_at),
+            "UPDATE sessions SET status = ?, owner = NULL WHERE session_id = ?"
+            " AND status = 'running' AND created_at = ? AND owner = ?",
+            (
+                self._snapshot.prior_status,
+                self._sid,
+                self._snapshot.created_at,
+                self._snapshot.owner,
+            ),
         )
         if cursor.rowcount:
             add_event(conn, self._sid, "turn_cancelled", {"reason": reason}, self._clock())

@@ -98,9 +98,11 @@ class RecordingStore(SQLiteStore):
 
     asked: list[int | None]
 
-    def turn(self, session_id: str, *, recent_turns: int | None = None) -> TurnScope:
+    def turn(
+        self, session_id: str, *, recent_turns: int | None = None, inbox_ids: Sequence[int] = ()
+    ) -> TurnScope:
         self.asked.append(recent_turns)
-        return super().turn(session_id, recent_turns=recent_turns)
+        return super().turn(session_id, recent_turns=recent_turns, inbox_ids=inbox_ids)
 
 
 def _full_context(branch: Sequence[Message], max_turns: int) -> list[Any]:

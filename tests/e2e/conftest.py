@@ -1,4 +1,5 @@
-"""Fixtures of the end-to-end tests: fake platforms in this process, the gateway as a process."""
+"""Fixtures of the end-to-end tests: fake platforms in this process, the gateway as a process,
+a fresh PostgreSQL schema."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 import pytest
 from pytest_aiohttp import AiohttpServer
+
+from tests.pg import fresh_schema
 
 from .fakes import FakeGraph, FakeTelegram
 from .gateway_proc import Gateway, config_text, demo_agents, free_port
@@ -71,3 +75,26 @@ async def make_gateway(tmp_path: Path, platforms: Platforms) -> AsyncIterator[Ma
     yield make
     for gateway in started:
         await gateway.ensure_stopped()
+
+
+@pytest.fixture
+async def postgres() -> AsyncIterator[tuple[str, Query]]:
+    """A fresh schema's url and a function reading it."""
+    async with fresh_schema() as url:
+        yield url, postgres_query(url)
+
+
+Query = Callable[[str], Awaitable[list[tuple[Any, ...]]]]
+
+
+def postgres_query(url: str) -> Query:
+    """A function reading the PostgreSQL store at ``url`` (a connection per call)."""
+
+    async def query(sql: str) -> list[tuple[Any, ...]]:
+        conn = await asyncpg.connect(url)
+        try:
+            return [tuple(row) for row in await conn.fetch(sql)]
+        finally:
+            await conn.close()
+
+    return query

@@ -68,7 +68,8 @@ def config_text(
     """A complete config: fakes for both platforms, a SQLite file, and ``sections`` on top."""
     base: dict[str, dict[str, Any]] = {
         "server": {"host": "127.0.0.1", "port": port, "shutdown_timeout": 5},
-        "store": {"url": f"sqlite:///{db}"},
+        # A killed process's running turns move on after its lease: short, to keep tests quick.
+        "store": {"url": f"sqlite:///{db}", "lease_seconds": 3},
         "admin": {"token": ADMIN_TOKEN},
         "dispatcher": {"double_texting": "enqueue", "typing_after_seconds": 5},
         "sender": {

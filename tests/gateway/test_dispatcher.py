@@ -30,6 +30,7 @@ def db(tmp_path: Path) -> Path:
 @pytest.fixture
 async def store(db: Path) -> AsyncIterator[SQLiteStore]:
     async with SQLiteStore(db) as opened:
+        await opened.renew_lease(3600)  # as the gateway does before any turn: its turns are live
         yield opened
 
 

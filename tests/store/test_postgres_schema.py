@@ -225,6 +225,88 @@ async def test_newer_schema_without_tables_gets_none(url: str, admin: asyncpg.Co
     assert await snapshot(admin) == before
 
 
+async def _v1_schema(conn: asyncpg.Connection) -> None:
+    """The schema as the first PostgreSQL release left it: version 1, and rows in it."""
+    async with conn.transaction():
+        await conn.execute(
+            "CREATE TABLE gateway_schema (one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),"
+            " version INTEGER NOT NULL)"
+        )
+        for statement in MIGRATIONS[0]:
+            await conn.execute(statement)
+        await conn.execute("INSERT INTO gateway_schema (version) VALUES (1)")
+    session = (
+        "INSERT INTO sessions (session_id, channel, account, chat_id, active_agent, status,"
+        " created_at, updated_at) VALUES ($1, 'telegram', 'support', $2, 'triage', $3, 1, 2)"
+    )
+    await conn.execute(session, SID, "1", "running")  # a turn a V1 process never finished
+    await conn.execute(session, "telegram-support-2", "2", "idle")
+    await conn.execute(
+        "INSERT INTO messages (session_id, role, text, created_at) VALUES ($1, 'user', 'hi', 1)",
+        SID,
+    )
+    await conn.execute("UPDATE sessions SET head_id = 1 WHERE session_id = $1", SID)
+    await conn.execute(
+        "INSERT INTO session_events (session_id, kind, created_at, seq)"
+        " VALUES ($1, 'turn_started', 1, 1)",
+        SID,
+    )
+    await conn.execute("INSERT INTO processed_messages VALUES ('k1', 1)")
+    await conn.execute(
+        "INSERT INTO inbox (session_id, dedup_key, event, next_attempt_at, created_at)"
+        " VALUES ($1, 'k1', '{\"text\": \"hi\"}', 1, 1)",
+        SID,
+    )
+    await conn.execute(
+        "INSERT INTO outbox (session_id, channel, account, chat_id, payload, next_attempt_at,"
+        " created_at) VALUES ($1, 'telegram', 'support', $2, $3, 1, 1)",
+        "telegram-support-2",
+        "2",
+        '{"chat_id": "2", "text": "hello"}',
+    )
+
+
+async def _rows(conn: asyncpg.Connection, table: str) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in await conn.fetch(f"SELECT * FROM {table} ORDER BY 1")]
+
+
+async def test_v1_schema_with_rows_migrates_to_v2_keeping_them(
+    url: str, admin: asyncpg.Connection
+) -> None:
+    """V2 (ownership): the leases table, sessions.owner, the outbox claim columns and the
+    notification triggers; every row stays, the new columns NULL."""
+    await _v1_schema(admin)
+    before = await snapshot(admin)
+    async with PostgresStore(url) as store:
+        assert await version_rows(admin) == [(True, LATEST)]
+        after = await snapshot(admin)
+        assert before["rows"].pop("gateway_schema") == [(True, 1)]
+        for table, rows in before["rows"].items():
+            added = {"sessions": 1, "outbox": 2}.get(table, 0)
+            kept = [row[: len(row) - added] for row in after["rows"][table]]
+            assert kept == rows, table
+            assert all(row[len(row) - added :] == (None,) * added for row in after["rows"][table])
+        assert set(before["indexes"]) <= set(after["indexes"])
+        assert after["tables"]["sessions"][-1:] == ["owner"]
+        assert after["tables"]["outbox"][-2:] == ["claimed_by", "claimed_until"]
+        assert after["tables"]["leases"] == ["owner", "expires_at"]
+        assert after["rows"]["leases"] == []
+        assert set(after["triggers"]) - set(before["triggers"]) == {
+            "gateway_inbox_written",
+            "gateway_outbox_written",
+        }
+        # The old rows work as new ones: the V1 process's turn has no owner, so no lease.
+        await store.renew_lease(60)
+        assert await store.interrupt_running() == [SID]
+        [row] = await store.due_outbox(2.0)
+        assert await store.claim_outbox(row.id, 30)
+        assert [item.id for item in await store.pending_inbox(SID)] == [1]
+        async with store.turn(SID, inbox_ids=[1]) as turn:
+            turn.complete_inbox([1])
+        assert await store.pending_inbox(SID) == []
+    assert [row[0] for row in await _rows(admin, "leases")] == [store.owner]
+
+
 # --- connection errors -----------------------------------------------------------------------
 
 

@@ -180,7 +180,8 @@ async def test_migration_1_to_2_keeps_data_and_adds_the_pipeline(
     )
     async with SQLiteStore(db_path, clock=clock) as store:
         assert raw_rows(db_path, "PRAGMA user_version") == [(LATEST,)]
-        after = raw_rows(db_path, "SELECT * FROM sessions")
+        # The columns version 1 had (later versions add some at the end: owner).
+        after = [row[:10] for row in raw_rows(db_path, "SELECT * FROM sessions")]
         assert after + raw_rows(db_path, "SELECT * FROM messages") == before
         assert [m.text for m in await store.get_branch(SID)] == ["hi"]
         assert await store.claim(["tg:1"]) == set()
@@ -235,3 +236,71 @@ async def test_pipeline_tables_check_states_and_sessions(
     with pytest.raises(raw.integrity_error):
         await raw.execute(sql, *params)
     assert await raw.dump("inbox", "outbox") == before
+
+
+def make_v6_file(path: Path) -> None:
+    """SQLite backend: a file as the gateway of schema version 6 left it: a session killed in a
+    turn (running, with no owner), its history, an inbox row and an outbox row."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("BEGIN")
+        for migration in MIGRATIONS[:6]:
+            for statement in migration:
+                conn.execute(statement)
+        conn.execute(
+            "INSERT INTO sessions (session_id, channel, account, chat_id, active_agent, status,"
+            " metadata, created_at, updated_at)"
+            " VALUES (?, 'telegram', 'support', '1', 'triage', 'running', '{}', 1.0, 2.0)",
+            (SID,),
+        )
+        conn.execute(
+            "INSERT INTO messages (session_id, role, text, data, created_at)"
+            " VALUES (?, 'user', 'hi', '{}', 1.5)",
+            (SID,),
+        )
+        conn.execute("UPDATE sessions SET head_id = 1 WHERE session_id = ?", (SID,))
+        conn.execute(
+            "INSERT INTO inbox (session_id, dedup_key, event, next_attempt_at, created_at)"
+            " VALUES (?, 'tg:1', '{\"text\":\"hi\"}', 1.0, 1.0)",
+            (SID,),
+        )
+        conn.execute(
+            "INSERT INTO outbox (session_id, channel, account, chat_id, payload, next_attempt_at,"
+            " created_at) VALUES (?, 'telegram', 'support', '1', '{\"text\":\"x\"}', 1.0, 1.0)",
+            (SID,),
+        )
+        conn.execute("PRAGMA user_version = 6")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+async def test_migration_6_to_7_keeps_rows_and_adds_ownership(
+    db_path: Path, clock: FakeClock
+) -> None:
+    """SQLite backend: the rows stay as they were, the new columns start NULL, and a turn left
+    running before owners existed is taken by the first ``interrupt_running``."""
+    make_v6_file(db_path)
+    tables = ("sessions", "messages", "inbox", "outbox")
+    before = {table: raw_rows(db_path, f"SELECT * FROM {table}") for table in tables}
+    async with SQLiteStore(db_path, clock=clock) as store:
+        assert raw_rows(db_path, "PRAGMA user_version") == [(LATEST,)]
+        assert raw_rows(db_path, "SELECT * FROM sessions") == [
+            row + (None,) for row in before["sessions"]
+        ]
+        assert raw_rows(db_path, "SELECT * FROM outbox") == [
+            row + (None, None) for row in before["outbox"]
+        ]
+        for table in ("messages", "inbox"):
+            assert raw_rows(db_path, f"SELECT * FROM {table}") == before[table]
+        assert raw_rows(db_path, "SELECT * FROM leases") == []
+        await store.renew_lease(30)
+        assert await store.interrupt_running() == [SID]
+        [inbox] = await store.pending_inbox(SID)
+        async with store.turn(SID, inbox_ids=[inbox.id]) as turn:
+            turn.complete_inbox([inbox.id])
+        [outbox] = await store.due_outbox(clock.now)
+        assert await store.claim_outbox(outbox.id, 60)
+    assert raw_rows(db_path, "SELECT status, owner FROM sessions") == [("idle", None)]
+    assert raw_rows(db_path, "SELECT owner FROM leases") == [(store.owner,)]

@@ -101,7 +101,9 @@ async def test_turn_start_leaves_updated_at_alone(seeded: Store, raw: Raw) -> No
     before = (await session_row(raw))[0]
     async with seeded.turn(SID):
         during = (await session_row(raw))[0]
-        assert during[:5] + during[6:] == before[:5] + before[6:]
+        # Only the status and the owner change when a turn begins.
+        assert during[:5] + during[6:10] == before[:5] + before[6:10]
+        assert during[10] == seeded.owner
 
 
 async def test_turn_exception_leaves_session_byte_for_byte(seeded: Store, raw: Raw) -> None:
