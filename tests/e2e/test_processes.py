@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sqlite3
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -275,3 +276,54 @@ async def shared_store(backend: str, tmp_path: Path) -> AsyncIterator[tuple[str,
             conn.close()
 
     yield f"sqlite:///{path}", query
+
+
+async def test_a_sqlite_deployment_moved_to_postgresql_carries_on(
+    tmp_path: Path,
+    platforms: Platforms,
+    http: aiohttp.ClientSession,
+    postgres: tuple[str, Query],
+) -> None:
+    """Stop, ``gateway migrate-store``, start on PostgreSQL: same sessions and dedup memory."""
+    url, query = postgres
+    sqlite_url = f"sqlite:///{tmp_path / 'old.db'}"
+    chat = Chat(2)  # a Telegram chat
+    old = make(tmp_path, platforms, "old", sqlite_url, ECHO_AGENTS)
+    new = make(tmp_path, platforms, "new", url, ECHO_AGENTS)
+    try:
+        await old.start()
+        await post_until_ok(http, old.url, chat.delivery(0))
+        await eventually(lambda: replies(platforms.telegram, chat) == [chat.tag(0)], "a reply")
+        assert await old.stop() == 0
+        migrate = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "gateway",
+            "migrate-store",
+            "--from",
+            sqlite_url,
+            "--to",
+            url,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        output, _ = await migrate.communicate()
+        assert migrate.returncode == 0, output.decode()
+        assert b"counts verified" in output
+        await new.start()
+        await post_until_ok(http, new.url, chat.delivery(0))  # the platform redelivers m0
+        await post_until_ok(http, new.url, chat.delivery(1))
+        await eventually(
+            lambda: replies(platforms.telegram, chat) == [chat.tag(0), chat.tag(1)],
+            "the new message's reply",
+        )
+        assert await new.stop() == 0
+    finally:
+        await stop_all(old, new)
+    # m0 was a duplicate for the new store: one turn each, one reply each.
+    assert replies(platforms.telegram, chat) == [chat.tag(0), chat.tag(1)]
+    users = await query(
+        f"SELECT text FROM messages WHERE session_id = '{chat.session_id}' AND role = 'user'"
+        " ORDER BY id"
+    )
+    assert users == [(chat.tag(0),), (chat.tag(1),)]
