@@ -11,6 +11,11 @@ wamids), from the same generator, in the same run:
   are not started) with SQLite on disk (WAL, synchronous=FULL) and group commit: every 200 means
   the delivery and its dedup key are committed.
 
+``--store postgresql://...`` (repeatable; ``sqlite``, the default, is the file above) runs the
+gateway side once per store given, each PostgreSQL run on a fresh ``bench_<random>`` schema
+(dropped afterwards), all beside the same bare handler in the same run; PostgreSQL itself is
+not pinned.
+
 Closed loop with ``--connections`` gives the most each side accepts per second; then an open
 loop at half the bare rate, at half the gateway's own rate and at 4,000/s gives the ack latency
 under a steady load. Sides alternate which goes first; medians over ``--repeat`` runs. After each
@@ -21,6 +26,7 @@ the load generator stops with requests in flight).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import hmac
 import json
@@ -38,7 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench import _wrk
+from bench import _pg, _wrk
 from bench.store import machine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,12 +103,16 @@ def requests(seed: str, count: int) -> list[bytes]:
 # --- servers (run in their own process) -------------------------------------------------------
 
 
-def gateway_settings(directory: Path, window_ms: float) -> Any:
+def gateway_settings(directory: Path, window_ms: float, url: str = "") -> Any:
+    """``url``: the store (default: a SQLite file in ``directory``)."""
     from gateway.config import parse_settings
 
     raw = tomllib.loads((ROOT / "config.example.toml").read_text(encoding="utf-8"))
-    raw["store"] = {"url": f"sqlite:///{directory / 'bench.db'}"}
-    raw["ingest"] = {**raw.get("ingest", {}), "window_ms": window_ms}
+    raw["store"] = {"url": url or f"sqlite:///{directory / 'bench.db'}"}
+    # Nothing drains the backlog here (ingest only): lift its bounds, or every delivery past
+    # backlog_refuse (20,000 by default) would be a cheap 503 instead of a commit.
+    bounds = {"backlog_ready": 10**9 - 1, "backlog_refuse": 10**9}
+    raw["ingest"] = {**raw.get("ingest", {}), "window_ms": window_ms, **bounds}
     raw["whatsapp"] = {
         "app_secret": SECRET,
         "verify_token": "v",
@@ -111,7 +121,7 @@ def gateway_settings(directory: Path, window_ms: float) -> Any:
     return parse_settings(raw, {})
 
 
-def serve(side: str, port: int, directory: Path, window_ms: float) -> None:
+def serve(side: str, port: int, directory: Path, window_ms: float, url: str = "") -> None:
     """Run one side until SIGTERM, printing READY once it listens."""
     from aiohttp import web
 
@@ -127,7 +137,7 @@ def serve(side: str, port: int, directory: Path, window_ms: float) -> None:
         from gateway._keys import WRITER
         from gateway.app import build_app
 
-        app = build_app(gateway_settings(directory, window_ms), ingest_only=True)
+        app = build_app(gateway_settings(directory, window_ms, url), ingest_only=True)
 
         async def stats(request: web.Request) -> web.Response:
             writer = request.app[WRITER]
@@ -158,9 +168,11 @@ def pinned(cpu: int, *args: str) -> subprocess.Popen[str]:
 
 
 @contextmanager
-def server(side: str, directory: Path, window_ms: float) -> Iterator[int]:
+def server(side: str, directory: Path, window_ms: float, url: str = "") -> Iterator[int]:
     port = free_port()
     options = ["--port", str(port), "--dir", str(directory), "--window-ms", str(window_ms)]
+    if url:
+        options += ["--url", url]
     process = pinned(SERVER_CPU, "serve", side, *options)
     try:
         assert process.stdout is not None
@@ -217,15 +229,36 @@ def deliveries(directory: Path) -> int:
         conn.close()
 
 
-def one_side(side: str, args: argparse.Namespace, seed: str, rate: float = 0.0) -> dict[str, Any]:
-    directory = Path(tempfile.mkdtemp(prefix=f"bench-{side}-", dir=args.dir))
+def side_name(store: str) -> str:
+    """The gateway side's label for a ``--store`` value."""
+    return "gateway" if store == _pg.SQLITE else "gateway-pg"
+
+
+@contextmanager
+def store_url(store: str) -> Iterator[str]:
+    """'' (the SQLite file) or a url on a fresh PostgreSQL schema, dropped afterwards."""
+    if store == _pg.SQLITE:
+        yield ""
+        return
+    with _pg.fresh_schema_sync(store) as url:
+        yield url
+
+
+def one_side(
+    side: str, args: argparse.Namespace, seed: str, rate: float = 0.0, store: str = _pg.SQLITE
+) -> dict[str, Any]:
+    """``side``: 'bare' or 'gateway' (on ``store``)."""
+    label = side if side == "bare" else side_name(store)
+    directory = Path(tempfile.mkdtemp(prefix=f"bench-{label}-", dir=args.dir))
     try:
-        with server(side, directory, args.window_ms) as port:
-            result = load(port, args, seed, rate, directory)
+        with store_url(store) as url:
+            with server(side, directory, args.window_ms, url) as port:
+                result = load(port, args, seed, rate, directory)
+                if side == "gateway":
+                    result.update(gateway_stats(port))
             if side == "gateway":
-                result.update(gateway_stats(port))
-        if side == "gateway":
-            result["rows"] = deliveries(directory)
+                rows = asyncio.run(_pg.count_rows(url, "deliveries")) if url else None
+                result["rows"] = deliveries(directory) if rows is None else rows
         return result
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -245,24 +278,29 @@ def describe(side: str, result: dict[str, Any]) -> str:
 
 
 def saturation(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
-    runs: dict[str, list[dict[str, Any]]] = {"bare": [], "gateway": []}
+    stores = {side_name(store): store for store in args.store}
+    runs: dict[str, list[dict[str, Any]]] = {"bare": [], **{name: [] for name in stores}}
     for repeat in range(args.repeat):
-        order = ["bare", "gateway"] if repeat % 2 == 0 else ["gateway", "bare"]
-        for side in order:
-            result = one_side(side, args, f"s{repeat}{side}")
-            runs[side].append(result)
+        order = list(runs) if repeat % 2 == 0 else list(reversed(runs))
+        for name in order:
+            side = "bare" if name == "bare" else "gateway"
+            result = one_side(side, args, f"s{repeat}{name}", store=stores.get(name, _pg.SQLITE))
+            runs[name].append(result)
             print(f"run {repeat + 1} closed loop ({args.client}):", flush=True)
-            print(describe(side, result), flush=True)
+            print(describe(name, result), flush=True)
     return runs
 
 
-def at_rate(args: argparse.Namespace, label: str, rate: float) -> list[dict[str, Any]]:
+def at_rate(
+    args: argparse.Namespace, label: str, rate: float, store: str = _pg.SQLITE
+) -> list[dict[str, Any]]:
     results = []
+    name = side_name(store)
     for repeat in range(args.repeat):
-        result = one_side("gateway", args, f"r{label}{repeat}", rate)
+        result = one_side("gateway", args, f"r{label}{repeat}{name}", rate, store)
         results.append(result)
         print(f"run {repeat + 1} open loop at {rate:,.0f}/s ({label}):", flush=True)
-        print(describe("gateway", result), flush=True)
+        print(describe(name, result), flush=True)
     return results
 
 
@@ -271,18 +309,25 @@ def median(results: list[dict[str, Any]], key: str) -> float:
 
 
 def summary(runs: dict[str, list[dict[str, Any]]], rated: dict[str, list[dict[str, Any]]]) -> None:
-    bare, gateway = median(runs["bare"], "rate"), median(runs["gateway"], "rate")
-    ratios = [g["rate"] / b["rate"] for b, g in zip(runs["bare"], runs["gateway"], strict=True)]
+    bare = median(runs["bare"], "rate")
     print("\nmedians:")
     print(f"  bare aiohttp handler  {bare:8,.0f}/s  p50 {median(runs['bare'], 'p50_ms'):.2f} ms")
-    print(
-        f"  gateway ingest        {gateway:8,.0f}/s  p50 {median(runs['gateway'], 'p50_ms'):.2f} ms"
-        f"  p99 {median(runs['gateway'], 'p99_ms'):.2f} ms"
-    )
-    print(
-        f"  gateway/bare          {statistics.median(ratios):.0%}"
-        f" (runs {min(ratios):.0%}–{max(ratios):.0%}); target >= 40%"
-    )
+    for name, results in runs.items():
+        if name == "bare":
+            continue
+        pairs = zip(runs["bare"], results, strict=True)
+        ratios = [g["rate"] / b["rate"] for b, g in pairs]
+        store = "SQLite" if name == "gateway" else "PostgreSQL"
+        each = ", ".join(f"{r['rate']:,.0f}" for r in results)
+        print(
+            f"  {name} ingest ({store}) {median(results, 'rate'):8,.0f}/s"
+            f"  p50 {median(results, 'p50_ms'):.2f} ms  p99 {median(results, 'p99_ms'):.2f} ms"
+            f"  (runs {each})"
+        )
+        print(
+            f"  {name}/bare {' ' * (14 - len(name))}{statistics.median(ratios):.0%}"
+            f" (runs {min(ratios):.0%}–{max(ratios):.0%}); target >= 40%"
+        )
     for label, results in rated.items():
         print(
             f"  ack at {label:22} p50 {median(results, 'p50_ms'):.2f} ms"
@@ -296,14 +341,27 @@ def run_bench(args: argparse.Namespace) -> None:
         print(line)
     print(f"server on cpu {SERVER_CPU}, load generator on cpu {CLIENT_CPU}", flush=True)
     print(f"closed loop: {args.client}, {args.connections} connections; open loop: Python")
+    if any(store != _pg.SQLITE for store in args.store):
+        servers = [asyncio.run(_pg.server_version(s)) for s in args.store if s != _pg.SQLITE]
+        print(f"postgresql: {servers[0]} (not pinned; a fresh schema per gateway run)")
+    print(f"load average at start: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     runs = saturation(args)
     half_bare = median(runs["bare"], "rate") / 2
-    half_gateway = median(runs["gateway"], "rate") / 2
-    rated = {
-        f"{half_bare:,.0f}/s (half bare)": at_rate(args, "half bare", half_bare),
-        f"{half_gateway:,.0f}/s (half gateway)": at_rate(args, "half gateway", half_gateway),
-        f"{ISSUE_HALF_RATE:,.0f}/s (half of 8,000)": at_rate(args, "4000", ISSUE_HALF_RATE),
-    }
+    rated: dict[str, list[dict[str, Any]]] = {}
+    for store in args.store:
+        name = side_name(store)
+        tag = "" if len(args.store) == 1 else f" {name}"
+        half_gateway = median(runs[name], "rate") / 2
+        rated |= {
+            f"{half_bare:,.0f}/s (half bare){tag}": at_rate(args, "half bare", half_bare, store),
+            f"{half_gateway:,.0f}/s (half {name}){tag}": at_rate(
+                args, "half gateway", half_gateway, store
+            ),
+            f"{ISSUE_HALF_RATE:,.0f}/s (half of 8,000){tag}": at_rate(
+                args, "4000", ISSUE_HALF_RATE, store
+            ),
+        }
+    print(f"load average at end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     summary(runs, rated)
 
 
@@ -324,12 +382,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--window-ms", type=float, default=2.0, help="the gateway's ingest window")
     parser.add_argument("--max-rate", type=float, default=30_000, help="requests to pre-build")
     parser.add_argument("--dir", help="where the SQLite files go (default: the system temp dir)")
+    parser.add_argument(
+        "--store",
+        action="append",
+        help="the gateway side's store: 'sqlite' (default) or a postgresql:// server url; "
+        "give it twice (e.g. sqlite and a url) to measure both beside one bare handler",
+    )
+    parser.add_argument("--url", default="", help="(serve) the store url of the gateway side")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--cpu", type=int)
     parser.add_argument("--seed", default="0")
     parser.add_argument("--count", type=int, default=0)
     parser.add_argument("--rate", type=float, default=0.0)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.store = list(dict.fromkeys(args.store or [_pg.SQLITE]))
+    try:
+        kinds = [_pg.store_kind(store) for store in args.store]
+    except ValueError as exc:
+        parser.error(str(exc))
+    if kinds.count("postgresql") > 1:
+        parser.error("--store: one postgresql:// url at most")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -337,7 +410,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.cpu is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})
     if args.role == "serve":
-        serve(args.side, args.port, Path(args.dir), args.window_ms)
+        serve(args.side, args.port, Path(args.dir), args.window_ms, args.url)
     elif args.role == "load":
         from bench import _loadgen
 
