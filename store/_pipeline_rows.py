@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, cast
 
-from ._pipeline_types import Delivery, InboxItem, OutboxItem, QuarantineItem
+from ._pipeline_types import DELIVERY_STATES, Delivery, InboxItem, OutboxItem, QuarantineItem
 from ._rows import Row, load_json, to_datetime
 
 DELIVERY_COLUMNS = "id, channel, account, body, keys, received_at"
@@ -18,6 +18,9 @@ OUTBOX_COLUMNS = (
     " error, platform_ids, delivery_state, created_at, sent_at"
 )
 QUARANTINE_COLUMNS = "id, channel, account, body, reason, received_at, replayed_at"
+
+# A status only moves a row forward (statuses can arrive out of order); "failed" is final.
+STATUS_RANK = {state: rank for rank, state in enumerate(DELIVERY_STATES, start=1)}
 
 
 def dump_list(values: list[str]) -> str:

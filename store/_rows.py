@@ -100,3 +100,23 @@ def to_attachment(row: Row) -> Attachment:
         created_at=to_datetime(row[9]),
         media_ref=load_json(row[10]),
     )
+
+
+def merged_metadata(session: Session, updates: dict[str, Any]) -> str:
+    """The session's metadata with ``updates`` merged in (shallow), as JSON text."""
+    return dump_json({**session.metadata, **updates})
+
+
+def attachment_event(attachment: Attachment) -> dict[str, Any]:
+    """What the event log and /ws show of an attachment."""
+    detail: dict[str, Any] = {
+        "id": attachment.id,
+        "name": attachment.name,
+        "content_type": attachment.content_type,
+        "size": attachment.size,
+        "state": attachment.state,
+        "message_key": attachment.message_key,
+    }
+    if attachment.error:
+        detail["error"] = attachment.error
+    return detail

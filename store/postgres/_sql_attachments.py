@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 
 from .._errors import AttachmentNotFound
-from .._rows import ATTACHMENT_COLUMNS, to_attachment
+from .._rows import ATTACHMENT_COLUMNS, attachment_event, to_attachment
 from .._types import Attachment
 from ._db import returned
 from ._sql_sessions import add_event, lock_row, require_session
@@ -136,20 +136,5 @@ async def finish(
     if row is None:  # deleted with its session before the lock was granted
         raise AttachmentNotFound(attachment_id)
     attachment = to_attachment(row)
-    await add_event(conn, attachment.session_id, "attachment", event_detail(attachment), now)
+    await add_event(conn, attachment.session_id, "attachment", attachment_event(attachment), now)
     return attachment
-
-
-def event_detail(attachment: Attachment) -> dict[str, Any]:
-    """What the event log and /ws show of an attachment."""
-    detail: dict[str, Any] = {
-        "id": attachment.id,
-        "name": attachment.name,
-        "content_type": attachment.content_type,
-        "size": attachment.size,
-        "state": attachment.state,
-        "message_key": attachment.message_key,
-    }
-    if attachment.error:
-        detail["error"] = attachment.error
-    return detail

@@ -1,6 +1,6 @@
 """Record what the intake parsed out of deliveries, in the caller's single transaction.
 
-The rows are checked and built by the SQLite backend's ``prepare`` (one validation for both
+The rows are checked and built by ``store._intake_rows.prepare`` (one validation for both
 backends); this module writes them. Several intakes may record at once, so a transaction
 takes its locks in one order: the deliveries (by id), then every session it writes to (by id,
 bytewise, ``FOR NO KEY UPDATE`` as ``_sql_sessions`` takes it to log an event), then their
@@ -16,8 +16,8 @@ from typing import Any
 import asyncpg
 
 from .._errors import DeliveryNotFound
+from .._intake_rows import Arrival, Rows, prepare
 from .._rows import dump_json, load_json
-from ..sqlite._sql_intake import Arrival, Rows, prepare
 from . import _sql_attachments as attachments
 from . import _sql_inbox as inbox
 from . import _sql_outbox as outbox

@@ -22,13 +22,11 @@ from typing import Any
 import asyncpg
 
 from .._errors import OutboxNotFound, OutboxNotPending, SessionNotFound
-from .._pipeline_rows import OUTBOX_COLUMNS, dump_list, to_outbox
-from .._pipeline_types import DELIVERY_STATES, OutboxItem
+from .._pipeline_rows import OUTBOX_COLUMNS, STATUS_RANK, dump_list, to_outbox
+from .._pipeline_types import OutboxItem
 from .._rows import dump_json, load_json
 from ._sql_sessions import add_event
 
-# A status only moves a row forward (statuses can arrive out of order); "failed" is final.
-STATUS_RANK = {state: rank for rank, state in enumerate(DELIVERY_STATES, start=1)}
 _RANK_OF_CURRENT = (
     "CASE delivery_state "
     + " ".join(f"WHEN '{state}' THEN {rank}" for state, rank in STATUS_RANK.items())

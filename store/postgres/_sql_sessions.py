@@ -18,18 +18,19 @@ from typing import Any
 
 import asyncpg
 
+from .._args import Filters
 from .._errors import MessageNotFound, RunActive, SessionNotFound
 from .._rows import (
     EVENT_COLUMNS,
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
     dump_json,
+    merged_metadata,
     to_event,
     to_message,
     to_session,
 )
 from .._types import Message, Session, SessionEvent
-from ..sqlite._sql_sessions import Filters, merged_metadata, message_event
 from ._db import returned
 
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
     "lock_session",
     "log_event",
     "merged_metadata",
-    "message_event",
     "require_message",
     "require_session",
     "select_branch",

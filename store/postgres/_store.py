@@ -11,6 +11,7 @@ from functools import partial
 from types import TracebackType
 from typing import Self
 
+from .._args import DEFAULT_DEDUP_TTL_HOURS, check_ttl
 from .._checks import check_seconds
 from .._errors import StoreError
 from . import _work as work
@@ -22,15 +23,8 @@ from ._tables import TableMethods
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DEDUP_TTL_HOURS = 192.0
 DEFAULT_POOL_SIZE = 10
 CONNECT_TIMEOUT = 10.0
-
-
-def _check_ttl(hours: float) -> float:
-    if isinstance(hours, bool) or not isinstance(hours, int | float) or not hours > 0:
-        raise ValueError(f"dedup_ttl_hours must be a positive number, got {hours!r}")
-    return float(hours) * 3600.0
 
 
 class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMethods):
@@ -50,7 +44,7 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise ValueError(f"pool_size must be a positive integer, got {pool_size!r}")
         self._url = url
-        self._ttl = _check_ttl(dedup_ttl_hours)
+        self._ttl = check_ttl(dedup_ttl_hours)
         self._clock = clock
         self._pool_size = pool_size
         self._database: Database | None = None

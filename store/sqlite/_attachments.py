@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
+from .. import _args as args
 from .._checks import MAX_LIST_LIMIT, check_int, check_text
 from .._ids import validate_session_id
-from .._rows import dump_json
-from .._types import ATTACHMENT_SOURCES, ATTACHMENT_STATES, Attachment
+from .._types import Attachment
 from . import _sql_attachments as sql
 from ._conn import Connection
-
-MAX_NAME = 255
-
-
-def _check_id(attachment_id: object) -> str:
-    if not isinstance(attachment_id, str) or len(attachment_id) != 32:
-        raise ValueError("attachment id must be 32 hex digits")
-    try:
-        int(attachment_id, 16)
-    except ValueError:
-        raise ValueError("attachment id must be 32 hex digits") from None
-    return attachment_id
-
-
-def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-    return str(value)
 
 
 class AttachmentMethods:
@@ -58,26 +39,23 @@ class AttachmentMethods:
     ) -> Attachment:
         """Record a file of the session (under a new id, unless the caller made one, e.g. to
         name the file before the row exists); SessionNotFound if there is no such session."""
-        validate_session_id(session_id)
-        if not isinstance(name, str) or len(name) > MAX_NAME:
-            raise ValueError(f"name must be a string of at most {MAX_NAME} characters")
-        values = {
-            "id": uuid.uuid4().hex if attachment_id is None else _check_id(attachment_id),
-            "session_id": session_id,
-            "name": name,
-            "content_type": check_text("content_type", content_type),
-            "size": check_int("size", size, 0),
-            "state": _check_choice("state", state, ATTACHMENT_STATES),
-            "source": _check_choice("source", source, ATTACHMENT_SOURCES),
-            "message_key": message_key,
-            "media_ref": dump_json(media_ref or {}),
-        }
+        values = args.attachment_row(
+            session_id,
+            name=name,
+            content_type=content_type,
+            source=source,
+            size=size,
+            state=state,
+            message_key=message_key,
+            media_ref=media_ref,
+            attachment_id_=attachment_id,
+        )
         return await self._db.write(partial(sql.insert, values=values, now=self._now()))
 
     async def get_attachment(self, session_id: str, attachment_id: str) -> Attachment | None:
         """One attachment of the session, or None (also for an id of another session)."""
         validate_session_id(session_id)
-        _check_id(attachment_id)
+        args.attachment_id(attachment_id)
         run = partial(sql.get, session_id=session_id, attachment_id=attachment_id)
         return await self._db.read(run)
 
@@ -108,9 +86,7 @@ class AttachmentMethods:
         error: str | None = None,
     ) -> Attachment:
         """Record how a download ended (``ready`` or ``failed``) and log it in the session."""
-        _check_id(attachment_id)
-        _check_choice("state", state, ("ready", "failed"))
-        check_int("size", size, 0)
+        args.check_download_end(attachment_id, state, size)
         run = partial(
             sql.finish,
             attachment_id=attachment_id,

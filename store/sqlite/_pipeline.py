@@ -10,10 +10,10 @@ import sqlite3
 from collections.abc import Sequence
 from functools import partial
 
+from .. import _args as args
 from .._checks import (
     MAX_LIST_LIMIT,
     check_agent,
-    check_ids,
     check_int,
     check_seconds,
     check_text,
@@ -22,7 +22,6 @@ from .._checks import (
 )
 from .._ids import validate_session_id
 from .._pipeline_types import (
-    OUTBOX_FAILED_STATES,
     Delivery,
     DeliveryIn,
     InboxItem,
@@ -40,28 +39,6 @@ from . import _sql_outbox as outbox
 from . import _sql_quarantine as quarantine
 from ._conn import Connection
 from ._sql_sessions import require_session
-
-
-def _check_item(item: object) -> None:
-    if isinstance(item, QuarantineIn):
-        check_text("QuarantineIn.reason", item.reason)
-    elif isinstance(item, DeliveryIn):
-        if not isinstance(item.keys, tuple) or not item.keys:
-            raise ValueError("DeliveryIn.keys must be a non-empty tuple of dedup keys")
-        for key in item.keys:
-            check_text("DeliveryIn.keys", key)
-    else:
-        raise ValueError(f"ingest takes DeliveryIn and QuarantineIn, got {type(item).__name__}")
-    check_text(f"{type(item).__name__}.channel", item.channel)
-    if item.account is not None:
-        check_text(f"{type(item).__name__}.account", item.account)
-    if not isinstance(item.body, bytes):
-        raise ValueError(f"{type(item).__name__}.body must be bytes")
-
-
-def _check_page(limit: int, offset: int) -> None:
-    check_int("limit", limit, 1, MAX_LIST_LIMIT)
-    check_int("offset", offset, 0)
 
 
 class PipelineMethods:
@@ -82,7 +59,7 @@ class PipelineMethods:
     async def ingest(self, items: Sequence[DeliveryIn | QuarantineIn]) -> list[IngestResult]:
         """Claim keys, store new deliveries and quarantine rows in ONE transaction, in order."""
         for item in items:
-            _check_item(item)
+            args.check_ingest_item(item)
         if not items:
             return []
         now = self._now()
@@ -149,17 +126,13 @@ class PipelineMethods:
         self, ids: Sequence[int], error: str, *, next_attempt_at: float, dead: bool
     ) -> None:
         """Record a failed try of pending rows: attempts + 1, error, retry time or dead."""
-        checked = check_ids("ids", ids)
-        check_text("error", error)
-        retry_at = check_time("next_attempt_at", next_attempt_at)
-        if not isinstance(dead, bool):
-            raise ValueError(f"dead must be a bool, got {type(dead).__name__}")
+        checked, retry_at = args.check_inbox_failure(ids, error, next_attempt_at, dead)
         run = partial(inbox.fail, ids=checked, error=error, next_attempt_at=retry_at, dead=dead)
         await self._db.write(partial(run, now=self._now()))
 
     async def list_dead_inbox(self, limit: int = 50, offset: int = 0) -> list[InboxItem]:
         """Dead inbox rows, newest first."""
-        _check_page(limit, offset)
+        args.check_page(limit, offset)
         return await self._db.read(partial(inbox.list_dead, limit=limit, offset=offset))
 
     # outbox
@@ -211,7 +184,7 @@ class PipelineMethods:
     async def outbox_sent(self, outbox_id: int, platform_ids: Sequence[str]) -> None:
         """Mark a pending row sent with the platform's ids (one UPDATE)."""
         check_int("outbox_id", outbox_id, 1)
-        ids = _check_platform_ids(platform_ids)
+        ids = args.platform_ids(platform_ids)
         run = partial(outbox.sent, outbox_id=outbox_id, platform_ids=ids, now=self._now())
         await self._db.write(run)
 
@@ -229,7 +202,7 @@ class PipelineMethods:
         """A split reply delivered its first ``skip_parts`` parts (``platform_ids``, all so far)."""
         check_int("outbox_id", outbox_id, 1)
         check_int("skip_parts", skip_parts, 1)
-        ids = _check_platform_ids(platform_ids)
+        ids = args.platform_ids(platform_ids)
         run = partial(outbox.progress, outbox_id=outbox_id, skip_parts=skip_parts, platform_ids=ids)
         await self._db.write(run)
 
@@ -243,10 +216,7 @@ class PipelineMethods:
 
     async def outbox_failed(self, outbox_id: int, *, error: str, state: str) -> None:
         """End a pending row as ``failed``, ``dead`` or ``uncertain``; attempts + 1."""
-        check_int("outbox_id", outbox_id, 1)
-        check_text("error", error)
-        if state not in OUTBOX_FAILED_STATES:
-            raise ValueError(f"state must be one of {OUTBOX_FAILED_STATES}, got {state!r}")
+        args.check_outbox_failed(outbox_id, error, state)
         run = partial(outbox.failed, outbox_id=outbox_id, error=error, state=state, now=self._now())
         await self._db.write(run)
 
@@ -262,14 +232,14 @@ class PipelineMethods:
 
     async def list_dead_outbox(self, limit: int = 50, offset: int = 0) -> list[OutboxItem]:
         """Dead outbox rows, newest first."""
-        _check_page(limit, offset)
+        args.check_page(limit, offset)
         return await self._db.read(partial(outbox.list_dead, limit=limit, offset=offset))
 
     # quarantine
 
     async def list_quarantine(self, limit: int = 50, offset: int = 0) -> list[QuarantineItem]:
         """Quarantined deliveries, newest first."""
-        _check_page(limit, offset)
+        args.check_page(limit, offset)
         return await self._db.read(partial(quarantine.list_page, limit=limit, offset=offset))
 
     async def get_quarantine(self, quarantine_id: int) -> QuarantineItem | None:
@@ -285,18 +255,11 @@ class PipelineMethods:
 
     async def purge_finished(self, older_than_seconds: float, chunk_size: int = 1000) -> int:
         """Delete done inbox rows and sent outbox rows older than the cutoff, in chunks."""
-        age = check_time("older_than_seconds", older_than_seconds)
-        if age < 0:
-            raise ValueError(f"older_than_seconds must not be negative, got {age}")
-        check_int("chunk_size", chunk_size, 1)
-        cutoff = self._now() - age
+        cutoff = args.finished_cutoff(older_than_seconds, chunk_size, self._now())
         total = 0
         for chunk in (inbox.purge_done_chunk, outbox.purge_sent_chunk):
-            while True:
-                deleted = await self._db.write(partial(chunk, cutoff=cutoff, chunk_size=chunk_size))
-                total += deleted
-                if deleted < chunk_size:
-                    break
+            run = partial(self._db.write, partial(chunk, cutoff=cutoff, chunk_size=chunk_size))
+            total += await args.in_chunks(run, chunk_size)
         return total
 
 
@@ -309,9 +272,3 @@ def _backlog_count(conn: sqlite3.Connection) -> int:
         " + (SELECT count(*) FROM inbox WHERE state = 'pending')"
     ).fetchone()
     return int(count)
-
-
-def _check_platform_ids(platform_ids: Sequence[str]) -> list[str]:
-    if isinstance(platform_ids, str | bytes):
-        raise ValueError("platform_ids must be a sequence of ids, not one string")
-    return [check_text("platform_ids", value) for value in platform_ids]

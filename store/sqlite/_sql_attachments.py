@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import AttachmentNotFound
-from .._rows import ATTACHMENT_COLUMNS, to_attachment
+from .._rows import ATTACHMENT_COLUMNS, attachment_event, to_attachment
 from .._types import Attachment
 from ._sql_sessions import add_event, require_session
 
@@ -92,20 +92,5 @@ def finish(
     if row is None:
         raise AttachmentNotFound(attachment_id)
     attachment = to_attachment(row)
-    add_event(conn, attachment.session_id, "attachment", event_detail(attachment), now)
+    add_event(conn, attachment.session_id, "attachment", attachment_event(attachment), now)
     return attachment
-
-
-def event_detail(attachment: Attachment) -> dict[str, Any]:
-    """What the event log and /ws show of an attachment."""
-    detail: dict[str, Any] = {
-        "id": attachment.id,
-        "name": attachment.name,
-        "content_type": attachment.content_type,
-        "size": attachment.size,
-        "state": attachment.state,
-        "message_key": attachment.message_key,
-    }
-    if attachment.error:
-        detail["error"] = attachment.error
-    return detail

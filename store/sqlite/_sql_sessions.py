@@ -8,19 +8,19 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+from .._args import Filters
 from .._errors import MessageNotFound, RunActive, SessionNotFound
 from .._rows import (
     EVENT_COLUMNS,
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
     dump_json,
+    merged_metadata,
     to_event,
     to_message,
     to_session,
 )
 from .._types import Message, Session, SessionEvent
-
-Filters = dict[str, str]  # column -> required value
 
 _BRANCH = f"""
 WITH RECURSIVE branch (id, depth) AS (
@@ -363,24 +363,6 @@ def add_event(
     log_event(conn, session_id, kind, dump_json(detail), now)
 
 
-def message_event(message: Message) -> dict[str, Any]:
-    """The ``message`` event of an answer: what /ws shows the user and the console."""
-    operator = message.role == "assistant" and message.agent == "operator"
-    detail: dict[str, Any] = {
-        "message_id": message.id,
-        "role": "operator" if operator else message.role,
-        "text": message.text,
-        "agent": message.agent,
-        "attachments": [],
-    }
-    buttons = message.data.get("buttons")
-    if buttons:
-        detail["buttons"] = buttons
-    if operator and message.data.get("operator"):
-        detail["operator"] = message.data["operator"]  # the person's name
-    return detail
-
-
 def list_events(
     conn: sqlite3.Connection, session_id: str, after: int = 0, limit: int = -1
 ) -> list[SessionEvent]:
@@ -392,8 +374,3 @@ def list_events(
         (session_id, after, limit),
     ).fetchall()
     return [to_event(row) for row in rows]
-
-
-def merged_metadata(session: Session, updates: dict[str, Any]) -> str:
-    """The session's metadata with ``updates`` merged in (shallow), as JSON text."""
-    return dump_json({**session.metadata, **updates})

@@ -13,19 +13,16 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
+from .. import _args as args
+from .._args import DEFAULT_DEDUP_TTL_HOURS, check_ttl
 from .._checks import (
-    MAX_LIST_LIMIT,
-    check_agent,
-    check_ids,
     check_int,
     check_seconds,
-    check_text,
     session_values,
 )
 from .._errors import SessionExistsError, StoreError
 from .._ids import validate_session_id
-from .._rows import dump_json
-from .._types import ROLES, SESSION_STATUSES, Message, Role, Session, SessionEvent, SessionStatus
+from .._types import Message, Role, Session, SessionEvent, SessionStatus
 from . import _sql_dedup as dedup
 from . import _sql_sessions as sql
 from ._attachments import AttachmentMethods
@@ -35,28 +32,6 @@ from ._tables import TableMethods
 from ._turn import SQLiteTurn, TurnScope
 
 log = logging.getLogger(__name__)
-
-DEFAULT_DEDUP_TTL_HOURS = 192.0
-
-
-def _check_ttl(hours: float) -> float:
-    if isinstance(hours, bool) or not isinstance(hours, int | float) or not hours > 0:
-        raise ValueError(f"dedup_ttl_hours must be a positive number, got {hours!r}")
-    return float(hours) * 3600.0
-
-
-def _check_batch(inbox_ids: Sequence[int]) -> tuple[int, ...]:
-    """The inbox rows a turn answers: none, or distinct positive ids."""
-    if isinstance(inbox_ids, str | bytes) or len(inbox_ids):
-        return check_ids("inbox_ids", inbox_ids)
-    return ()
-
-
-def _filters(channel: str | None, status: str | None, agent: str | None) -> sql.Filters:
-    if status is not None and status not in SESSION_STATUSES:
-        raise ValueError(f"status must be one of {SESSION_STATUSES}, got {status!r}")
-    pairs = {"channel": channel, "status": status, "active_agent": agent}
-    return {column: value for column, value in pairs.items() if value is not None}
 
 
 class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
@@ -70,7 +45,7 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._path = os.fspath(path)
-        self._ttl = _check_ttl(dedup_ttl_hours)
+        self._ttl = check_ttl(dedup_ttl_hours)
         self._clock = clock
         self._conn: Connection | None = None
         self._open_turns: set[str] = set()
@@ -169,11 +144,7 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
         metadata: dict[str, Any] | None = None,
     ) -> Session:
         """Set the active agent and/or merge metadata keys; SessionNotFound if missing."""
-        validate_session_id(session_id)
-        if active_agent is not None:
-            check_agent(active_agent)
-        if metadata is not None:
-            dump_json(metadata)
+        args.check_session_update(session_id, active_agent, metadata)
         run = partial(
             sql.update_session,
             session_id=session_id,
@@ -200,9 +171,8 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
     ) -> list[Session]:
         """A page of sessions, most recently updated first; ``search``: a substring of the chat
         id or the session id."""
-        check_int("limit", limit, 1, MAX_LIST_LIMIT)
-        check_int("offset", offset, 0)
-        filters = _filters(channel, status, agent)
+        args.check_page(limit, offset)
+        filters = args.session_filters(channel, status, agent)
         run = partial(sql.list_sessions, filters=filters, limit=limit, offset=offset, search=search)
         return await self._db.read(run)
 
@@ -215,7 +185,7 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
         search: str | None = None,
     ) -> int:
         """How many sessions match the filters."""
-        filters = _filters(channel, status, agent)
+        filters = args.session_filters(channel, status, agent)
         return await self._db.read(partial(sql.count_sessions, filters=filters, search=search))
 
     # ownership across processes (docs/deployment.md)
@@ -263,9 +233,7 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
 
     async def get_branch(self, session_id: str, head_id: int | None = None) -> list[Message]:
         """The current branch (or the one ending at ``head_id``), oldest first."""
-        validate_session_id(session_id)
-        if head_id is not None:
-            check_int("head_id", head_id, 1)
+        args.check_branch(session_id, head_id)
         return await self._db.read(partial(sql.branch_of, session_id=session_id, head_id=head_id))
 
     async def append_message(
@@ -278,17 +246,8 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
         data: dict[str, Any] | None = None,
     ) -> Message:
         """Append a message after the head and move the head to it."""
-        validate_session_id(session_id)
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
         now = self._now()
-        new = {
-            "role": role,
-            "text": text,
-            "agent": agent,
-            "data": dump_json(data or {}),
-            "created_at": now,
-        }
+        new = args.message_row(session_id, role, text, agent, data, now)
         run = partial(sql.append_message, session_id=session_id, new=new, now=now)
         return await self._db.write(run)
 
@@ -310,10 +269,7 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
         self, session_id: str, kind: str, detail: dict[str, Any] | None = None
     ) -> SessionEvent:
         """Record a session event outside a turn (e.g. an operator's handoff)."""
-        validate_session_id(session_id)
-        if not isinstance(kind, str) or not kind:
-            raise ValueError("event kind must be a non-empty string")
-        text, now = dump_json(detail or {}), self._now()
+        text, now = args.event_detail(session_id, kind, detail), self._now()
 
         def run(conn: sqlite3.Connection) -> SessionEvent:
             sql.require_session(conn, session_id)
@@ -325,11 +281,8 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
         self, session_id: str, *, after: int = 0, limit: int | None = None
     ) -> list[SessionEvent]:
         """A session's events with ``seq > after``, oldest first; at most ``limit``."""
-        validate_session_id(session_id)
-        check_int("after", after, 0)
-        if limit is not None:
-            check_int("limit", limit, 1, MAX_LIST_LIMIT)
-        run = partial(sql.list_events, session_id=session_id, after=after, limit=limit or -1)
+        rows = args.events_limit(session_id, after, limit)
+        run = partial(sql.list_events, session_id=session_id, after=after, limit=rows)
         return await self._db.read(run)
 
     def watch_events(self, listener: EventListener) -> Callable[[], None]:
@@ -343,9 +296,7 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
 
     async def set_agent(self, session_id: str, agent: str, *, reason: str) -> Session:
         """Hand the session to ``agent`` (an ``agent_changed`` event); RunActive while running."""
-        validate_session_id(session_id)
-        check_agent(agent)
-        check_text("reason", reason)
+        args.check_handoff(session_id, agent, reason)
         run = partial(
             sql.set_agent, session_id=session_id, agent=agent, reason=reason, now=self._now()
         )
@@ -369,10 +320,7 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
         ``inbox_ids``: the rows the turn answers; entering raises InboxNotPending or
         InboxNotFound, writing nothing, unless each is a pending row of the session.
         """
-        validate_session_id(session_id)
-        if recent_turns is not None:
-            check_int("recent_turns", recent_turns, 1)
-        batch = _check_batch(inbox_ids)
+        batch = args.turn_batch(session_id, recent_turns, inbox_ids)
         return TurnScope(
             self._db,
             self._open_turns,
@@ -387,12 +335,7 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
 
     async def claim(self, keys: Iterable[str]) -> set[str]:
         """Return the keys seen for the first time (or whose earlier claim expired)."""
-        if isinstance(keys, str | bytes):
-            raise ValueError("claim() takes an iterable of keys, not one string")
-        distinct = list(dict.fromkeys(keys))
-        for key in distinct:
-            if not isinstance(key, str) or not key:
-                raise ValueError(f"dedup keys must be non-empty strings, got {key!r}")
+        distinct = args.dedup_keys(keys)
         if not distinct:
             return set()
         now = self._now()
@@ -402,15 +345,14 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
     async def purge(self, chunk_size: int = 1000) -> int:
         """Delete expired dedup rows, each chunk its own short transaction; return the count."""
         check_int("chunk_size", chunk_size, 1)
-        cutoff = self._now() - self._ttl
-        total = 0
-        while True:
-            run = partial(dedup.purge_chunk, cutoff=cutoff, chunk_size=chunk_size)
+        run = partial(dedup.purge_chunk, cutoff=self._now() - self._ttl, chunk_size=chunk_size)
+
+        async def chunk() -> int:
             deleted = await self._db.write(run)
             log.debug("purged %d expired dedup rows in one transaction", deleted)
-            total += deleted
-            if deleted < chunk_size:
-                return total
+            return deleted
+
+        return await args.in_chunks(chunk, chunk_size)
 
     def _now(self) -> float:
         return float(self._clock())
