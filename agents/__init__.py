@@ -19,7 +19,7 @@ from ._registry import Registry
 from ._resolver import resolve_agent
 from ._rules import Rule, RulesModel
 from ._runner import Runner, TurnResult, UserInput
-from ._tools import Tool, ToolResult, tool
+from ._tools import Tool, ToolContext, ToolResult, tool
 
 __all__ = [
     "ImagePart",
@@ -45,6 +45,7 @@ __all__ = [
     "StepLimitExceeded",
     "Tool",
     "ToolCall",
+    "ToolContext",
     "ToolResult",
     "ToolSpec",
     "TurnCancelled",

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from ._agent import Agent
 from ._model import ImagePart, ModelMessage, ModelResponse, ModelRole, ToolCall
-from ._pruning import prune_to_turns
+from ._pruning import leading_messages, prune_to_turns
 from ._tools import ToolResult
 
 
@@ -24,13 +24,44 @@ class StoredMessage(Protocol):
     @property
     def data(self) -> Mapping[str, Any]: ...
 
+    @property
+    def agent(self) -> str | None: ...
+
+
+LEADING_NOTE = "Before the user's first message, the user was sent:"
+
 
 def build_context(
     agent: Agent, history: Sequence[StoredMessage], max_turns: int
 ) -> list[ModelMessage]:
-    """Instructions as the first system message, then the last ``max_turns`` whole turns."""
+    """Instructions as the first system message, then the last ``max_turns`` whole turns.
+
+    What was sent before the user's first message (an operator who wrote first, a greeting)
+    is kept while that start is within the last turns, but not as assistant messages: the
+    conversation after the system messages starts with a user message, as providers want.
+    Its text goes in one system note after the other system messages (see ``leading_note``).
+    """
     head = [ModelMessage("system", agent.instructions)] if agent.instructions else []
-    return head + [to_model_message(m) for m in prune_to_turns(history, max_turns)]
+    kept = [to_model_message(m) for m in prune_to_turns(history, max_turns)]
+    note = leading_note(leading_messages(history, max_turns))
+    if note is None:
+        return head + kept
+    system = [m for m in kept if m.role == "system"]  # prune_to_turns puts them first
+    return head + system + [note] + kept[len(system) :]
+
+
+def leading_note(messages: Sequence[StoredMessage]) -> ModelMessage | None:
+    """The texts of the assistant messages among ``messages``, each with its sender (the
+    agent's name, ``operator`` for an operator), as one system message; None without text.
+
+    Their tool calls and results are left out: a result's call must come before it.
+    """
+    lines = [f"[{_sender(m)}] {m.text}" for m in messages if m.role == "assistant" and m.text]
+    return ModelMessage("system", "\n".join([LEADING_NOTE, *lines])) if lines else None
+
+
+def _sender(message: StoredMessage) -> str:
+    return message.agent or "assistant"
 
 
 def with_images(context: list[ModelMessage], images: tuple[ImagePart, ...]) -> list[ModelMessage]:

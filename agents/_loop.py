@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
-from store import NewMessage, Turn
+from store import NewMessage, Session, Turn
 
 from ._agent import Agent, handoff_target
 from ._context import StoredMessage, assistant_data, build_context, tool_data, with_images
 from ._errors import StepLimitExceeded
 from ._model import ImagePart, ModelResponse, ToolCall
 from ._registry import Registry
-from ._tools import ToolResult
+from ._tools import ToolContext, ToolResult
 
 logger = logging.getLogger("agents.runner")
 
@@ -46,6 +48,7 @@ class TurnLoop:
         limits: Limits,
         agent: Agent,
         images: tuple[ImagePart, ...] = (),
+        inbox_ids: Sequence[int] = (),
     ) -> None:
         self.turn = turn
         self.images = images
@@ -54,6 +57,9 @@ class TurnLoop:
         self.agent = agent
         self.replies: list[Reply] = []
         self.handoffs = 0
+        self.inbox_ids = tuple(inbox_ids)
+        self.turn_key = turn_key(turn.session, self.inbox_ids)
+        self.tool_runs: dict[str, int] = {}  # calls of each tool that reached it, this turn
 
     async def run(self) -> list[Reply]:
         """Ask the model until it answers without tool calls (or a human takes over)."""
@@ -102,7 +108,20 @@ class TurnLoop:
         tool = self.agent.tool_named(call.name)
         if tool is None:
             return ToolResult.error(f"unknown tool {call.name!r}"), None
-        return await tool.invoke(call.arguments), None
+        return await tool.invoke(call.arguments, partial(self._context, tool.name, call.id)), None
+
+    def _context(self, tool: str, call_id: str) -> ToolContext:
+        """The context of the next call of ``tool`` that reaches it (valid arguments).
+
+        Its key is the turn's key, the tool and how many calls of that tool reached it before
+        in this turn: the same on every run of the turn as long as the model asks the same
+        tool in the same order, whatever it asks in between or with which call ids.
+        """
+        count = self.tool_runs.get(tool, 0)
+        self.tool_runs[tool] = count + 1
+        key = f"{self.turn_key}:{tool}:{count}"
+        session_id = self.turn.session.session_id
+        return ToolContext(session_id, self.agent.name, key, self.turn_key, self.inbox_ids, call_id)
 
     def _handoff(self, name: str, *, taken: bool) -> tuple[ToolResult, Agent | None]:
         if taken:
@@ -126,3 +145,17 @@ class TurnLoop:
         if target.kind == "human" and target.handoff_reply:
             self.turn.append(NewMessage("assistant", target.handoff_reply, agent=target.name))
             self.replies.append(Reply(target.handoff_reply, target.name))
+
+
+def turn_key(session: Session, inbox_ids: Sequence[int]) -> str:
+    """A key that is the same on every run of one turn (retries, re-runs after a crash).
+
+    A turn answers inbox rows: their smallest id names it (a retry may take more rows of the
+    same session, never another first one). A turn started without rows (``run_turn`` called
+    directly) is named by the session's head instead, the same until the head moves.
+    The session's id and creation time make it unique beyond one database: ids start again
+    in a new one, and a deleted session's id comes back.
+    """
+    anchor = f"inbox {min(inbox_ids)}" if inbox_ids else f"head {session.head_id or 0}"
+    seed = f"{session.session_id}\n{session.created_at.isoformat()}\n{anchor}"
+    return "turn-" + hashlib.sha256(seed.encode()).hexdigest()[:32]

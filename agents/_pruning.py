@@ -35,6 +35,24 @@ def prune_to_turns(messages: Sequence[M], max_turns: int) -> list[M]:
     return system + _without_orphans(kept)
 
 
+def leading_messages(messages: Sequence[M], max_turns: int) -> list[M]:
+    """The messages other than system ones before the first user message, when the last
+    ``max_turns`` turns reach back to it (fewer than ``max_turns`` user messages); else [].
+
+    ``prune_to_turns`` drops them (a context must not start with an assistant or a tool
+    message), but they may be what an operator or an agent said first: ``build_context``
+    passes their text on in a system note. They count as a turn of their own, so they are
+    inside every window that holds the whole branch, such as ``recent_turns`` loads.
+    """
+    if max_turns <= 0:
+        raise ValueError(f"max_turns must be > 0, got {max_turns}")
+    rest = [m for m in messages if m.role != "system"]
+    starts = [i for i, m in enumerate(rest) if m.role == "user"]
+    if len(starts) >= max_turns:
+        return []
+    return rest[: starts[0]] if starts else rest
+
+
 def _from_first(rest: list[M], starts: list[int]) -> list[M]:
     return rest[starts[0] :] if starts else []
 

@@ -95,7 +95,9 @@ class Runner:
         ``before_commit(turn, replies)`` runs inside the turn after the agents answered, so what
         it buffers (outbox rows, finished inbox rows) commits with the turn or not at all.
         ``inbox_ids``: the inbox rows this turn answers; the store refuses to begin if one is no
-        longer pending (another process answered it meanwhile), before any agent runs.
+        longer pending (another process answered it meanwhile), before any agent runs. They
+        also name the turn for its tools' idempotency keys (``ToolContext``), which are then
+        the same when the turn runs again (a retry, a re-run after a crash).
         """
         cancelled = False
         # The model sees at most max_turns whole turns (this one included): load no more.
@@ -103,7 +105,8 @@ class Runner:
         async with self._store.turn(session_id, recent_turns=recent, inbox_ids=inbox_ids) as turn:
             before = turn.session.active_agent
             try:
-                replies = await self._guarded(session_id, self._work(turn, inbound), cancel)
+                work = self._work(turn, inbound, inbox_ids)
+                replies = await self._guarded(session_id, work, cancel)
             except TurnCancelled:
                 _keep_only_the_message(turn, inbound)
                 replies, cancelled = [], True
@@ -113,10 +116,11 @@ class Runner:
         ids = tuple(message.id for message in turn.committed)
         return TurnResult(session_id, tuple(replies), before, after, ids, cancelled)
 
-    async def _work(self, turn: Turn, inbound: UserInput) -> list[Reply]:
+    async def _work(self, turn: Turn, inbound: UserInput, inbox_ids: Sequence[int]) -> list[Reply]:
         agent = resolve_agent(turn, self._registry)
         turn.append(NewMessage("user", inbound.text, data=dict(inbound.data)))
-        return await TurnLoop(turn, self._registry, self._limits, agent, inbound.images).run()
+        loop = TurnLoop(turn, self._registry, self._limits, agent, inbound.images, inbox_ids)
+        return await loop.run()
 
     async def _guarded(
         self, session_id: str, work: Coroutine[Any, Any, T], cancel: asyncio.Event | None

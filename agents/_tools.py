@@ -6,9 +6,10 @@ import inspect
 import json
 import logging
 import re
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, get_type_hints, overload
+from typing import Any, Union, get_args, get_origin, get_type_hints, overload
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -34,14 +35,39 @@ class ToolResult:
         return cls(f"error: {message}", is_error=True)
 
 
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What the runner tells a tool about the call; a tool asks for it with a parameter
+    annotated ``ToolContext`` (or ``ToolContext | None``), which the model never sees.
+
+    A turn may run more than once: the dispatcher retries a failed turn, and a turn that a
+    crash or a shutdown interrupted runs again. Its tools then run again too. A tool with a
+    side effect passes ``idempotency_key`` on (a payment API's ``Idempotency-Key`` header) or
+    records it with the effect, and does nothing twice for one key.
+    """
+
+    session_id: str
+    agent: str  # the agent whose tool this is
+    idempotency_key: str  # the same on every run of this turn for this call; see turn_key
+    turn_key: str  # the same on every run of this turn: from its inbox rows (or the head)
+    inbox_ids: tuple[int, ...]  # the inbox rows the turn answers; () when started without
+    call_id: str  # the model's id of the call: differs between runs, unlike the keys
+
+
 @dataclass(frozen=True, eq=False)
 class Tool:
-    """A callable with a name, a description and a pydantic model of its arguments."""
+    """A callable with a name, a description and a pydantic model of its arguments.
+
+    ``context_parameter`` names the parameter that takes a ``ToolContext``, if there is one;
+    it is not among the arguments the model sends.
+    """
 
     name: str
     description: str
     function: Callable[..., Any]
     arguments_model: type[BaseModel]
+    context_parameter: str | None = None
+    context_required: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly, as if it were not a tool."""
@@ -58,12 +84,27 @@ class Tool:
         """What a model is told about this tool."""
         return ToolSpec(self.name, self.description, self.parameters)
 
-    async def invoke(self, arguments: str) -> ToolResult:
-        """Parse and validate ``arguments`` (JSON text), call the function, never raise."""
+    async def invoke(
+        self, arguments: str, context: ToolContext | Callable[[], ToolContext] | None = None
+    ) -> ToolResult:
+        """Parse and validate ``arguments`` (JSON text), call the function, never raise.
+
+        ``context`` is what a ``ToolContext`` parameter receives; a callable is called once the
+        arguments are valid, right before the function (the runner numbers only calls that
+        reach their tool). A result that cannot be sent to the model (see ``_as_text``) is an
+        error result like an exception: the tool has run, and a failed turn would run it again.
+        """
         try:
             values = self._validate(arguments)
         except ValueError as exc:
             return ToolResult.error(f"invalid arguments for {self.name}: {_short(exc)}")
+        given = context() if callable(context) else context
+        if self.context_parameter is not None:
+            if given is not None:
+                values[self.context_parameter] = given
+            elif self.context_required:
+                logger.error("tool %s needs a ToolContext and was invoked without one", self.name)
+                return ToolResult.error(f"{self.name} needs a ToolContext and got none")
         try:
             result = self.function(**values)
             if inspect.isawaitable(result):
@@ -71,7 +112,18 @@ class Tool:
         except Exception as exc:
             logger.warning("tool %s raised", self.name, exc_info=True)
             return ToolResult.error(f"{self.name} failed: {type(exc).__name__}: {exc}")
-        return ToolResult(_as_text(result))
+        try:
+            return ToolResult(_as_text(result))
+        except Exception as exc:
+            logger.warning(
+                "tool %s returned a result that cannot be sent (%s)",
+                self.name,
+                type(result).__name__,
+                exc_info=True,
+            )
+            return ToolResult.error(
+                f"{self.name} returned a result that cannot be sent: {type(exc).__name__}: {exc}"
+            )
 
     def _validate(self, arguments: str) -> dict[str, Any]:
         raw = json.loads(arguments) if arguments.strip() else {}
@@ -117,21 +169,41 @@ def make_tool(
             f"and not start with {HANDOFF_PREFIX!r}"
         )
     doc = description if description is not None else _first_paragraph(function)
-    return Tool(tool_name, doc, function, _arguments_model(tool_name, function))
+    model, context = _arguments_model(tool_name, function)
+    required = context is not None and (
+        inspect.signature(function).parameters[context].default is inspect.Parameter.empty
+    )
+    return Tool(tool_name, doc, function, model, context, required)
 
 
-def _arguments_model(name: str, function: Callable[..., Any]) -> type[BaseModel]:
+def _arguments_model(name: str, function: Callable[..., Any]) -> tuple[type[BaseModel], str | None]:
+    """The model of the arguments, and the name of the ``ToolContext`` parameter if any."""
     hints = get_type_hints(function)
     fields: dict[str, Any] = {}
+    context: str | None = None
     for param in inspect.signature(function).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
             raise ValueError(f"tool {name!r}: parameter {param.name!r} must be passable by name")
         if param.name not in hints:
             raise ValueError(f"tool {name!r}: parameter {param.name!r} needs a type annotation")
+        if _is_context(hints[param.name]):
+            if context is not None:
+                raise ValueError(f"tool {name!r}: more than one ToolContext parameter")
+            context = param.name
+            continue
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (hints[param.name], default)
     config = ConfigDict(extra="forbid")
-    return create_model(f"{name}_arguments", __config__=config, **fields)
+    return create_model(f"{name}_arguments", __config__=config, **fields), context
+
+
+def _is_context(hint: Any) -> bool:
+    """``ToolContext`` or ``ToolContext | None``."""
+    if hint is ToolContext:
+        return True
+    if get_origin(hint) in (Union, types.UnionType):
+        return set(get_args(hint)) == {ToolContext, type(None)}
+    return False
 
 
 def _first_paragraph(function: Callable[..., Any]) -> str:
@@ -140,9 +212,14 @@ def _first_paragraph(function: Callable[..., Any]) -> str:
 
 
 def _as_text(result: Any) -> str:
-    if isinstance(result, str):
-        return result
-    return pydantic_core.to_json(result).decode()
+    """A str as it is, anything else as JSON; raises when that is not possible.
+
+    The text must also be storable and sendable: text with lone surrogates cannot be encoded
+    (raises), and NUL characters, which PostgreSQL refuses in text, become U+FFFD.
+    """
+    text = result if isinstance(result, str) else pydantic_core.to_json(result).decode()
+    text.encode("utf-8")  # UnicodeEncodeError on lone surrogates
+    return text.replace("\x00", "\ufffd")
 
 
 def _short(exc: ValueError) -> str:

@@ -1,20 +1,24 @@
 """The admin API under /api/*: sessions, replies, handoffs, rewinds, dead letters, quarantine.
 
-Every route needs ``Authorization: Bearer <admin.token>`` (compared in constant time); an empty
-configured token turns the API off. Input is validated at the edge with pydantic, and every
-refusal is a JSON error naming what was wrong. Every answer is serialized through the models of
-``_api_models``, which /api/openapi.json (the one route without a token) is generated from.
+Every route needs ``Authorization: Bearer <admin.token>`` (compared in constant time, as the
+bytes sent); an empty configured token turns the API off. Input is validated at the edge with
+pydantic, and every refusal is a JSON error naming what was wrong: a body is read only when
+sent as it is (415 otherwise), up to the application's ``client_max_size`` (1 MiB; 413) within
+``server.read_timeout`` (408), and JSON nested deeper than ``MAX_JSON_DEPTH`` is refused (400).
+Every answer is serialized through the models of ``_api_models``, which /api/openapi.json (the
+one route without a token) is generated from.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import wraps
 from pathlib import Path
 from typing import TypeVar
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from pydantic import BaseModel, ValidationError
 
 from agents import build_registry
@@ -33,6 +37,7 @@ from store import (
 )
 
 from ._api_models import (
+    MAX_JSON_DEPTH,
     MAX_ROW_ID,
     OPERATOR,
     DeadLetters,
@@ -58,6 +63,7 @@ from ._api_models import (
     SessionsQuery,
 )
 from ._convert import payload, reply_target, text_message
+from ._http import UNSUPPORTED_ENCODING, body_encoding, encoding_message
 from ._keys import AGENT_NAMES, AGENTS, SENDER_WAKE, SETTINGS, STORE, AgentInfo
 from ._media.files import erase_session
 from ._openapi import openapi_json
@@ -70,13 +76,25 @@ WEB = "web"  # the channel whose users read replies from the session's event log
 class ApiError(Exception):
     """A refusal: status, code and a message naming the cause (and the field, if any)."""
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        field: str | None = None,
+        *,
+        close: bool = False,
+    ) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.field = status, code, message, field
+        self.close = close  # refused with the body unread: "Connection: close"
 
     def response(self) -> web.Response:
         body = ErrorBody(error=ErrorDetail(code=self.code, message=self.message, field=self.field))
-        return web.json_response(body.dump(), status=self.status)
+        response = web.json_response(body.dump(), status=self.status)
+        if self.close:
+            response.force_close()
+        return response
 
 
 def admin_route(handler: Handler) -> Handler:
@@ -97,9 +115,24 @@ def _authorize(request: web.Request) -> None:
     token = request.app[SETTINGS].admin.token.get_secret_value().encode()
     if not token:
         raise ApiError(403, "admin_disabled", "admin.token is empty, so the admin API is off")
-    scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(sent.strip().encode(), token):
+    sent = _bearer_token(request)
+    if sent is None or not hmac.compare_digest(sent, token):
         raise ApiError(401, "unauthorized", "missing or wrong Authorization: Bearer token")
+
+
+def _bearer_token(request: web.Request) -> bytes | None:
+    """The bytes after ``Bearer `` exactly as sent, or None without a bearer token.
+
+    aiohttp decodes header bytes as UTF-8 with ``surrogateescape``: bytes that are not UTF-8
+    become lone surrogates, which encode back to those bytes only the same way.
+    """
+    scheme, _, sent = request.headers.get(hdrs.AUTHORIZATION, "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    try:
+        return sent.strip().encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no decoder makes: not a token either
+        return None
 
 
 def respond(answer: BaseModel, status: int = 200) -> web.Response:
@@ -118,14 +151,63 @@ def parse(model: type[M], data: object) -> M:
 
 
 async def json_body(request: web.Request, model: type[M]) -> M:
-    """The request body as ``model``: 400 invalid_json, or invalid_field naming the field."""
+    """The request body as ``model``: 400 invalid_json, json_too_deep, or invalid_field naming
+    the field; 408, 413 or 415 when the body itself cannot be read (``read_body``)."""
+    await read_body(request)
     try:
-        data = await request.json()
+        data = await request.json()  # the bytes read_body read
+    except RecursionError:  # json's C scanner gives up deeper than the interpreter's stack
+        raise _too_deep() from None
     except (ValueError, LookupError):  # UnicodeDecodeError; LookupError: an unknown charset
         raise ApiError(400, "invalid_json", "the body is not JSON") from None
+    if nested_deeper_than(data, MAX_JSON_DEPTH):
+        raise _too_deep()
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_json", "the body is not a JSON object")
     return parse(model, data)
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The whole body as sent, at most ``client_max_size`` bytes, within read_timeout."""
+    encoding = body_encoding(request)
+    if encoding is not None:
+        message = encoding_message(encoding)
+        raise ApiError(415, UNSUPPORTED_ENCODING, message, close=True)
+    limit = request.client_max_size
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_large(limit)
+    seconds = request.app[SETTINGS].server.read_timeout
+    try:
+        async with asyncio.timeout(seconds):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge:  # a chunked body, counted as it came
+        raise _too_large(limit) from None
+    except TimeoutError:
+        message = f"the body took over {seconds:g} s"
+        raise ApiError(408, "request_timeout", message, close=True) from None
+
+
+def _too_large(limit: int) -> ApiError:
+    message = f"the body is larger than {limit} bytes"
+    return ApiError(413, "body_too_large", message, close=True)
+
+
+def _too_deep() -> ApiError:
+    message = f"the JSON nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"
+    return ApiError(400, "json_too_deep", message)
+
+
+def nested_deeper_than(data: object, limit: int) -> bool:
+    """Whether arrays and objects in ``data`` nest more than ``limit`` levels (no recursion)."""
+    level, depth = [data], 0
+    while level := [item for item in level if isinstance(item, list | dict)]:
+        depth += 1
+        if depth > limit:
+            return True
+        level = [
+            child for item in level for child in (item.values() if isinstance(item, dict) else item)
+        ]
+    return False
 
 
 def session_id(request: web.Request) -> str:

@@ -17,6 +17,7 @@ from store import Message, QuarantineItem
 
 OPERATOR = "operator"  # the agent name of an operator's messages
 MAX_ROW_ID = 2**63 - 1  # the largest id (and offset) SQLite and PostgreSQL can hold
+MAX_JSON_DEPTH = 32  # arrays and objects within each other in a body; none needs half of it
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"  # store.validate_session_id
 
 Status = Literal["idle", "running", "interrupted"]  # store.SESSION_STATUSES

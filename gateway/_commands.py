@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from agents import build_registry
 from store import Message, Session, Store, open_store, validate_session_id
 
+from ._logging import configured_secrets
 from ._media.files import erase_session
 from ._sandbox import sandbox_warnings
 from ._summary import summarize
@@ -117,7 +118,11 @@ async def telegram_command(settings: Settings, args: argparse.Namespace, out: Te
         raise ValueError(f"telegram.bots: no bot named {args.bot!r} (known: {known})")
     telegram = settings.telegram
     await set_webhook(
-        bots[args.bot], args.url, telegram.api_base_url, request_timeout=telegram.request_timeout
+        bots[args.bot],
+        args.url,
+        telegram.api_base_url,
+        request_timeout=telegram.request_timeout,
+        redact=configured_secrets(settings),  # its error is printed: none of them may be in it
     )
     print(f"webhook of bot {args.bot} set to {args.url}", file=out)
     return 0

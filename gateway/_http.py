@@ -1,15 +1,52 @@
-"""Small HTTP helpers shared by the routes: JSON errors in the contract's one shape."""
+"""Small HTTP helpers shared by the routes: JSON errors in the contract's one shape, the
+request-body checks every route that reads a body makes."""
 
 from __future__ import annotations
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 OK_BODY = b'{"ok":true}'
+UNSUPPORTED_ENCODING = "unsupported_encoding"
 
 
 def json_error(status: int, code: str, message: str, **extra: str) -> web.Response:
     """``{"error": {"code": ..., "message": ...}}`` with ``status``."""
     return web.json_response({"error": {"code": code, "message": message, **extra}}, status=status)
+
+
+def body_encoding(request: web.Request) -> str | None:
+    """The request's ``Content-Encoding`` unless it is absent or ``identity``.
+
+    The server never inflates a body (``auto_decompress=False``: ``app.server_options``), so
+    an encoded one is refused with 415 before it is read: a few KiB of gzip would otherwise
+    count against a size limit as themselves and then inflate a thousandfold.
+    """
+    value = request.headers.get(hdrs.CONTENT_ENCODING)
+    if value is None:
+        return None
+    codings = [coding.strip().lower() for coding in value.split(",")]
+    return None if all(coding in ("", "identity") for coding in codings) else value
+
+
+def encoding_message(encoding: str) -> str:
+    return f"Content-Encoding {encoding!r} is not accepted: send the body as it is (identity)"
+
+
+class ReadSlots:
+    """A bound on the request bodies read at once: ``take`` refuses rather than queues."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.in_use = 0
+
+    def take(self) -> bool:
+        if self.in_use >= self.size:
+            return False
+        self.in_use += 1
+        return True
+
+    def give_back(self) -> None:
+        self.in_use -= 1
 
 
 def ok() -> web.Response:

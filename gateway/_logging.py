@@ -1,12 +1,36 @@
-"""Log set-up of ``gateway serve`` and the commands, and the filter that keeps web session ids
-out of the log: the id is a web user's only credential (docs/web.md)."""
+"""Log set-up of ``gateway serve`` and the commands, and the filters on it (docs/security.md):
+
+* every configured secret, and the token of any ``/bot<token>/`` path, is scrubbed from every
+  record whoever logged it, its message, arguments and traceback included;
+* web session ids are shortened: the id is a web user's only credential (docs/web.md);
+* a request aiohttp cannot parse is one INFO line, not an ERROR with a traceback.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from urllib.parse import parse_qsl, quote, quote_plus, unquote
+
+from aiohttp.http_exceptions import HttpProcessingError
+from pydantic import BaseModel, SecretStr
+
+from .config import Settings
+
+REDACTED = "<redacted>"
+# Shorter values are not scrubbed: they would garble every line and protect nothing.
+MIN_SECRET_CHARS = 4
 
 _WEB_ID = re.compile(r"\b(web-[0-9a-f]{8})-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+# PTB puts the token in every Bot API and file URL: {base}/bot<token>/<method>. Any such segment
+# goes, configured bot or not; without the closing slash only what looks like a token.
+_BOT_PATH = re.compile(r"(/bot)(?:[^/\s?#'\"<>]+(?=/)|\d+(?::|%3[Aa])[\w-]+)")
+# Query parameters of a configured URL whose values are credentials.
+_SECRET_KEY = re.compile(r"pass|pwd|secret|token|key|auth|sig|credential", re.IGNORECASE)
 
 
 def redact_web_ids(text: str) -> str:
@@ -14,22 +38,171 @@ def redact_web_ids(text: str) -> str:
     return _WEB_ID.sub(r"\1…", text) if "web-" in text else text
 
 
-class RedactWebSessions(logging.Filter):
-    """Rewrites every record's message with web session ids shortened, whoever logged it."""
+def url_secrets(url: str) -> list[str]:
+    """The credentials written into a URL: the userinfo's password and secret-looking query
+    values. Split by hand like ``mask_url``: a password may hold an unescaped ``#?/``."""
+    _, sep, rest = url.partition("://")
+    if not sep:
+        return []
+    userinfo, at, location = rest.rpartition("@")
+    found: list[str] = []
+    if at:
+        _, colon, password = userinfo.partition(":")
+        if colon:
+            found += [password, unquote(password)]
+    query = location.partition("?")[2].partition("#")[0]
+    found += [value for key, value in parse_qsl(query) if _SECRET_KEY.search(key)]
+    return found
+
+
+def configured_secrets(
+    settings: Settings, environ: Mapping[str, str] = os.environ
+) -> tuple[str, ...]:
+    """Every secret of the configuration: each SecretStr (bot tokens and secret_tokens, the
+    WhatsApp app_secret, verify_token and access tokens, the admin token), the passwords in
+    its URLs (the database's, the API base URLs') and the values of the API key variables;
+    each at least MIN_SECRET_CHARS long."""
+    found: list[str] = []
+    _collect(settings, "", found, environ)
+    return tuple(dict.fromkeys(secret for secret in found if len(secret) >= MIN_SECRET_CHARS))
+
+
+def _collect(value: object, name: str, found: list[str], environ: Mapping[str, str]) -> None:
+    if isinstance(value, SecretStr):
+        found.append(value.get_secret_value())
+    elif isinstance(value, BaseModel):
+        for field in type(value).model_fields:
+            _collect(getattr(value, field), field, found, environ)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect(item, name, found, environ)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect(item, name, found, environ)
+    elif isinstance(value, str):
+        if name.endswith("url"):
+            found += url_secrets(value)
+        elif name.endswith("_env") and _SECRET_KEY.search(name):  # agents' api_key_env
+            found.append(environ.get(value, ""))
+
+
+def secrets_pattern(secrets: Iterable[str]) -> re.Pattern[str] | None:
+    """One regex for every secret as written raw, percent-, form- or JSON-encoded, in any
+    letter case (PTB capitalizes error descriptions); None when there is nothing to find."""
+    forms: set[str] = set()
+    for secret in secrets:
+        if len(secret) >= MIN_SECRET_CHARS:
+            forms |= {secret, quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1]}
+    if not forms:
+        return None
+    longest_first = sorted(forms, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, longest_first)), re.IGNORECASE)
+
+
+def redact(text: str, secrets: re.Pattern[str] | None = None) -> str:
+    """``text`` without the secrets, any ``/bot<token>/`` token, and with web ids shortened."""
+    if secrets is not None:
+        text = secrets.sub(REDACTED, text)
+    if "/bot" in text:
+        text = _BOT_PATH.sub(r"\1" + REDACTED, text)
+    return redact_web_ids(text)
+
+
+_TRACEBACKS = logging.Formatter()
+
+
+class Redaction(logging.Filter):
+    """A handler filter: rewrites every record (message with its arguments, traceback, stack)
+    without the configured secrets, whichever logger it came from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: tuple[str, ...] = ()
+        self._pattern: re.Pattern[str] | None = None
+
+    def use(self, secrets: Iterable[str]) -> None:
+        """Scrub these secrets from now on (replacing the ones before)."""
+        self.secrets = tuple(secrets)
+        self._pattern = secrets_pattern(self.secrets)
+
+    def redact(self, text: str) -> str:
+        return redact(text, self._pattern)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        redacted = redact_web_ids(message)
-        if redacted != message:
-            record.msg, record.args = redacted, None
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken log call: the handler's emit reports it (handleError)
+            return True
+        cleaned = self.redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        if record.exc_info and not record.exc_text:
+            # What Formatter.format would cache on the record, computed here to be scrubbed.
+            record.exc_text = _TRACEBACKS.formatException(record.exc_info)
+        if record.exc_text:
+            cleaned = self.redact(record.exc_text)
+            if cleaned != record.exc_text:  # printed from exc_text; exc_info would repeat it
+                record.exc_text, record.exc_info = cleaned, None
+        if record.stack_info:
+            record.stack_info = self.redact(record.stack_info)
         return True
 
 
-def configure_logging() -> None:
-    """INFO to stderr, noisy libraries quieter, web session ids shortened on every handler."""
+REDACTION = Redaction()  # the one filter on the root handlers; its secrets set by configure
+
+
+class MalformedRequests(logging.Filter):
+    """On ``aiohttp.server``: a request aiohttp could not parse (bad request line, header,
+    version...) is the client's fault and answered 400; aiohttp logs it as "Error handling
+    request" at ERROR with a 12-line traceback. It becomes one INFO line. An exception raised
+    in a route handler is left alone: it is logged at ERROR with its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError) and _raised_by_the_parser(exc.__traceback__):
+            remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.msg, record.args = "malformed HTTP request from %s: %s", (remote, _one_line(exc))
+            record.exc_info, record.exc_text = None, None
+            if record.levelno > logging.INFO:
+                record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def _raised_by_the_parser(tb: TracebackType | None) -> bool:
+    """The exception was caught where aiohttp feeds its parser (``data_received``, ``start``),
+    not where it awaits a route handler (``_handle_request``)."""
+    if tb is None:
+        return False
+    code = tb.tb_frame.f_code
+    return code.co_filename.endswith("web_protocol.py") and code.co_name != "_handle_request"
+
+
+def _one_line(exc: HttpProcessingError, limit: int = 200) -> str:
+    lines = (line.strip() for line in (exc.message or "").splitlines())
+    text = " ".join(line for line in lines if line.strip("^ "))  # no caret under the column
+    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+MALFORMED_REQUESTS = MalformedRequests()
+
+
+def quiet_malformed_requests() -> None:
+    """Put MalformedRequests on aiohttp's server logger; idempotent."""
+    server = logging.getLogger("aiohttp.server")
+    if MALFORMED_REQUESTS not in server.filters:
+        server.addFilter(MALFORMED_REQUESTS)
+
+
+def configure_logging(settings: Settings | None = None) -> None:
+    """INFO to stderr, noisy libraries quieter, and on every root handler the redaction: web
+    session ids shortened, ``/bot<token>/`` tokens hidden, and with ``settings`` (call again
+    once they are loaded) every secret they configure scrubbed. Malformed requests: one line."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Bot API call is noise
     logging.getLogger("aiosqlite").setLevel(logging.WARNING)  # DEBUG logs call args: bodies
+    REDACTION.use(configured_secrets(settings) if settings is not None else ())
     for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, RedactWebSessions) for f in handler.filters):
-            handler.addFilter(RedactWebSessions())
+        if REDACTION not in handler.filters:
+            handler.addFilter(REDACTION)
+    quiet_malformed_requests()

@@ -20,6 +20,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from ._api_models import (
+    MAX_JSON_DEPTH,
     SESSION_ID_PATTERN,
     AgentsPage,
     AttachmentAnswer,
@@ -92,7 +93,23 @@ PATH_PARAMETERS: Mapping[str, tuple[Mapping[str, Any], str]] = {
 }
 BAD_ID = "invalid_session_id: the id is not 1..128 letters, digits, '_' or '-'"
 NO_SESSION = "unknown_session"
-BAD_BODY = f"{BAD_ID}; invalid_json: not a JSON object; invalid_field: names the field"
+BAD_BODY = (
+    f"{BAD_ID}; invalid_json: not a JSON object; json_too_deep: arrays and objects nested"
+    f" deeper than {MAX_JSON_DEPTH}; invalid_field: names the field"
+)
+# What any operation with a JSON body may answer before the body is parsed. Said once, in the
+# document's description, not per operation: tests/gateway/test_openapi.py pins the exact
+# statuses of an operation (rewind's).
+BODY_REFUSALS: Mapping[int, str] = {
+    408: "request_timeout: the body did not arrive within server.read_timeout",
+    413: "body_too_large: over 1 MiB",
+    415: "unsupported_encoding: a Content-Encoding other than identity (bodies are not inflated)",
+}
+DESCRIPTION = 'Errors are JSON: {"error": {"code", "message", "field"?}}. ' + (
+    "Any operation with a JSON request body may also answer "
+    + "; ".join(f"{status} {answer}" for status, answer in BODY_REFUSALS.items())
+    + "."
+)
 BAD_QUERY = "invalid_field: names the query parameter"
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -245,7 +262,7 @@ def openapi_document(operations: Iterable[Operation] = OPERATIONS) -> dict[str, 
         "info": {
             "title": "webhook-bot-gateway admin and web API",
             "version": _version(),
-            "description": 'Errors are JSON: {"error": {"code", "message", "field"?}}.',
+            "description": DESCRIPTION,
         },
         "paths": paths,
         "components": {

@@ -12,7 +12,8 @@ def mask(secret: SecretStr) -> str:
 
 
 def mask_url(url: str) -> str:
-    """A database URL fit to print: the password and the query (which may hold one) hidden.
+    """A URL fit to print (the database's, the API base URLs'): the password and the query
+    (which may hold one) hidden.
 
     Split by hand, not with urlsplit: a password with an unescaped ``#``, ``?`` or ``/`` would
     end up in the fragment, query or path, and be printed.
@@ -53,8 +54,8 @@ def summarize(settings: Settings) -> list[str]:
         f"sandbox: {'on' if s.sandbox.enabled else 'off'}",
         f"media: {s.media.root}, up to {s.media.max_bytes} bytes a file;"
         f" downloads from {', '.join(s.media.allowed_hosts) or 'the API base URLs only'}",
-        f"telegram: {s.telegram.api_base_url}; bots: {bots or 'none'}",
-        f"whatsapp: {s.whatsapp.graph_base_url} {s.whatsapp.api_version}; "
+        f"telegram: {mask_url(s.telegram.api_base_url)}; bots: {bots or 'none'}",
+        f"whatsapp: {mask_url(s.whatsapp.graph_base_url)} {s.whatsapp.api_version}; "
         f"app secret {mask(s.whatsapp.app_secret)}; verify token {mask(s.whatsapp.verify_token)}; "
         f"numbers: {numbers or 'none'}",
         f"dispatcher: double_texting = {s.dispatcher.double_texting};"

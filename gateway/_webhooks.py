@@ -1,6 +1,8 @@
 """The platform webhooks: read within limits, verify, key, record durably, then acknowledge.
 
-Order: size (413) and read time (408) -> signature or secret (401; 404 for an unknown bot) ->
+Order: Content-Encoding (415 unless identity; nothing read) -> a read slot (503 ``busy`` past
+``server.max_concurrent_reads`` bodies read at once) -> size (413) and read time (408) ->
+signature or secret (401; 404 for an unknown bot) ->
 the backlog's refuse bound (503 ``backlog_full``, nothing stored, the platform retries later) ->
 delivery_keys (ChannelError: the body goes to quarantine, 200) -> the group-commit writer
 (store down: 503, so the platform retries) -> 200. Nothing is parsed into models before the ack;
@@ -14,18 +16,20 @@ import logging
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
-from aiohttp import web
+from aiohttp import StreamReader, web
 
 from channels import ChannelAdapter, ChannelError, UnknownAccount, WebhookRejected
 from store import DeliveryIn, IngestResult, QuarantineIn
 
 from ._backlog import Backlog
-from ._http import json_error, ok
+from ._http import ReadSlots, body_encoding, encoding_message, json_error, ok
 from ._keys import ADAPTERS, BACKLOG, METRICS, SETTINGS, WRITER
 from ._metrics import Metrics
 from ._writer import GroupCommitWriter, Item
 
 log = logging.getLogger("gateway.webhooks")
+
+READS = web.AppKey("webhook_reads", ReadSlots)  # server.max_concurrent_reads
 
 RECEIVED = "gateway_webhooks_received_total"
 ACCEPTED = "gateway_webhooks_accepted_total"
@@ -38,16 +42,19 @@ IGNORED = "gateway_updates_ignored_total"
 class Refused(Exception):
     """A webhook answered with an error status; ``code`` is also the metric's reason."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, *, close: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.close = close or status in (408, 413, 415)  # refused with its body unread
 
     def response(self) -> web.Response:
         response = json_error(self.status, self.code, self.message)
-        if self.status in (408, 413):
-            response.force_close()  # the rest of the body is not worth reading
+        if self.close:
+            # "Connection: close": the rest of the body is not worth reading. The server does
+            # not read it either (lingering_time=0: app.server_options): it closes at once.
+            response.force_close()
         return response
 
 
@@ -58,8 +65,21 @@ class SubscriptionCheck(Protocol):
     def verify_subscription(self, query: Mapping[str, str]) -> str: ...
 
 
-async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
-    """The whole body, at most ``limit`` bytes, within ``seconds``; else Refused."""
+def check_encoding(request: web.Request) -> None:
+    """Refused with 415 for a body that is not sent as it is (before any of it is read)."""
+    encoding = body_encoding(request)
+    if encoding is not None:
+        raise Refused(415, "unsupported_encoding", encoding_message(encoding))
+
+
+async def read_body(
+    request: web.Request, limit: int, seconds: float, slots: ReadSlots | None = None
+) -> bytes:
+    """The whole body, at most ``limit`` bytes, within ``seconds``; else Refused.
+
+    A body still on its way takes one of ``slots`` while it is read (503 ``busy`` when none is
+    free); one that came whole with the headers needs none.
+    """
     if request.content_length is not None and request.content_length > limit:
         raise _too_large(limit)
     content = request.content
@@ -68,11 +88,23 @@ async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
         if len(body) > limit:
             raise _too_large(limit)
         return body
+    if slots is None:
+        return await _read_slowly(content, limit, seconds)
+    if not slots.take():
+        message = f"{slots.size} request bodies are being read already; retry later"
+        raise Refused(503, "busy", message, close=True)
+    try:
+        return await _read_slowly(content, limit, seconds)
+    finally:
+        slots.give_back()
+
+
+async def _read_slowly(content: StreamReader, limit: int, seconds: float) -> bytes:
     chunks: list[bytes] = []
     size = 0
     try:
         async with asyncio.timeout(seconds):
-            while chunk := await request.content.readany():
+            while chunk := await content.readany():
                 size += len(chunk)
                 if size > limit:  # a chunked body announces no length
                     raise _too_large(limit)
@@ -141,7 +173,8 @@ async def ingest(
     metrics.inc(RECEIVED, channel=channel)
     try:
         adapter = _adapter(app, channel)
-        body = await read_body(request, limit, app[SETTINGS].server.read_timeout)
+        check_encoding(request)
+        body = await read_body(request, limit, app[SETTINGS].server.read_timeout, app[READS])
         verify(adapter, request, body, account)
         check_backlog(app[BACKLOG])  # before any parsing: under overload a refusal is cheap
         item = to_item(adapter, body, account)
@@ -199,7 +232,8 @@ async def whatsapp_handshake(request: web.Request) -> web.Response:
 
 
 def add_webhook_routes(app: web.Application) -> None:
-    """Register the three webhook routes."""
+    """Register the three webhook routes and their bound on bodies read at once."""
+    app[READS] = ReadSlots(app[SETTINGS].server.max_concurrent_reads)
     app.router.add_get("/webhooks/whatsapp", whatsapp_handshake)
     app.router.add_post("/webhooks/whatsapp", whatsapp_post)
     app.router.add_post("/webhooks/telegram/{bot}", telegram_post)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import resource
 from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 from aiohttp import WSCloseCode, web
 
@@ -121,17 +122,35 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type="text/plain")
 
 
-DEMO_TOKEN = "change-me"  # config.example.toml's admin token when GATEWAY_ADMIN_TOKEN is unset
-
-
 def sandbox_banner(settings: Settings) -> str:
     """What ``make run`` prints: where the console is, and how to sign in (on stdout, never in
-    the log; the token itself only when it is the example's public demo value)."""
+    the log; the token itself never: its first start printed it once, see _admin_token)."""
     host = settings.server.host if settings.server.host not in ("0.0.0.0", "::") else "127.0.0.1"
     url = f"http://{host}:{settings.server.port}/"
-    token = settings.admin.token.get_secret_value()
-    how = f"the admin token {token!r}" if token == DEMO_TOKEN else "your admin.token"
+    token_file = settings.admin.token_file
+    how = f"the admin token in {token_file}" if token_file else "your admin.token"
     return f"Sandbox on: open {url} and sign in with {how} to play both sides."
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """Options of aiohttp's per-connection protocol (``RequestHandler``), given to the
+    application as ``handler_args``: aiohttp applies them after the runner's own, so
+    ``gateway serve`` and every in-process test server run with these (docs/security.md).
+    """
+    return {
+        # After answering a request whose body it did not read, aiohttp reads and discards the
+        # rest for up to 10 s ("lingering close") before closing, even after a 413 marked
+        # "Connection: close": a refused sender kept its connection. 0: closed at once.
+        "lingering_time": 0,
+        # aiohttp inflates gzip, deflate, br and zstd request bodies as they arrive, before any
+        # handler or size limit sees them (4 KiB of gzip held 4 MiB). Bodies stay as sent;
+        # every route that reads one refuses an encoded body with 415.
+        "auto_decompress": False,
+        # aiohttp has no header timeout of its own. Its keep-alive timer closes a connection
+        # that has not delivered a whole request header this long after it opened or after
+        # its last response, idle or trickling alike: the one header deadline it offers.
+        "keepalive_timeout": settings.server.keepalive_timeout,
+    }
 
 
 def build_app(
@@ -145,7 +164,7 @@ def build_app(
     Tests may substitute channel adapters (``adapter_factories``), and with ``ingest_only`` run
     the HTTP side without the pipeline's background tasks, to see the store as ingest left it.
     """
-    app = web.Application()
+    app = web.Application(handler_args=server_options(settings))
     app[SETTINGS] = settings
     app[FACTORIES] = adapter_factories
     app[METRICS] = Metrics()
@@ -204,4 +223,5 @@ def serve(settings: Settings) -> None:
         # No line per request: at INFO it cut ingest from ~7,700 to ~3,400 webhooks/s on one
         # core (bench/ingest.py). /metrics counts requests; refusals are logged with a reason.
         access_log=None,
+        # keepalive_timeout, lingering_time, auto_decompress: server_options(), on the app.
     )

@@ -13,6 +13,7 @@ from channels import ChannelError
 from store import InvalidSessionId, StoreError
 
 from . import _commands, _quarantine
+from ._api_models import MAX_ROW_ID
 from ._logging import configure_logging
 from ._migrate import migrate_store
 from .config import Settings, load_settings, resolve_config_path
@@ -87,11 +88,35 @@ def _add_telegram(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     hook.add_argument("--url", required=True, help="public https URL of /webhooks/telegram/NAME")
 
 
+# The numbers a command may take, and the range the store can hold (SQLite and PostgreSQL
+# integers are 64-bit: a larger one failed in the driver with a traceback).
+NUMBERS = {"limit": ("--limit", 1), "offset": ("--offset", 0), "id": ("id", 1)}
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """ValueError (``error: ...``, exit 1) for a number outside its range, before any store is
+    opened or created."""
+    for name, (shown, low) in NUMBERS.items():
+        value = getattr(args, name, None)
+        if value is not None and not low <= value <= MAX_ROW_ID:
+            raise ValueError(f"{shown} must be between {low} and {MAX_ROW_ID}, got {value}")
+
+
+def numbers_checked(handler: Handler) -> Handler:
+    """``handler``, run only once ``check_numbers`` passed."""
+
+    async def checked(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+        check_numbers(args)
+        return await handler(settings, args, out)
+
+    return checked
+
+
 HANDLERS: dict[str, Handler] = {
     "check-config": _commands.check_config,
     "purge": _commands.purge,
-    "quarantine": _quarantine.command,
-    "sessions": _commands.sessions,
+    "quarantine": numbers_checked(_quarantine.command),
+    "sessions": numbers_checked(_commands.sessions),
     "telegram": _commands.telegram_command,
 }
 
@@ -105,6 +130,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         if args.command == "migrate-store":  # needs two urls, not a config
             return asyncio.run(migrate_store(args, out))
         settings = load_settings(path)
+        configure_logging(settings)  # from here on every configured secret is scrubbed
         if args.command == "check-config":
             print(f"config {path}: OK", file=out)
         if args.command == "serve":

@@ -22,6 +22,7 @@ from agents import AgentsConfig
 from channels import TelegramConfig, WhatsAppConfig
 from store import check_url
 
+from ._admin_token import check_admin_token, read_token_file, refuse_public_secrets
 from ._env import key_path, substitute
 from .errors import ConfigError
 
@@ -41,6 +42,13 @@ class ServerConfig(_Section):
     max_body_whatsapp: int = Field(default=4 * MIB, gt=0)  # Meta's batches reach about 3 MB
     max_body_telegram: int = Field(default=1 * MIB, gt=0)
     read_timeout: float = Field(default=10.0, gt=0)  # seconds to receive a whole body
+    # Webhook bodies read at once (those that did not come whole with their headers); past it
+    # a delivery gets 503 "busy" and the platform retries. Each may hold up to its max_body.
+    max_concurrent_reads: int = Field(default=256, gt=0)
+    # aiohttp's keep-alive timer: an idle connection is closed after this many seconds, and it
+    # is the only deadline aiohttp puts on a request's header (counted from the connection's
+    # opening or its last response; see docs/security.md#http-limits).
+    keepalive_timeout: float = Field(default=15.0, gt=0)
     shutdown_timeout: float = Field(default=10.0, gt=0)  # running turns get this long to finish
 
 
@@ -80,7 +88,10 @@ class DedupConfig(_Section):
 
 
 class AdminConfig(_Section):
-    token: SecretStr = SecretStr("")
+    token: SecretStr = SecretStr("")  # empty: token_file's token, or no admin API at all
+    # With token empty: the token in this file (relative to the working directory); a missing
+    # file is made at load with a random token, mode 0600, and the token printed once.
+    token_file: str = ""
 
 
 class SandboxConfig(_Section):
@@ -153,7 +164,10 @@ def resolve_config_path(given: str | None, environ: Mapping[str, str] = os.envir
 
 
 def load_settings(path: Path, environ: Mapping[str, str] = os.environ) -> Settings:
-    """Read, substitute and validate ``path``; every failure is a ConfigError naming the key."""
+    """Read, substitute and validate ``path``; every failure is a ConfigError naming the key.
+
+    Unlike ``parse_settings`` this touches the file system: ``admin.token_file`` is read (and
+    made when missing, see ``with_admin_token_file``)."""
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -162,7 +176,7 @@ def load_settings(path: Path, environ: Mapping[str, str] = os.environ) -> Settin
         raise ConfigError(str(path), f"cannot read the config file: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), f"not valid TOML: {exc}") from None
-    return parse_settings(raw, environ)
+    return with_admin_token_file(parse_settings(raw, environ))
 
 
 def parse_settings(raw: dict[str, object], environ: Mapping[str, str]) -> Settings:
@@ -171,7 +185,20 @@ def parse_settings(raw: dict[str, object], environ: Mapping[str, str]) -> Settin
         settings = Settings.model_validate(substitute(raw, environ))
     except ValidationError as exc:
         raise _first_error(exc) from None
+    refuse_public_secrets(settings)  # demo secrets and short admin tokens where strangers reach
     return with_local_urls(settings)
+
+
+def with_admin_token_file(settings: Settings) -> Settings:
+    """An empty ``admin.token`` with ``admin.token_file`` set: the file's token becomes
+    ``admin.token`` (a missing file is made with a random token, mode 0600, printed once)."""
+    admin = settings.admin
+    if admin.token.get_secret_value() or not admin.token_file:
+        return settings
+    token = read_token_file(Path(admin.token_file))
+    check_admin_token(settings, token, "admin.token_file")
+    admin = admin.model_copy(update={"token": SecretStr(token)})
+    return settings.model_copy(update={"admin": admin})
 
 
 def with_local_urls(settings: Settings) -> Settings:

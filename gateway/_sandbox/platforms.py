@@ -29,9 +29,15 @@ def _telegram_ok(result: Any) -> web.Response:
     return web.json_response({"ok": True, "result": result})
 
 
+def _raw(sent: str) -> bytes:
+    """A header or path value as the bytes sent: undecodable bytes are kept (surrogateescape),
+    so a forged ``Bearer \\xff`` is a wrong token (401), not a 500."""
+    return sent.encode("utf-8", "surrogateescape")
+
+
 def _bot_name(request: web.Request, token: str) -> str | None:
     for bot in request.app[SETTINGS].telegram.bots:
-        if hmac.compare_digest(bot.token.get_secret_value().encode(), token.encode()):
+        if hmac.compare_digest(bot.token.get_secret_value().encode(), _raw(token)):
             return bot.name
     return None
 
@@ -135,7 +141,7 @@ def _number_of_token(request: web.Request) -> set[str]:
     return {
         number.phone_number_id
         for number in request.app[SETTINGS].whatsapp.numbers
-        if hmac.compare_digest(number.access_token.get_secret_value().encode(), sent.encode())
+        if hmac.compare_digest(number.access_token.get_secret_value().encode(), _raw(sent))
     }
 
 

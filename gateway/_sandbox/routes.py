@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import ipaddress
 import re
 
 from aiohttp import web
 
+from .._admin_token import is_loopback
 from ..config import Settings
 from .keys import SANDBOX
 from .platforms import add_platform_routes
@@ -38,7 +38,7 @@ def sandbox_warnings(settings: Settings) -> list[str]:
     if not settings.sandbox.enabled:
         return []
     warnings = []
-    if not _loopback(settings.server.host):
+    if not is_loopback(settings.server.host):
         warnings.append(
             f"the sandbox is enabled on {settings.server.host}, not a loopback address: anyone"
             " who reaches it can post simulated deliveries (with the admin token)"
@@ -56,12 +56,3 @@ def sandbox_warnings(settings: Settings) -> list[str]:
         if "/sandbox/" not in url:
             warnings.append(f"the sandbox is enabled but {key} does not point at it: {url}")
     return warnings
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -4,7 +4,6 @@ the real ``gateway serve`` started as ``make run`` starts it."""
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -32,15 +31,21 @@ expect.set_options(timeout=10_000)
 
 class ConsoleGateway(Gateway):
     """``python -m gateway serve --config config.example.toml`` as ``make run`` starts it, in
-    its own working directory, with a port and an admin token of its own."""
+    its own working directory, with a port of its own and no GATEWAY_ADMIN_TOKEN: the admin
+    token is the one its first start made in data/admin-token, as a newcomer finds it."""
 
     def __init__(self, directory: Path, config: Path = EXAMPLE_CONFIG) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         port = free_port()
-        self.token = f"browser-{secrets.token_hex(8)}"
-        env = {"GATEWAY_PORT": str(port), "GATEWAY_ADMIN_TOKEN": self.token}
+        self.token = ""  # known once started
+        env = {"GATEWAY_PORT": str(port)}
         text = config.read_text(encoding="utf-8")
         super().__init__(directory, text, port, directory / "data" / "gateway.db", env)
+
+    async def start(self) -> None:
+        await super().start()
+        self.token = (self.directory / "data" / "admin-token").read_text(encoding="utf-8").strip()
+        assert self.token in self.log(), "the first start prints the token it made"
 
     async def call(self, method: str, path: str, body: object | None = None) -> object:
         """The admin API (or the sandbox's) from the test itself, with the bearer token."""

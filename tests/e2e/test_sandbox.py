@@ -1,9 +1,11 @@
 """The sandbox as ``make run`` serves it: config.example.toml, unchanged, on a free port; the
-simulator's deliveries go through the real webhook routes and every reply reaches the fake APIs."""
+simulator's deliveries go through the real webhook routes and every reply reaches the fake APIs.
+The admin token is the one the first start made in data/admin-token, as a newcomer finds it."""
 
 from __future__ import annotations
 
 import asyncio
+import stat
 import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,47 +20,78 @@ from gateway.config import parse_settings
 from .gateway_proc import REPO, Gateway, eventually, free_port
 from .test_roundtrip import BILLING, HELP
 
-AUTH = {"Authorization": "Bearer change-me"}  # config.example.toml's demo token
 WA_USER = "4915112345678"
 NUMBER = "100000000000001"
 
 
+class Demo(Gateway):
+    """The gateway of ``make run``; no GATEWAY_ADMIN_TOKEN, so its token is in a file."""
+
+    @property
+    def token_file(self) -> Path:
+        return self.directory / "data" / "admin-token"
+
+    @property
+    def auth(self) -> dict[str, str]:
+        token = self.token_file.read_text(encoding="utf-8").strip()
+        return {"Authorization": f"Bearer {token}"}
+
+
 @pytest.fixture
-async def demo(tmp_path: Path) -> AsyncIterator[Gateway]:
+async def demo(tmp_path: Path) -> AsyncIterator[Demo]:
     """``gateway serve --config config.example.toml`` in an empty directory, as ``make run``."""
     port = free_port()
     text = (REPO / "config.example.toml").read_text(encoding="utf-8")
     env = {"GATEWAY_PORT": str(port)}
-    gateway = Gateway(tmp_path, text, port, tmp_path / "data" / "gateway.db", env)
+    gateway = Demo(tmp_path, text, port, tmp_path / "data" / "gateway.db", env)
     await gateway.start()
     yield gateway
     await gateway.ensure_stopped()
 
 
-async def simulate(http: aiohttp.ClientSession, gateway: Gateway, **body: Any) -> Any:
-    async with http.post(f"{gateway.url}/sandbox/api/simulate", json=body, headers=AUTH) as r:
+async def simulate(http: aiohttp.ClientSession, gateway: Demo, **body: Any) -> Any:
+    url = f"{gateway.url}/sandbox/api/simulate"
+    async with http.post(url, json=body, headers=gateway.auth) as r:
         assert r.status == 200, await r.text()
         answer = await r.json()
     assert answer["webhook_status"] == 200
     return answer
 
 
-async def sent_texts(http: aiohttp.ClientSession, gateway: Gateway, channel: str, chat: str) -> Any:
+async def sent_texts(http: aiohttp.ClientSession, gateway: Demo, channel: str, chat: str) -> Any:
     query = {"channel": channel, "chat_id": chat}
-    async with http.get(f"{gateway.url}/sandbox/api/sent", params=query, headers=AUTH) as r:
+    url = f"{gateway.url}/sandbox/api/sent"
+    async with http.get(url, params=query, headers=gateway.auth) as r:
         assert r.status == 200
         calls = (await r.json())["sent"]
     return [c for c in calls if c["method"] in ("sendMessage", "messages")]
 
 
-async def test_make_run_prints_where_to_sign_in(demo: Gateway) -> None:
+async def test_make_run_prints_where_to_sign_in_and_its_new_token_once(
+    demo: Demo, http: aiohttp.ClientSession
+) -> None:
     await eventually(lambda: "Sandbox on: open" in demo.log(), "the banner")
     assert f"http://127.0.0.1:{demo.port}/" in demo.log()
-    assert "'change-me'" in demo.log()
+    assert "change-me" not in demo.log()
+    token = demo.token_file.read_text(encoding="utf-8").strip()
+    assert len(token) >= 43
+    assert stat.S_IMODE(demo.token_file.stat().st_mode) == 0o600
+    assert f"stored in data/admin-token with mode 0600; printed this once): {token}" in demo.log()
+    async with http.get(f"{demo.url}/api/sessions", headers=demo.auth) as r:
+        assert r.status == 200
+    for public in ("change-me", "demo-secret", ""):
+        async with http.get(
+            f"{demo.url}/api/sessions", headers={"Authorization": f"Bearer {public}"}
+        ) as r:
+            assert r.status == 401, public
+    assert await demo.stop() == 0
+    await demo.start()  # the same token, not printed again
+    assert demo.token_file.read_text(encoding="utf-8").strip() == token
+    assert demo.log().count(token) == 1
 
 
 async def test_telegram_round_trip_with_a_button_press(
-    demo: Gateway, http: aiohttp.ClientSession
+    demo: Demo, http: aiohttp.ClientSession
 ) -> None:
     await simulate(http, demo, channel="telegram", chat_id="42", text="hello")
     await eventually(
@@ -68,15 +101,13 @@ async def test_telegram_round_trip_with_a_button_press(
     assert [b["title"] for b in first["buttons"]] == ["Billing", "Talk to a person"]
     await simulate(http, demo, channel="telegram", chat_id="42", button="Billing")
     await eventually(lambda: _has(http, demo, "telegram", "42", BILLING), "billing's reply")
-    async with http.get(f"{demo.url}/api/sessions/telegram-support-42", headers=AUTH) as r:
+    async with http.get(f"{demo.url}/api/sessions/telegram-support-42", headers=demo.auth) as r:
         assert (await r.json())["active_agent"] == "billing"
     states = demo.query("SELECT state FROM outbox WHERE session_id = 'telegram-support-42'")
     assert {s for (s,) in states} == {"sent"}
 
 
-async def test_whatsapp_invoice_status_and_image(
-    demo: Gateway, http: aiohttp.ClientSession
-) -> None:
+async def test_whatsapp_invoice_status_and_image(demo: Demo, http: aiohttp.ClientSession) -> None:
     sid = f"whatsapp-{NUMBER}-{WA_USER}"
     await simulate(http, demo, channel="whatsapp", chat_id=WA_USER, text="my invoice INV-1001")
     invoice = "Invoice INV-1001: 49.00 EUR, paid, due 2024-05-01."
@@ -107,9 +138,7 @@ async def test_whatsapp_invoice_status_and_image(
     assert (demo.directory / "data" / "media" / sid / name).read_bytes().startswith(b"\x89PNG")
 
 
-async def test_simulate_refusals_name_the_problem(
-    demo: Gateway, http: aiohttp.ClientSession
-) -> None:
+async def test_simulate_refusals_name_the_problem(demo: Demo, http: aiohttp.ClientSession) -> None:
     cases: list[tuple[dict[str, Any], int, str]] = [
         (
             {"channel": "telegram", "chat_id": "42", "text": "a", "button": "b"},
@@ -136,7 +165,8 @@ async def test_simulate_refusals_name_the_problem(
         ),
     ]
     for body, status, code in cases:
-        async with http.post(f"{demo.url}/sandbox/api/simulate", json=body, headers=AUTH) as r:
+        url = f"{demo.url}/sandbox/api/simulate"
+        async with http.post(url, json=body, headers=demo.auth) as r:
             assert r.status == status, (body, await r.text())
             assert (await r.json())["error"]["code"] == code
     async with http.post(f"{demo.url}/sandbox/api/simulate", json=cases[0][0]) as r:
@@ -145,7 +175,7 @@ async def test_simulate_refusals_name_the_problem(
 
 
 async def test_fake_apis_refuse_a_wrong_token_as_the_platforms_do(
-    demo: Gateway, http: aiohttp.ClientSession
+    demo: Demo, http: aiohttp.ClientSession
 ) -> None:
     async with http.post(f"{demo.url}/sandbox/telegram/bot1:wrong/sendMessage", data={}) as r:
         assert (r.status, (await r.json())["description"]) == (401, "Unauthorized")
@@ -158,7 +188,9 @@ async def test_fake_apis_refuse_a_wrong_token_as_the_platforms_do(
 def test_the_sandbox_says_when_it_is_misplaced() -> None:
     raw = tomllib.loads((REPO / "config.example.toml").read_text(encoding="utf-8"))
     assert sandbox_warnings(parse_settings(raw, {})) == []
-    raw["server"]["host"] = "0.0.0.0"
+    raw["server"]["host"] = "0.0.0.0"  # where the example's public demo secrets are refused:
+    raw["telegram"]["bots"][0]["secret_token"] = "an-own-telegram-webhook-secret"
+    raw["whatsapp"] |= {"app_secret": "an-own-app-secret", "verify_token": "an-own-verify-token"}
     raw["telegram"]["bots"][0]["token"] = "123456789:" + "A" * 35
     raw["whatsapp"]["numbers"][0]["access_token"] = "EAAG" + "x" * 100
     raw["whatsapp"]["graph_base_url"] = "https://graph.facebook.com"
@@ -170,16 +202,16 @@ def test_the_sandbox_says_when_it_is_misplaced() -> None:
 
 
 async def _has(
-    http: aiohttp.ClientSession, gateway: Gateway, channel: str, chat: str, text: str
+    http: aiohttp.ClientSession, gateway: Demo, channel: str, chat: str, text: str
 ) -> bool:
     return any(c["text"] == text for c in await sent_texts(http, gateway, channel, chat))
 
 
 async def test_sigterm_closes_sockets_and_long_polls_instead_of_waiting_for_them(
-    demo: Gateway, http: aiohttp.ClientSession
+    demo: Demo, http: aiohttp.ClientSession
 ) -> None:
     url = f"{demo.url}/sandbox/api/sent?wait=25"
-    poll = asyncio.create_task(http.get(url, headers=AUTH))  # sent before the socket connects
+    poll = asyncio.create_task(http.get(url, headers=demo.auth))  # sent before the socket connects
     ws = await http.ws_connect(f"{demo.url}/ws")
     assert (await ws.receive_json())["type"] == "connection"
     await eventually(lambda: "attached" in demo.log(), "the socket's attach in the log")

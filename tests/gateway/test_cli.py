@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,15 +27,18 @@ SECRET_ENV = {
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k != "GATEWAY_CONFIG"}
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        capture_output=True,
-        text=True,
-        env={**environ, **(env or {})},
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
+    # A directory of its own: config.example.toml's admin.token_file (data/admin-token) is
+    # relative to the working directory, and the checkout's own must stay make run's.
+    with tempfile.TemporaryDirectory() as cwd:
+        return subprocess.run(
+            [sys.executable, "-m", "gateway", *args],
+            capture_output=True,
+            text=True,
+            env={**environ, **(env or {})},
+            cwd=cwd,
+            timeout=60,
+            check=False,
+        )
 
 
 def config_with_store(tmp_path: Path, extra: str = "") -> Path:

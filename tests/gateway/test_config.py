@@ -33,7 +33,10 @@ def error_of(tmp_path: Path, text: str, environ: dict[str, str] | None = None) -
     return caught.value
 
 
-def test_example_config_loads_offline_with_no_variables_set() -> None:
+def test_example_config_loads_offline_with_no_variables_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # its admin.token_file is relative: not the checkout's data/
     settings = load_settings(EXAMPLE, environ={})
     assert settings.agents.max_turns == 40
     assert settings.dedup.ttl_hours == 192

@@ -14,6 +14,7 @@ from gateway.app import build_app
 from tests.e2e.gateway_proc import free_port
 
 from .ingest_helpers import AUTH, settings
+from .raw_http import Raw, head
 
 Client = TestClient[web.Request, web.Application]
 
@@ -45,3 +46,17 @@ async def test_sandbox_routes_do_not_exist_when_it_is_disabled(
         response = await client.request(method, path, headers=AUTH)
         assert response.status == 404, path
         assert (await response.json())["error"]["code"] == "not_found"
+
+
+async def test_the_fake_graph_api_answers_undecodable_credentials_with_401_not_500(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    path = "/sandbox/graph/v21.0/100000000000001/messages"
+    app = build_app(settings(tmp_path / "gateway.db", sandbox={"enabled": True}), ingest_only=True)
+    client: Client = await aiohttp_client(app)
+    raw = await Raw.connect(client.port)
+    headers = {"Authorization": b"Bearer \xff", "Connection": "close"}
+    await raw.send(head("POST", path, headers, length=2) + b"{}")
+    answer = await raw.response()
+    raw.close()
+    assert answer.status == 401, answer

@@ -1,0 +1,92 @@
+"""The real ``gateway serve`` under requests from anyone: each gets a JSON answer or a closed
+connection, soon, and nothing in the log is a traceback.
+
+What only the real process shows: the options ``serve`` hands aiohttp (no lingering close
+after a refusal, the keep-alive deadline that also bounds a request header).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+
+import aiohttp
+
+from tests.gateway.raw_http import Raw, head
+
+from .conftest import MakeGateway
+from .gateway_proc import ADMIN_TOKEN, BOT, BOT_SECRET, eventually
+from .webhooks import post, telegram_text
+
+TG = f"/webhooks/telegram/{BOT}"
+SECRET = {"X-Telegram-Bot-Api-Secret-Token": BOT_SECRET}
+MIB = 1024 * 1024
+
+
+async def test_e2e_refusals_are_json_and_their_connections_close_at_once(
+    make_gateway: MakeGateway, http: aiohttp.ClientSession
+) -> None:
+    gateway = await make_gateway(sections={"server": {"keepalive_timeout": 1}})
+    port = gateway.port
+    assert await post(http, gateway.url, telegram_text(1, 4242, "hello")) == 200
+    sid = f"telegram-{BOT}-4242"
+
+    async def session_exists() -> bool:
+        return bool(gateway.query("SELECT 1 FROM sessions WHERE session_id = ?", sid))
+
+    await eventually(session_exists, "the session of the first message")
+
+    # 413 on the announced length: answered, then closed, not drained for 10 s.
+    raw = await Raw.connect(port)
+    await raw.send(head("POST", TG, SECRET, length=10 * MIB) + b"x" * 4096)
+    answer = await raw.response()
+    assert (answer.status, answer.error["code"]) == (413, "body_too_large")
+    assert await raw.closed_within(3) < 2
+    raw.close()
+
+    # A compressed body: 415 before a byte of it is read (it never comes).
+    raw = await Raw.connect(port)
+    await raw.send(head("POST", TG, {**SECRET, "Content-Encoding": "gzip"}, length=4096))
+    answer = await raw.response(seconds=3)
+    assert (answer.status, answer.error["code"]) == (415, "unsupported_encoding")
+    assert await raw.closed_within(3) < 2
+    raw.close()
+
+    # A request header that trickles in is cut off at server.keepalive_timeout (1 s here).
+    raw = await Raw.connect(port)
+    await raw.send(f"POST {TG} HTTP/1.1\r\n".encode())
+
+    async def trickle() -> None:
+        for n in range(100):
+            await raw.send(b"X-Slow-%d: 1\r\n" % n)
+            await asyncio.sleep(0.05)
+
+    sender = asyncio.create_task(trickle())
+    try:
+        assert await raw.closed_within(4) < 3
+    finally:
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+        raw.close()
+
+    # The admin API: bytes that are not UTF-8, JSON nested 10,000 deep, a 2 MiB body.
+    raw = await Raw.connect(port)
+    await raw.send(head("GET", "/api/sessions", {"Authorization": b"Bearer \xff"}))
+    answer = await raw.response()
+    assert (answer.status, answer.error["code"]) == (401, "unauthorized")
+    raw.close()
+    auth = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
+    path = f"/api/sessions/{sid}/handoff"
+    for body, status, code in [
+        (b"[" * 10_000 + b"]" * 10_000, 400, "json_too_deep"),
+        (b" " * 2 * MIB, 413, "body_too_large"),
+        (gzip.compress(b'{"agent": "human"}'), 415, "unsupported_encoding"),
+    ]:
+        headers = {**auth, "Content-Encoding": "gzip"} if code == "unsupported_encoding" else auth
+        raw = await Raw.connect(port)  # the 2 MiB one: refused on its length, sent in part
+        await raw.send(head("POST", path, headers, length=len(body)) + body[:65536])
+        answer = await raw.response()
+        assert (answer.status, answer.error["code"]) == (status, code)
+        raw.close()
+
+    assert "Traceback" not in gateway.log(tail=10_000)

@@ -1,0 +1,228 @@
+"""The operator's handoff (POST /api/sessions/{id}/handoff) against a bot turn of the real
+runner, in every order: the two never interleave.
+
+A turn running when the handoff writes makes the handoff 409 ``run_active`` (the turn keeps its
+reply and its agent); a turn that begins after the handoff's write sees the operator's agent
+(a human agent: no model call, no bot reply) and cannot overwrite it. The handler reads the
+session first (for 400/404) but decides nothing on that read: the store's ``set_agent``
+checks the status and writes in one transaction (SQLite: the one writer; PostgreSQL: the
+session row locked), and a turn marks itself ``running`` in one transaction too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from agents import ModelMessage, ModelResponse, Reply, Runner, ToolSpec, TurnResult, UserInput
+from agents.testing import ScriptedModel, reply
+from gateway._keys import STORE
+from gateway.app import build_app
+from store import OutboxIn, Store, Turn
+from tests.pg import fresh_schema
+
+from .ingest_helpers import AUTH, settings
+from .pipeline_helpers import registry
+
+Client = TestClient[web.Request, web.Application]
+SID = "telegram-support-42"
+HANDOFF = f"/api/sessions/{SID}/handoff"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'gateway.db'}"
+        return
+    async with fresh_schema() as url:  # skipped without GATEWAY_TEST_POSTGRES_URL
+        yield url
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any, tmp_path: Path, store_url: str) -> Client:
+    app = build_app(settings(tmp_path / "unused.db", store={"url": store_url}), ingest_only=True)
+    made: Client = await aiohttp_client(app)
+    await made.app[STORE].create_session("telegram", "support", "42", "triage")
+    return made
+
+
+def store_of(client: Client) -> Store:
+    return client.app[STORE]
+
+
+def queue_replies(turn: Turn, replies: Sequence[Reply]) -> None:
+    """As the dispatcher does: each reply's send commits with the turn, or not at all."""
+    for answer in replies:
+        turn.add_outbox(OutboxIn(SID, "telegram", "support", "42", {"text": answer.text}))
+
+
+class Gate:
+    """A model step that waits until released, then answers."""
+
+    def __init__(self, text: str = "a bot answer") -> None:
+        self.started, self.release, self.text = asyncio.Event(), asyncio.Event(), text
+
+    async def __call__(
+        self, messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]
+    ) -> ModelResponse:
+        self.started.set()
+        await self.release.wait()
+        return reply(self.text)
+
+
+def start_turn(runner: Runner, text: str = "hello") -> asyncio.Task[TurnResult]:
+    return asyncio.create_task(runner.run_turn(SID, UserInput(text), before_commit=queue_replies))
+
+
+async def operator_events(store: Store) -> list[int]:
+    events = await store.list_events(SID)
+    return [e.seq for e in events if e.kind == "agent_changed" and e.detail["reason"] == "operator"]
+
+
+async def test_a_handoff_while_the_bot_turn_runs_is_409_and_the_turn_keeps_its_reply(
+    client: Client,
+) -> None:
+    store, gate = store_of(client), Gate()
+    model = ScriptedModel(gate)
+    runner = Runner(store, registry(model))
+    turn = start_turn(runner)
+    await gate.started.wait()  # the turn is asking its model
+    response = await client.post(HANDOFF, headers=AUTH, json={"agent": "human"})
+    assert response.status == 409
+    assert (await response.json())["error"]["code"] == "run_active"
+    gate.release.set()
+    result = await turn
+    assert [r.text for r in result.replies] == ["a bot answer"]
+    session = await store.get_session(SID)
+    assert session is not None
+    assert (session.active_agent, session.status) == ("triage", "idle")
+    assert await operator_events(store) == []
+    # Retried once the turn ended, the handoff holds, and the next turn is the human's.
+    assert (await client.post(HANDOFF, headers=AUTH, json={"agent": "human"})).status == 200
+    after = await runner.run_turn(SID, UserInput("still there?"), before_commit=queue_replies)
+    assert (after.agent_before, after.agent_after, after.replies) == ("human", "human", ())
+    model.assert_done()  # the human turn never asked the bot's model
+
+
+async def test_a_turn_starting_between_the_handlers_read_and_its_write_makes_it_409(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handler read the session idle; the turn marks it running before the write: the
+    write's own check in its transaction refuses, so the turn's reply and agent stand."""
+    store, gate = store_of(client), Gate()
+    runner = Runner(store, registry(ScriptedModel(gate)))
+    set_agent = store.set_agent
+    turns: list[asyncio.Task[TurnResult]] = []
+
+    async def turn_slips_in(*args: Any, **kwargs: Any) -> Any:
+        turns.append(start_turn(runner))
+        await gate.started.wait()
+        return await set_agent(*args, **kwargs)
+
+    monkeypatch.setattr(store, "set_agent", turn_slips_in)
+    response = await client.post(HANDOFF, headers=AUTH, json={"agent": "human"})
+    assert response.status == 409
+    assert (await response.json())["error"]["code"] == "run_active"
+    gate.release.set()
+    result = await turns[0]
+    assert (result.agent_before, result.agent_after) == ("triage", "triage")
+    assert [r.text for r in result.replies] == ["a bot answer"]
+    session = await store.get_session(SID)
+    assert session is not None
+    assert session.active_agent == "triage"
+    assert await operator_events(store) == []
+
+
+async def test_a_turn_starting_right_after_the_handoffs_write_sees_the_operators_agent(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = store_of(client)
+    model = ScriptedModel()  # any call of the bot's model fails the turn
+    runner = Runner(store, registry(model))
+    set_agent = store.set_agent
+    turns: list[asyncio.Task[TurnResult]] = []
+
+    async def turn_follows(*args: Any, **kwargs: Any) -> Any:
+        written = await set_agent(*args, **kwargs)
+        turns.append(start_turn(runner))  # begins before the handler has answered
+        await asyncio.sleep(0)
+        return written
+
+    monkeypatch.setattr(store, "set_agent", turn_follows)
+    response = await client.post(HANDOFF, headers=AUTH, json={"agent": "human"})
+    assert response.status == 200
+    result = await turns[0]
+    assert (result.agent_before, result.agent_after, result.replies) == ("human", "human", ())
+    assert model.calls == []
+    session = await store.get_session(SID)
+    assert session is not None
+    assert session.active_agent == "human"
+
+
+async def test_handoffs_and_bot_turns_at_random_moments_never_interleave(client: Client) -> None:
+    """Many rounds of a handoff racing a bot turn with random delays on both sides. In every
+    round: the handoff is 409 and the bot's reply and agent stand, or it is 200 and the
+    operator's agent is the session's at the end, any bot reply having committed before it.
+    Over the whole event log: no operator handoff lands inside a turn."""
+    store, chance = store_of(client), random.Random(20250101)
+
+    async def thinking(
+        messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]
+    ) -> ModelResponse:
+        await asyncio.sleep(chance.uniform(0, 0.004))
+        return reply("a bot answer")
+
+    async def handoff() -> int:
+        await asyncio.sleep(chance.uniform(0, 0.006))
+        response = await client.post(HANDOFF, headers=AUTH, json={"agent": "human"})
+        return response.status
+
+    async def bot_turn(runner: Runner) -> TurnResult:
+        await asyncio.sleep(chance.uniform(0, 0.006))
+        return await runner.run_turn(SID, UserInput("hello"), before_commit=queue_replies)
+
+    outcomes = set()
+    for _ in range(40):
+        await store.set_agent(SID, "triage", reason="test")
+        model = ScriptedModel(thinking)
+        runner = Runner(store, registry(model))
+        status, result = await asyncio.gather(handoff(), bot_turn(runner))
+        session = await store.get_session(SID)
+        assert session is not None
+        last_operator = (await operator_events(store) or [0])[-1]
+        events = await store.list_events(SID)
+        finished = [e.seq for e in events if e.kind == "turn_finished"][-1]
+        if status == 409:
+            assert (result.agent_before, session.active_agent) == ("triage", "triage")
+            assert [r.text for r in result.replies] == ["a bot answer"]
+            outcomes.add("refused")
+        else:
+            assert status == 200
+            assert session.active_agent == "human"
+            if result.replies:  # the bot answered: its turn ended before the handoff
+                assert result.agent_before == "triage"
+                assert finished < last_operator
+                outcomes.add("bot first")
+            else:  # the turn began after the handoff: the human's turn, no bot reply
+                assert (result.agent_before, result.agent_after) == ("human", "human")
+                assert finished > last_operator
+                assert model.calls == []  # the bot's model was not asked
+                outcomes.add("handoff first")
+    # The race itself happened (a handoff while the turn ran), and some other order too.
+    assert "refused" in outcomes
+    assert len(outcomes) > 1
+    running = False
+    for event in await store.list_events(SID):
+        if event.kind == "turn_started":
+            running = True
+        elif event.kind in ("turn_finished", "turn_cancelled"):
+            running = False
+        elif event.kind == "agent_changed" and event.detail["reason"] == "operator":
+            assert not running, f"an operator handoff landed inside a turn (seq {event.seq})"

@@ -1,0 +1,68 @@
+"""check-config prints no credential of an API base URL (docs/security.md, "Secrets")."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from gateway._summary import summarize
+from gateway.cli import main
+from gateway.config import Settings
+
+AGENTS = '[agents]\nstarting_agent = "a"\n[[agents.list]]\nname = "a"\nkind = "human"\n'
+
+
+@pytest.mark.parametrize(
+    ("url", "secret", "shown"),
+    [
+        (
+            "https://user:tg-pass-1@proxy.example/tg",
+            "tg-pass-1",
+            "https://user:***@proxy.example/tg",
+        ),
+        ("https://proxy.example/tg?token=tg-query-2", "tg-query-2", "https://proxy.example/tg?***"),
+        ("https://u:p#ss@proxy.example/tg", "p#ss", "https://u:***@proxy.example/tg"),
+    ],
+)
+def test_the_telegram_api_base_url_is_masked(url: str, secret: str, shown: str) -> None:
+    lines = summarize(Settings.model_validate({"telegram": {"api_base_url": url}}))
+    [line] = [line for line in lines if line.startswith("telegram:")]
+    assert secret not in line
+    assert line.startswith(f"telegram: {shown}; bots:")
+
+
+@pytest.mark.parametrize(
+    ("url", "secret", "shown"),
+    [
+        ("https://meta:wa-pass-1@graph.example", "wa-pass-1", "https://meta:***@graph.example"),
+        ("https://graph.example?access_token=wa-2", "wa-2", "https://graph.example?***"),
+    ],
+)
+def test_the_whatsapp_graph_base_url_is_masked(url: str, secret: str, shown: str) -> None:
+    lines = summarize(Settings.model_validate({"whatsapp": {"graph_base_url": url}}))
+    [line] = [line for line in lines if line.startswith("whatsapp:")]
+    assert secret not in line
+    assert line.startswith(f"whatsapp: {shown} v21.0;")
+
+
+def test_check_config_prints_no_credential_of_a_base_url(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[telegram]\napi_base_url = "https://bot:TG-PROXY-PASSWORD@proxy.example/tg"\n'
+        '[whatsapp]\ngraph_base_url = "https://graph.example/?key=WA-QUERY-KEY"\n' + AGENTS,
+        encoding="utf-8",
+    )
+    out = io.StringIO()
+    assert main(["check-config", "--config", str(path)], out=out) == 0
+    printed = out.getvalue()
+    assert "TG-PROXY-PASSWORD" not in printed
+    assert "WA-QUERY-KEY" not in printed
+    assert "telegram: https://bot:***@proxy.example/tg; bots: none" in printed
+
+
+def test_a_base_url_without_credentials_is_shown_whole() -> None:
+    lines = summarize(Settings())
+    assert "telegram: https://api.telegram.org; bots: none" in lines
+    assert any(line.startswith("whatsapp: https://graph.facebook.com v21.0;") for line in lines)
