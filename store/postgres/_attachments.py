@@ -73,12 +73,12 @@ class AttachmentMethods:
         keys = [check_text("message_keys", key) for key in message_keys]
         if not keys:
             return []
-        return await self._db.read(partial(sql.of_messages, message_keys=keys))
+        return await self._db.query(partial(sql.of_messages, message_keys=keys))
 
     async def pending_attachments(self, limit: int = 100) -> list[Attachment]:
         """Platform files still to download, oldest first."""
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
-        return await self._db.read(partial(sql.pending, limit=limit))
+        return await self._db.query(partial(sql.pending, limit=limit))
 
     async def finish_attachment(
         self,

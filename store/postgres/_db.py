@@ -5,19 +5,29 @@ snapshot for all its statements); ``write`` in a READ COMMITTED one, committed i
 returns. Writes that must not interleave with another process's (a session's event numbers,
 its status) take row locks or a per-session advisory lock inside the function.
 
-A trigger on ``session_events`` notes every session that gets an event in a transaction-local
-setting; ``write`` reads it just before the COMMIT and, once committed, tells the listeners,
-as the SQLite backend's TEMP trigger does. No write path can forget to wake the watchers.
+Each ``write`` keeps a per-transaction ``Tx`` (in a context variable, so the statement modules
+reach it without another argument): the event helpers of ``_sql_sessions`` note there every
+session they insert events for, and once committed ``write`` tells the listeners, as the SQLite
+backend's TEMP trigger does. Nothing is read back before the COMMIT. The trigger on
+``session_events`` still notes the sessions in the transaction-local ``gateway.touched``
+setting; ``Database.verify_events`` (tests) compares the two before each COMMIT, so a path
+that inserts events without telling the collector fails there. ``Tx`` also remembers which
+sessions' rows the transaction has locked, so a second lock of the same row is not sent.
 
 Every pooled connection carries its store's owner in the ``gateway.origin`` setting; the
 triggers on ``inbox`` and ``outbox`` put it in their notifications, so a store that listens
-(``_work.watch``) can tell other processes' rows from its own.
+(``_work.watch``) can tell other processes' rows from its own. That startup setting is the only
+session state the store keeps (every other setting is transaction-local, every lock a row or
+transaction lock, no LISTEN or cursor on a pooled connection), so a connection goes back to the
+pool without asyncpg's reset query (``RESET ALL``, ``UNLISTEN *``...): one round trip less
+per call. An open transaction is still rolled back by the pool at release.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from typing import TypeVar, cast
 
 import asyncpg
@@ -33,6 +43,46 @@ EventListener = Callable[[frozenset[str]], None]
 
 TOUCHED = "SELECT current_setting('gateway.touched', true)"
 ORIGIN_SETTING = "gateway.origin"  # read by the inbox and outbox triggers (_schema.py)
+
+
+class Tx:
+    """What one ``Database.write`` transaction has done so far, for the statement modules."""
+
+    __slots__ = ("events", "locked")
+
+    def __init__(self) -> None:
+        self.events: set[str] = set()  # sessions that got an event row
+        self.locked: set[str] = set()  # sessions whose row this transaction has locked
+
+
+_TX: ContextVar[Tx | None] = ContextVar("store_postgres_tx", default=None)
+
+
+def noted_events(session_ids: Iterable[str]) -> None:
+    """Tell the running write that these sessions got events (their listeners hear it)."""
+    tx = _TX.get()
+    if tx is not None:
+        tx.events.update(session_ids)
+
+
+def noted_locked(session_ids: Iterable[str]) -> None:
+    """Tell the running write that its transaction now holds these sessions' row locks."""
+    tx = _TX.get()
+    if tx is not None:
+        tx.locked.update(session_ids)
+
+
+def holds_lock(session_id: str) -> bool:
+    """Whether the running write's transaction already locked this session's row."""
+    tx = _TX.get()
+    return tx is not None and session_id in tx.locked
+
+
+class _Connection(asyncpg.Connection):
+    """A pool connection released without a reset query (see the module docstring)."""
+
+    def get_reset_query(self) -> str:
+        return ""
 
 
 class StoreUnavailable(StoreError):
@@ -75,8 +125,19 @@ def returned(row: asyncpg.Record | None) -> asyncpg.Record:
     return row
 
 
+async def _verify(conn: asyncpg.Connection, tx: Tx) -> None:
+    """AssertionError unless the trigger saw events for exactly the sessions ``tx`` noted."""
+    touched = await conn.fetchval(TOUCHED)
+    written = {s for s in (touched or "").split("\n") if s}
+    if written != tx.events:
+        raise AssertionError(f"event rows for {sorted(written)}, noted {sorted(tx.events)}")
+
+
 class Database:
     """The store's pool; ``listeners`` hear, after each commit, which sessions got events."""
+
+    # Tests: before each COMMIT, check the sessions noted for events against the trigger's.
+    verify_events = False
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
@@ -97,7 +158,8 @@ class Database:
 
         ``owner`` (the store's) becomes every connection's ``gateway.origin`` setting: the
         notifications of the rows it writes carry it. It is a startup setting of the session,
-        not a ``set_config`` at connect: the pool's ``RESET ALL`` at each release would undo that.
+        not a ``set_config`` at connect, so it would survive a ``RESET ALL`` too (none is sent at
+        release any more: see the module docstring).
         """
         settings = {ORIGIN_SETTING: owner} if owner else None
         try:
@@ -108,6 +170,7 @@ class Database:
                 timeout=connect_timeout,
                 command_timeout=60,
                 server_settings=settings,
+                connection_class=_Connection,
             )
         except CONNECTION_ERRORS as exc:
             raise unavailable(exc) from None
@@ -129,6 +192,11 @@ class Database:
                 return await fn(cast(asyncpg.Connection, proxy))
         except CONNECTION_ERRORS as exc:
             raise unavailable(exc) from None
+
+    async def query(self, fn: Fn[T]) -> T:
+        """``fn`` that sends ONE read-only statement: no transaction around it (a statement
+        sees one snapshot of its own), so no ``BEGIN`` and ``COMMIT`` round trips."""
+        return await self.call(fn)
 
     async def read(self, fn: Fn[T]) -> T:
         """``fn`` in a read-only transaction with one snapshot."""
@@ -152,9 +220,15 @@ class Database:
         self._check_open()
         for attempt in range(1, RETRIES + 1):
             try:
-                async with self._pool.acquire() as proxy, proxy.transaction():
-                    result = await fn(cast(asyncpg.Connection, proxy))
-                    touched = await proxy.fetchval(TOUCHED)
+                tx = Tx()
+                token = _TX.set(tx)
+                try:
+                    async with self._pool.acquire() as proxy, proxy.transaction():
+                        result = await fn(cast(asyncpg.Connection, proxy))
+                        if self.verify_events:
+                            await _verify(cast(asyncpg.Connection, proxy), tx)
+                finally:
+                    _TX.reset(token)
                 break
             except CONNECTION_ERRORS as exc:
                 raise unavailable(exc) from None
@@ -162,8 +236,8 @@ class Database:
                 if attempt == RETRIES:
                     raise
                 log.debug("write rolled back by a conflict; trying again (%d)", attempt)
-        if touched:
-            sessions = frozenset(s for s in touched.split("\n") if s)
+        if tx.events:
+            sessions = frozenset(tx.events)
             for listener in list(self.listeners):
                 listener(sessions)
         return result

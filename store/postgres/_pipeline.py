@@ -74,7 +74,7 @@ class PipelineMethods:
     async def unparsed_deliveries(self, limit: int = 100) -> list[Delivery]:
         """Stored deliveries awaiting parse, oldest first."""
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
-        return await self._db.read(partial(ingest_sql.unparsed, limit=limit))
+        return await self._db.query(partial(ingest_sql.unparsed, limit=limit))
 
     async def record_parsed(
         self, delivery_id: int | None, parsed: ParsedDelivery, *, starting_agent: str
@@ -115,17 +115,17 @@ class PipelineMethods:
 
     async def pending_sessions(self) -> list[str]:
         """Sessions with pending inbox rows, by their oldest pending row."""
-        return await self._db.read(inbox.pending_sessions)
+        return await self._db.query(inbox.pending_sessions)
 
     async def pending_inbox(self, session_id: str, limit: int = 100) -> list[InboxItem]:
         """A session's pending inbox rows, oldest first ([] for an unknown session)."""
         validate_session_id(session_id)
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
-        return await self._db.read(partial(inbox.pending, session_id=session_id, limit=limit))
+        return await self._db.query(partial(inbox.pending, session_id=session_id, limit=limit))
 
     async def backlog_count(self) -> int:
         """Stored deliveries plus pending inbox rows, in one read snapshot."""
-        return await self._db.read(_backlog_count)
+        return await self._db.query(_backlog_count)
 
     async def fail_inbox(
         self, ids: Sequence[int], error: str, *, next_attempt_at: float, dead: bool
@@ -157,28 +157,22 @@ class PipelineMethods:
         at = check_time("now", now)
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
         run = partial(outbox.due, now=at, limit=limit, owner=self.owner, at=self._now())
-        return await self._db.read(run)
+        return await self._db.query(run)
 
     async def outbox_schedule(
         self, now: float, limit: int = 100
     ) -> tuple[list[OutboxItem], float | None]:
-        """``due_outbox`` and ``next_outbox_due`` in one read transaction (one snapshot)."""
+        """``due_outbox`` and ``next_outbox_due`` in one statement (one snapshot)."""
         at = check_time("now", now)
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
-
-        owner, clock = self.owner, self._now()
-
-        async def run(conn: asyncpg.Connection) -> tuple[list[OutboxItem], float | None]:
-            due = await outbox.due(conn, at, limit, owner, clock)
-            return due, await outbox.next_due(conn, owner, clock)
-
-        return await self._db.read(run)
+        run = partial(outbox.schedule, now=at, limit=limit, owner=self.owner, at=self._now())
+        return await self._db.query(run)
 
     async def next_outbox_due(self) -> float | None:
         """The earliest ``next_attempt_at`` of the rows ``due_outbox`` could give, or None
         (claims of other stores as at the store's clock)."""
         run = partial(outbox.next_due, owner=self.owner, at=self._now())
-        return await self._db.read(run)
+        return await self._db.query(run)
 
     async def claim_outbox(self, outbox_id: int, seconds: float) -> bool:
         """Claim a pending row for sending for ``seconds``: False if it is missing, not pending,

@@ -81,7 +81,7 @@ class SessionMethods:
     async def get_session(self, session_id: str) -> Session | None:
         """The session, or None."""
         validate_session_id(session_id)
-        return await self._db.read(partial(sql.select_session, session_id=session_id))
+        return await self._db.query(partial(sql.select_session, session_id=session_id))
 
     async def update_session(
         self,

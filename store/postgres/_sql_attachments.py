@@ -22,7 +22,7 @@ import asyncpg
 from .._errors import AttachmentNotFound
 from .._rows import ATTACHMENT_COLUMNS, attachment_event, to_attachment
 from .._types import Attachment
-from ._db import returned
+from ._db import noted_locked, returned
 from ._sql_sessions import add_event, lock_row, require_session
 
 _ORDER = ' ORDER BY created_at, id COLLATE "C"'
@@ -124,6 +124,7 @@ async def finish(
     )
     if owner is None:
         raise AttachmentNotFound(attachment_id)
+    noted_locked((owner,))
     row = await conn.fetchrow(
         "UPDATE attachments SET state = $1, size = $2, content_type = coalesce($3, content_type),"
         f" error = $4 WHERE id = $5 RETURNING {ATTACHMENT_COLUMNS}",

@@ -21,8 +21,9 @@ from .._rows import dump_json, load_json
 from . import _sql_attachments as attachments
 from . import _sql_inbox as inbox
 from . import _sql_outbox as outbox
+from ._db import noted_locked
 from ._sql_quarantine import insert_many as insert_quarantine
-from ._sql_sessions import add_event, insert_session
+from ._sql_sessions import add_event
 
 __all__ = ["Rows", "prepare", "record", "record_many"]
 
@@ -31,6 +32,16 @@ _LOCK_SESSIONS = (
     ' ORDER BY session_id COLLATE "C" FOR NO KEY UPDATE'
 )
 _ATTEMPTS = 3  # a session deleted between its insert and its lock is inserted again
+# The sessions that do not exist yet, in one statement (an existing one is kept as is), in
+# session id order as the lock that follows takes them.
+_INSERT_SESSIONS = (
+    "INSERT INTO sessions (session_id, channel, account, chat_id, active_agent, metadata,"
+    " created_at, updated_at) SELECT session_id, channel, account, chat_id, active_agent,"
+    " metadata, $7, $7 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],"
+    " $6::text[]) WITH ORDINALITY AS given (session_id, channel, account, chat_id, active_agent,"
+    " metadata, n) ORDER BY n ON CONFLICT (session_id) DO NOTHING"
+)
+_SESSION_FIELDS = ("session_id", "channel", "account", "chat_id", "active_agent", "metadata")
 
 
 async def _lock_deliveries(
@@ -54,9 +65,12 @@ async def _lock_sessions(
         return
     missing = sorted(new)
     for _ in range(_ATTEMPTS):
-        for session_id in missing:
-            await insert_session(conn, new[session_id], now)  # an existing one is kept as is
+        if missing:
+            rows = [new[session_id] for session_id in missing]
+            fields = ([row[name] for row in rows] for name in _SESSION_FIELDS)
+            await conn.execute(_INSERT_SESSIONS, *fields, now)
         locked = {row[0] for row in await conn.fetch(_LOCK_SESSIONS, wanted)}
+        noted_locked(locked)
         missing = [session_id for session_id in sorted(new) if session_id not in locked]
         if not missing:
             return
@@ -96,7 +110,10 @@ async def record_many(
     await _lock_sessions(conn, sessions, await outbox.status_sessions(conn, statuses), now)
     fresh: dict[str, None] = {}  # an ordered set
     for delivery_id, source, rows in todo:
-        fresh.update(dict.fromkeys(await _apply(conn, delivery_id, source, rows, now)))
+        fresh.update(dict.fromkeys(await _apply(conn, delivery_id, source, rows, now, False)))
+    if todo:  # the deliveries applied, in one statement
+        done = [delivery_id for delivery_id, _, _ in todo]
+        await conn.execute("DELETE FROM deliveries WHERE id = ANY($1::bigint[])", done)
     return list(fresh)
 
 
@@ -106,8 +123,10 @@ async def _apply(
     source: asyncpg.Record | None,
     rows: Rows,
     now: float,
+    delete: bool = True,
 ) -> list[str]:
-    """Write ``rows`` of one delivery whose sessions exist and are locked."""
+    """Write ``rows`` of one delivery whose sessions exist and are locked; delete the delivery
+    unless ``delete`` is false (the caller deletes it)."""
     fresh: dict[str, None] = {}
     for row, arrival in zip(rows.inbox, rows.arrivals, strict=True):
         session_id = await inbox.insert(conn, row)
@@ -121,7 +140,8 @@ async def _apply(
         if rows.failure is not None:
             channel, account, body, received_at = source[1:]
             await insert_quarantine(conn, [(channel, account, body, rows.failure, received_at)])
-        await conn.execute("DELETE FROM deliveries WHERE id = $1", delivery_id)
+        if delete:
+            await conn.execute("DELETE FROM deliveries WHERE id = $1", delivery_id)
     return list(fresh)
 
 

@@ -25,6 +25,7 @@ from .._errors import OutboxNotFound, OutboxNotPending, SessionNotFound
 from .._pipeline_rows import OUTBOX_COLUMNS, STATUS_RANK, dump_list, to_outbox
 from .._pipeline_types import OutboxItem
 from .._rows import dump_json, load_json
+from ._db import noted_events, noted_locked
 from ._sql_sessions import add_event
 
 _RANK_OF_CURRENT = (
@@ -151,31 +152,52 @@ async def _refusal(conn: asyncpg.Connection, outbox_id: int) -> OutboxNotFound |
 
 async def _lock_session_of(conn: asyncpg.Connection, outbox_id: int) -> None:
     """Lock the session of the row (if it has one), before the row itself."""
-    await conn.execute(
-        "SELECT 1 FROM sessions WHERE session_id ="
+    session_id = await conn.fetchval(
+        "SELECT session_id FROM sessions WHERE session_id ="
         " (SELECT session_id FROM outbox WHERE id = $1) FOR NO KEY UPDATE",
         outbox_id,
     )
+    if session_id is not None:
+        noted_locked((session_id,))
+
+
+# A sent row, its platform ids (see ``_index_platform_ids``) and the session's ``status``
+# event in one statement; the session's row is locked by the statement before (its snapshot
+# is taken after the lock, so the event's seq follows what the previous holder committed).
+_SENT = (
+    "WITH moved AS (UPDATE outbox SET state = 'sent', sent_at = $1, platform_ids = $2,"
+    f" attempts = attempts + 1, error = NULL, {_UNCLAIM}"
+    " WHERE id = $3 AND state = 'pending' RETURNING channel, account, session_id),"
+    " indexed AS (INSERT INTO outbox_platform_ids (channel, account, platform_id, outbox_id)"
+    " SELECT moved.channel, moved.account, platform_id, $3 FROM moved,"
+    ' unnest($4::text[]) AS platform_id ORDER BY platform_id COLLATE "C"'
+    " ON CONFLICT (channel, account, platform_id) DO UPDATE SET outbox_id = excluded.outbox_id),"
+    " logged AS (INSERT INTO session_events (session_id, kind, detail, created_at, seq)"
+    " SELECT moved.session_id, 'status', $5, $1, (SELECT coalesce(max(seq), 0) + 1"
+    " FROM session_events WHERE session_id = moved.session_id)"
+    " FROM moved WHERE moved.session_id IS NOT NULL)"
+    " SELECT session_id FROM moved"
+)
 
 
 async def sent(
     conn: asyncpg.Connection, outbox_id: int, platform_ids: Sequence[str], now: float
 ) -> None:
-    """Mark a pending row sent: one UPDATE, then the id lookup rows and the status event."""
+    """Mark a pending row sent, index its platform ids and log the status event: the session's
+    lock, then one statement."""
     await _lock_session_of(conn, outbox_id)
     row = await conn.fetchrow(
-        "UPDATE outbox SET state = 'sent', sent_at = $1, platform_ids = $2,"
-        f" attempts = attempts + 1, error = NULL, {_UNCLAIM}"
-        " WHERE id = $3 AND state = 'pending' RETURNING channel, account, session_id",
+        _SENT,
         now,
         dump_list(list(platform_ids)),
         outbox_id,
+        sorted(set(platform_ids)),
+        dump_json({"outbox_id": outbox_id, "state": "sent"}),
     )
     if row is None:
         raise await _refusal(conn, outbox_id)
-    await _index_platform_ids(conn, row[0], row[1], outbox_id, platform_ids)
-    if row[2] is not None:
-        await add_event(conn, row[2], "status", {"outbox_id": outbox_id, "state": "sent"}, now)
+    if row[0] is not None:
+        noted_events((str(row[0]),))
 
 
 async def _locked_pending(conn: asyncpg.Connection, outbox_id: int) -> asyncpg.Record:
@@ -316,6 +338,27 @@ async def next_due(conn: asyncpg.Connection, owner: str, at: float) -> float | N
         at,
     )
     return None if value is None else float(value)
+
+
+# ``due`` beside ``next_due``: one row with the earliest time and no row of ``due`` when none
+# is due, else one per due row, each with that time.
+_SCHEDULE = (
+    f"SELECT {', '.join('d.' + c for c in OUTBOX_COLUMNS.split(', '))}, n.next_due FROM"
+    f" (SELECT min(next_attempt_at) AS next_due FROM outbox WHERE {_HEAD_OF_CHAT}"
+    f" AND {_free(1, 2)}) AS n LEFT JOIN LATERAL (SELECT {OUTBOX_COLUMNS} FROM outbox"
+    f" WHERE {_HEAD_OF_CHAT} AND next_attempt_at <= $3 AND {_free(1, 2)} ORDER BY id LIMIT $4)"
+    " AS d ON true ORDER BY d.id"
+)
+
+
+async def schedule(
+    conn: asyncpg.Connection, now: float, limit: int, owner: str, at: float
+) -> tuple[list[OutboxItem], float | None]:
+    """``due`` and ``next_due`` in one statement (so one snapshot)."""
+    rows = await conn.fetch(_SCHEDULE, owner, at, now, limit)
+    nxt = rows[0]["next_due"]
+    due = [to_outbox(row) for row in rows if row[0] is not None]
+    return due, None if nxt is None else float(nxt)
 
 
 async def of_session(conn: asyncpg.Connection, session_id: str) -> list[OutboxItem]:

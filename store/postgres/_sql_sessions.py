@@ -10,6 +10,11 @@ session take turns, and the next statement's snapshot sees what the previous hol
 That lock, unlike ``FOR UPDATE``, does not wait for transactions that merely insert rows
 referring to the session (a foreign key takes ``FOR KEY SHARE``), so two of those that then
 log an event queue up instead of deadlocking.
+
+Every event insert goes through ``append_events``, ``insert_event``, ``log_event`` or
+``add_event``: they tell the running ``Database.write`` which sessions got events
+(``noted_events``), which is how its listeners hear of them. A row lock taken here is noted
+too (``noted_locked``): the event helpers skip a lock the transaction already holds.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from .._rows import (
     to_session,
 )
 from .._types import Message, Session, SessionEvent
-from ._db import returned
+from ._db import holds_lock, noted_events, noted_locked, returned
 
 __all__ = [
     "Filters",
@@ -43,6 +48,7 @@ __all__ = [
     "delete_session",
     "insert_event",
     "insert_message",
+    "insert_messages",
     "insert_session",
     "interrupt_running",
     "latest_user_text",
@@ -64,15 +70,14 @@ __all__ = [
 
 _M_COLUMNS = ", ".join("m." + c for c in MESSAGE_COLUMNS.split(", "))
 
+# The walk carries the rows it reads, one primary-key probe a step (as ``_RECENT`` below).
 _BRANCH = f"""
-WITH RECURSIVE branch (id, depth) AS (
-    SELECT $1::bigint, 0
+WITH RECURSIVE branch ({MESSAGE_COLUMNS}, depth) AS (
+    SELECT {MESSAGE_COLUMNS}, 0 FROM messages WHERE id = $1::bigint
     UNION ALL
-    SELECT m.parent_id, b.depth + 1 FROM messages AS m JOIN branch AS b ON m.id = b.id
-    WHERE m.parent_id IS NOT NULL
+    SELECT {_M_COLUMNS}, b.depth + 1 FROM branch AS b JOIN messages AS m ON m.id = b.parent_id
 )
-SELECT {_M_COLUMNS}
-FROM branch AS b JOIN messages AS m ON m.id = b.id
+SELECT {MESSAGE_COLUMNS} FROM branch
 """
 
 _LOCK = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE session_id = $1 FOR NO KEY UPDATE"
@@ -103,6 +108,7 @@ async def lock_row(conn: asyncpg.Connection, session_id: str) -> asyncpg.Record:
     row = await conn.fetchrow(_LOCK, session_id)
     if row is None:
         raise SessionNotFound(session_id)
+    noted_locked((session_id,))
     return row
 
 
@@ -231,6 +237,7 @@ async def interrupt_running(conn: asyncpg.Connection, now: float) -> list[str]:
     """
     rows = await conn.fetch(_DEAD_RUNNING, now)
     ids = sorted(row[0] for row in rows)
+    noted_locked(ids)
     await conn.execute(
         "DELETE FROM leases WHERE owner IN (SELECT owner FROM leases WHERE expires_at < $1"
         " FOR UPDATE SKIP LOCKED)",
@@ -253,21 +260,32 @@ async def select_branch(conn: asyncpg.Connection, head_id: int | None) -> list[M
     """The messages from the root to ``head_id``, oldest first."""
     if head_id is None:
         return []
-    rows = await conn.fetch(_BRANCH + " ORDER BY b.depth DESC", head_id)
+    rows = await conn.fetch(_BRANCH + " ORDER BY depth DESC", head_id)
     return [to_message(row) for row in rows]
 
 
+# The walk carries the rows it reads (no second join with ``messages``, which the planner,
+# with no estimate for a recursive CTE, would make a hash join over a scan of the whole table):
+# each step is one probe of the primary key. ``lowest`` (the same on every row) is the oldest
+# system message of the session before the window, when the window does not reach the root:
+# the ``messages_system`` index (session_id, id) answers it.
 _RECENT = f"""
-WITH RECURSIVE recent (id, parent_id, depth, users) AS (
-    SELECT id, parent_id, 0, (role = 'user')::int FROM messages WHERE id = $1::bigint
+WITH RECURSIVE recent ({MESSAGE_COLUMNS}, depth, users) AS (
+    SELECT {MESSAGE_COLUMNS}, 0, (role = 'user')::int FROM messages WHERE id = $1::bigint
     UNION ALL
-    SELECT m.id, m.parent_id, r.depth + 1, r.users + (m.role = 'user')::int
+    SELECT {_M_COLUMNS}, r.depth + 1, r.users + (m.role = 'user')::int
     FROM recent AS r JOIN messages AS m ON m.id = r.parent_id
     WHERE r.users < $2::int
+), oldest AS (
+    SELECT id, parent_id FROM recent ORDER BY depth DESC LIMIT 1
 )
-SELECT {_M_COLUMNS}
-FROM recent AS r JOIN messages AS m ON m.id = r.id
-ORDER BY r.depth DESC
+SELECT {MESSAGE_COLUMNS}, (
+    SELECT min(s.id) FROM oldest, messages AS s
+    WHERE oldest.parent_id IS NOT NULL AND s.session_id = $3 AND s.id < oldest.id
+    AND s.role = 'system'
+) AS lowest
+FROM recent
+ORDER BY depth DESC
 """
 
 # Ancestors of $1 down to id $2 (a parent's id is always below its child's), system messages
@@ -294,17 +312,11 @@ async def select_recent(
     """
     if head_id is None:
         return []
-    rows = await conn.fetch(_RECENT, head_id, turns)
+    rows = await conn.fetch(_RECENT, head_id, turns, session_id)
     window = [to_message(row) for row in rows]
     oldest = window[0]
-    if oldest.parent_id is None:
-        return window
-    lowest = await conn.fetchval(
-        "SELECT min(id) FROM messages WHERE session_id = $1 AND id < $2 AND role = 'system'",
-        session_id,
-        oldest.id,
-    )
-    if lowest is None:
+    lowest = rows[0]["lowest"]
+    if oldest.parent_id is None or lowest is None:
         return window
     older = await conn.fetch(_OLDER_SYSTEM, oldest.parent_id, lowest)
     return [to_message(row) for row in older] + window
@@ -336,7 +348,7 @@ async def latest_user_text(conn: asyncpg.Connection, session_id: str) -> str | N
     if session.head_id is None:
         return None
     row = await conn.fetchrow(
-        _BRANCH + " WHERE m.role = 'user' ORDER BY b.depth LIMIT 1", session.head_id
+        _BRANCH + " WHERE role = 'user' ORDER BY depth LIMIT 1", session.head_id
     )
     return None if row is None else to_message(row).text
 
@@ -357,6 +369,42 @@ async def insert_message(
         new["created_at"],
     )
     return to_message(returned(row))
+
+
+# Messages appended one after the other in one statement: the ids are drawn in order (the
+# identity's sequence, as a plain INSERT draws it), each message's parent is the one before.
+_INSERT_CHAIN = (
+    "INSERT INTO messages (id, session_id, parent_id, role, text, agent, data, created_at)"
+    " SELECT id, $1, coalesce(lag(id) OVER (ORDER BY n), $2), role, text, agent, data,"
+    " created_at FROM (SELECT nextval(pg_get_serial_sequence('messages', 'id')) AS id, n, role,"
+    " text, agent, data, created_at FROM unnest($3::text[], $4::text[], $5::text[], $6::text[],"
+    " $7::float8[]) WITH ORDINALITY AS g (role, text, agent, data, created_at, n)"
+    " ORDER BY n) AS given ORDER BY n"
+    f" RETURNING {MESSAGE_COLUMNS}"
+)
+
+
+async def insert_messages(
+    conn: asyncpg.Connection, session_id: str, parent_id: int | None, new: list[dict[str, Any]]
+) -> list[Message]:
+    """``insert_message`` of each of ``new`` in turn, the first after ``parent_id``: one
+    statement. The messages, oldest first."""
+    if len(new) < 2:
+        return [await insert_message(conn, session_id, parent_id, one) for one in new]
+    rows = await conn.fetch(
+        _INSERT_CHAIN,
+        session_id,
+        parent_id,
+        [one["role"] for one in new],
+        [one["text"] for one in new],
+        [one["agent"] for one in new],
+        [one["data"] for one in new],
+        [one["created_at"] for one in new],
+    )
+    messages = sorted((to_message(row) for row in rows), key=lambda message: message.id)
+    if len(messages) != len(new):
+        raise AssertionError(f"inserted {len(new)} messages, got {len(messages)} rows")
+    return messages
 
 
 async def append_message(
@@ -430,17 +478,40 @@ _APPEND_EVENTS = (
 
 
 async def append_events(
-    conn: asyncpg.Connection, session_id: str, events: list[tuple[str, str, float]]
+    conn: asyncpg.Connection,
+    session_id: str,
+    events: list[tuple[str, str, float]],
+    *,
+    with_update: tuple[str, tuple[Any, ...]] | None = None,
 ) -> list[int]:
     """Append ``(kind, detail JSON text, created_at)`` events in one statement; their ids.
 
     Only for a caller that holds the session's row lock (``lock_row``, or an UPDATE of the
     row earlier in the transaction): that is what keeps two writers from taking one seq.
+
+    ``with_update``: ``(sql, args)`` of a data-modifying statement sent in the same round trip
+    (a ``WITH`` of the insert), its parameters numbered from ``$5``; keep ``sql`` a constant,
+    so the connection's prepared statement is reused. It runs even with no events. It sees
+    the snapshot of the insert: only for rows the transaction has locked already.
     """
-    if not events:
+    if with_update is not None:
+        sql, extra = with_update
+        kinds, details, times = zip(*events, strict=True) if events else ((), (), ())
+        rows = await conn.fetch(
+            f"WITH changed AS ({sql}) {_APPEND_EVENTS}",
+            session_id,
+            list(kinds),
+            list(details),
+            list(times),
+            *extra,
+        )
+    elif events:
+        kinds, details, times = zip(*events, strict=True)
+        rows = await conn.fetch(_APPEND_EVENTS, session_id, list(kinds), list(details), list(times))
+    else:
         return []
-    kinds, details, times = zip(*events, strict=True)
-    rows = await conn.fetch(_APPEND_EVENTS, session_id, list(kinds), list(details), list(times))
+    if rows:
+        noted_events((session_id,))
     return sorted(row[0] for row in rows)
 
 
@@ -453,8 +524,10 @@ _INSERT_EVENT = (
 
 async def _lock_for_event(conn: asyncpg.Connection, session_id: str) -> None:
     # A separate statement: the INSERT that follows takes its snapshot after the lock is held,
-    # so its max(seq) counts the events the previous holder committed.
-    await lock_row(conn, session_id)
+    # so its max(seq) counts the events the previous holder committed. Not sent again when
+    # the transaction holds the lock already (its later statements' snapshots follow it).
+    if not holds_lock(session_id):
+        await lock_row(conn, session_id)
 
 
 async def insert_event(
@@ -469,6 +542,7 @@ async def insert_event(
     row = await conn.fetchrow(
         f"{_INSERT_EVENT} RETURNING {EVENT_COLUMNS}", session_id, kind, detail, now
     )
+    noted_events((session_id,))
     return to_event(returned(row))
 
 
@@ -478,6 +552,7 @@ async def log_event(
     """``insert_event`` for the many callers that do not read the row back (no RETURNING)."""
     await _lock_for_event(conn, session_id)
     await conn.execute(_INSERT_EVENT, session_id, kind, detail, now)
+    noted_events((session_id,))
 
 
 async def add_event(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 
 from .._copy import TABLES, Row, Table
-from ._db import Database
+from ._db import Database, noted_events
 
 # Tables whose id is an identity column: after rows came in with their ids, the next id given
 # must be past them.
@@ -39,6 +39,9 @@ class TableMethods:
     async def table_insert(self, table: Table, rows: list[Row]) -> None:
         async def run(conn: asyncpg.Connection) -> None:
             await conn.copy_records_to_table(table.name, records=rows, columns=table.columns)
+            if table.name == "session_events":  # the listeners hear of copied events too
+                at = table.columns.index("session_id")
+                noted_events(str(row[at]) for row in rows)
 
         await self._db.write(run)
 

@@ -32,10 +32,10 @@ from .._turn_buffer import TurnScope as _Scope
 from .._types import Message, Session, SessionStatus
 from . import _sql_inbox as inbox_sql
 from . import _sql_outbox as outbox_sql
-from ._db import Database
+from ._db import Database, noted_locked
 from ._sql_sessions import (
     append_events,
-    insert_message,
+    insert_messages,
     lock_row,
     select_branch,
     select_recent,
@@ -70,6 +70,14 @@ def taken_over(session_id: str) -> TurnActive:
     return error
 
 
+# The session's row as the commit sets it, sent with the turn's events (``append_events``).
+_FINISH = (
+    "UPDATE sessions SET head_id = $5, active_agent = coalesce($6, active_agent),"
+    " metadata = $7, status = 'idle', owner = NULL, updated_at = $8 WHERE session_id = $1"
+)
+_START = "UPDATE sessions SET status = 'running', owner = $5 WHERE session_id = $1"
+
+
 class PostgresTurn(TurnBuffer[CommitHook]):
     """The buffered writes of one turn (implements ``store.Turn``); commits on PostgreSQL."""
 
@@ -83,31 +91,21 @@ class PostgresTurn(TurnBuffer[CommitHook]):
         )
         if row is None or row[2] != snapshot.created_at:
             raise SessionDeletedError(sid)
+        noted_locked((sid,))
         if row[3] != snapshot.owner:
             raise taken_over(sid)
-        parent: int | None = row[0]
-        committed: list[Message] = []
-        for new in self._rows:
-            message = await insert_message(conn, sid, parent, new)
-            committed.append(message)
-            parent = message.id
+        committed = await insert_messages(conn, sid, row[0], list(self._rows))
+        parent: int | None = committed[-1].id if committed else row[0]
         metadata = dump_json({**load_json(row[1]), **self._metadata})
-        await conn.execute(
-            "UPDATE sessions SET head_id = $1, active_agent = coalesce($2, active_agent),"
-            " metadata = $3, status = 'idle', owner = NULL, updated_at = $4"
-            " WHERE session_id = $5",
-            parent,
-            self._agent,
-            metadata,
-            now,
-            sid,
-        )
-        await append_events(conn, sid, self._events)
         if self._inbox_done:
             await inbox_sql.complete(conn, sid, list(self._inbox_done), now)
         outbox = [await outbox_sql.insert(conn, values, now) for values in self._outbox]
         closing = self._closing_events(committed, outbox)
-        await append_events(conn, sid, [(kind, dump_json(d), now) for kind, d in closing])
+        # The session's row and every event in one statement: the turn's own events, then
+        # the closing ones, numbered in that order as before.
+        events = [*self._events, *((kind, dump_json(d), now) for kind, d in closing)]
+        finish = (_FINISH, (parent, self._agent, metadata, now))
+        await append_events(conn, sid, events, with_update=finish)
         for hook in self._hooks:
             await hook(conn, committed)
         return committed, outbox
@@ -142,13 +140,11 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
         if self._inbox_ids:
             # A stale batch (another process answered it meanwhile) is refused before any work.
             await inbox_sql.check_pending(conn, self._sid, self._inbox_ids)
-        await conn.execute(
-            "UPDATE sessions SET status = 'running', owner = $1 WHERE session_id = $2",
-            self._owner,
-            self._sid,
-        )
         [started] = await append_events(
-            conn, self._sid, [("turn_started", dump_json({}), self._clock())]
+            conn,
+            self._sid,
+            [("turn_started", dump_json({}), self._clock())],
+            with_update=(_START, (self._owner,)),
         )
         if self._recent_turns is None:
             history = await select_branch(conn, session.head_id)
@@ -185,6 +181,7 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
             or row[2] != snapshot.owner
         ):
             return False
+        noted_locked((self._sid,))
         # NULL if the begin rolled back; a later id if another turn began after this one.
         latest = await conn.fetchval(
             "SELECT max(id) FROM session_events"

@@ -46,7 +46,9 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
 
 
 @pytest.fixture
-async def client(aiohttp_client: Any, tmp_path: Path, store_url: str) -> Client:
+async def client(store_url: str, aiohttp_client: Any, tmp_path: Path) -> Client:
+    # store_url first: set up before the app and torn down after it (the app's close still
+    # writes to the store: it drops its lease).
     app = build_app(settings(tmp_path / "unused.db", store={"url": store_url}), ingest_only=True)
     made: Client = await aiohttp_client(app)
     await made.app[STORE].create_session("telegram", "support", "42", "triage")

@@ -17,6 +17,7 @@ from store import SchemaTooNewError, SQLiteStore, StoreError
 from store.postgres import PostgresStore
 from store.postgres._db import Database
 from store.postgres._schema import LATEST, MIGRATION_LOCK, MIGRATIONS
+from store.postgres._sql_sessions import log_event
 from tests.pg import fresh_schema
 
 SID = "telegram-support-1"
@@ -436,12 +437,8 @@ async def test_listeners_hear_committed_events_only(
     database.listeners.append(heard.append)
 
     async def event(conn: asyncpg.Connection) -> None:
-        await conn.execute(
-            "INSERT INTO session_events (session_id, kind, created_at, seq)"
-            " VALUES ($1, 'x', 0, $2)",
-            SID,
-            len(heard) + 1,
-        )
+        # Through the event helpers, which tell the write (test_postgres_events.py)
+        await log_event(conn, SID, "x", "{}", 0)
 
     async def event_then_fail(conn: asyncpg.Connection) -> None:
         await event(conn)
