@@ -8,12 +8,12 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
-from types import TracebackType
 from typing import Self
 
 from .._args import DEFAULT_DEDUP_TTL_HOURS, check_ttl
 from .._checks import check_seconds
 from .._errors import StoreError
+from .._lifecycle import OpenClose
 from . import _work as work
 from ._attachments import AttachmentMethods
 from ._db import Database
@@ -27,7 +27,7 @@ DEFAULT_POOL_SIZE = 10
 CONNECT_TIMEOUT = 10.0
 
 
-class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMethods):
+class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMethods, OpenClose):
     """Sessions, history, the dedup guard and the pipeline in one PostgreSQL database.
 
     ``url`` is a libpq-style ``postgresql://`` URL; it is never logged or put in an error.
@@ -75,22 +75,6 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
                 connect_timeout=CONNECT_TIMEOUT,
                 owner=self._owner,
             )
-
-    async def __aenter__(self) -> Self:
-        try:
-            await self.initialize()
-        except BaseException:
-            await self.aclose()
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the pool; idempotent. A turn still open stays ``running`` in the database."""

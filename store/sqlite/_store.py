@@ -10,7 +10,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
-from types import TracebackType
 from typing import Any, Self
 
 from .. import _args as args
@@ -22,6 +21,7 @@ from .._checks import (
 )
 from .._errors import SessionExistsError, StoreError
 from .._ids import validate_session_id
+from .._lifecycle import OpenClose
 from .._types import Message, Role, Session, SessionEvent, SessionStatus
 from . import _sql_dedup as dedup
 from . import _sql_sessions as sql
@@ -34,7 +34,7 @@ from ._turn import SQLiteTurn, TurnScope
 log = logging.getLogger(__name__)
 
 
-class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
+class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods, OpenClose):
     """Sessions, history, the dedup guard and the pipeline in one SQLite file (or ``:memory:``)."""
 
     def __init__(
@@ -68,22 +68,6 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods):
         """Connect and migrate; idempotent."""
         if self._conn is None:
             self._conn = await Connection.open(self._path)
-
-    async def __aenter__(self) -> Self:
-        try:
-            await self.initialize()
-        except BaseException:
-            await self.aclose()
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the connection; idempotent. A turn still open stays ``running`` on disk."""
