@@ -101,9 +101,10 @@ class Dispatcher:
         """Take over the turns of processes whose lease ran out, then look for sessions with
         pending rows (rows from another process, taken over, or left out)."""
         self._overflow = False
-        taken = await self._store.interrupt_running()
+        # Live view: a turn is registered in _cancels before it begins, and leaves after it ended.
+        taken = await self._store.interrupt_running(running_here=self._cancels.keys())
         if taken:
-            log.warning("took over %d session(s) of a process that stopped", len(taken))
+            log.warning("took over %d running session(s) with no turn under way", len(taken))
         self.wake(await self._store.pending_sessions())
 
     def wake(self, session_ids: Iterable[str]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -147,9 +147,14 @@ class Store(Protocol):
     async def release_lease(self) -> None:
         """Drop this store's lease (a clean stop): what it held may be taken over at once."""
 
-    async def interrupt_running(self) -> list[str]:
+    async def interrupt_running(self, running_here: Collection[str] | None = None) -> list[str]:
         """Turn ``running`` sessions whose owner holds no live lease into ``interrupted``; return
-        their ids. Sessions a live process is running a turn of are left alone."""
+        their ids. Sessions a live process is running a turn of are left alone.
+
+        ``running_here``: the sessions this store's process has a turn of under way, read when
+        the transaction runs (pass a live view: a turn registers before its begin); given, this
+        store's own ``running`` sessions outside it are taken too (a turn whose commit and
+        rollback both failed, e.g. the database locked past the busy timeout, left it so)."""
 
     def watch_work(
         self, on_inbox: Callable[[frozenset[str]], None], on_outbox: Callable[[], None]

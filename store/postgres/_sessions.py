@@ -7,7 +7,7 @@ exactly one transaction through ``Database.write`` or ``Database.read``, as on S
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -135,14 +135,16 @@ class SessionMethods:
         filters = args.session_filters(channel, status, agent)
         return await self._db.read(partial(sql.count_sessions, filters=filters, search=search))
 
-    async def interrupt_running(self) -> list[str]:
+    async def interrupt_running(self, running_here: Collection[str] | None = None) -> list[str]:
         """Turn ``running`` sessions whose owner holds no live lease into ``interrupted``;
         return their ids. Sessions a live process (this one too) runs a turn of are left alone.
 
         Safe while other processes run turns, and from several processes at once: each session
         is taken over by one of them.
         """
-        return await self._db.write(partial(sql.interrupt_running, now=self._now()))
+        stale = None if running_here is None else (self.owner, running_here)
+        run = partial(sql.interrupt_running, now=self._now(), stale=stale)
+        return await self._db.write(run)
 
     # history
 

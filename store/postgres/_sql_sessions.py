@@ -19,6 +19,7 @@ too (``noted_locked``): the event helpers skip a lock the transaction already ho
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import asyncpg
@@ -228,7 +229,15 @@ _DEAD_RUNNING = (
 )
 
 
-async def interrupt_running(conn: asyncpg.Connection, now: float) -> list[str]:
+_OWN_RUNNING = (
+    "SELECT session_id FROM sessions WHERE status = 'running' AND owner = $1"
+    ' ORDER BY session_id COLLATE "C" FOR NO KEY UPDATE SKIP LOCKED'
+)
+
+
+async def interrupt_running(
+    conn: asyncpg.Connection, now: float, stale: tuple[str, Collection[str]] | None = None
+) -> list[str]:
     """Mark ``running`` sessions whose owner holds no live lease ``interrupted`` (no owner);
     return their ids, sorted. Sessions of live owners (this store's too) are left alone.
 
@@ -237,6 +246,10 @@ async def interrupt_running(conn: asyncpg.Connection, now: float) -> list[str]:
     """
     rows = await conn.fetch(_DEAD_RUNNING, now)
     ids = sorted(row[0] for row in rows)
+    if stale is not None:  # this store's own running sessions with no turn under way
+        owner, running_here = stale
+        own = await conn.fetch(_OWN_RUNNING, owner)
+        ids = sorted({*ids, *(row[0] for row in own if row[0] not in running_here)})
     noted_locked(ids)
     await conn.execute(
         "DELETE FROM leases WHERE owner IN (SELECT owner FROM leases WHERE expires_at < $1"

@@ -6,6 +6,7 @@ Each function runs inside a transaction opened by the caller (see ``_conn.Connec
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Collection
 from typing import Any
 
 from .._args import Filters
@@ -125,7 +126,9 @@ def count_sessions(conn: sqlite3.Connection, filters: Filters, search: str | Non
 LEASE_KEPT_SECONDS = 86400.0  # a lease row that ran out longer ago than this is deleted
 
 
-def interrupt_running(conn: sqlite3.Connection, now: float) -> list[str]:
+def interrupt_running(
+    conn: sqlite3.Connection, now: float, stale: tuple[str, Collection[str]] | None = None
+) -> list[str]:
     """Mark ``running`` sessions whose owner holds no live lease ``interrupted``; their ids.
 
     A session whose owner's lease runs until ``now`` or later is left alone, whichever store
@@ -144,6 +147,17 @@ def interrupt_running(conn: sqlite3.Connection, now: float) -> list[str]:
         (now,),
     ).fetchall()
     ids = sorted(row[0] for row in rows)
+    if stale is not None:  # this store's own running sessions with no turn under way
+        owner, running_here = stale
+        own = conn.execute(
+            "SELECT session_id FROM sessions WHERE status = 'running' AND owner = ?", (owner,)
+        ).fetchall()
+        left = sorted(sid for (sid,) in own if sid not in running_here)
+        conn.executemany(
+            "UPDATE sessions SET status = 'interrupted', owner = NULL WHERE session_id = ?",
+            [(sid,) for sid in left],
+        )
+        ids = sorted([*ids, *left])
     for sid in ids:
         add_event(conn, sid, "turn_cancelled", {"reason": "interrupted"}, now)
     conn.execute("DELETE FROM leases WHERE expires_at < ?", (now - LEASE_KEPT_SECONDS,))

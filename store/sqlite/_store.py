@@ -7,7 +7,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, Self
@@ -190,7 +190,7 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods, OpenClose):
         """Drop this store's lease (a clean stop): its running turns may be taken over at once."""
         await self._db.write(partial(sql.release_lease, owner=self._owner))
 
-    async def interrupt_running(self) -> list[str]:
+    async def interrupt_running(self, running_here: Collection[str] | None = None) -> list[str]:
         """Turn ``running`` sessions whose owner holds no live lease into ``interrupted``;
         return their ids, sorted.
 
@@ -199,7 +199,9 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods, OpenClose):
         session taken gets a ``turn_cancelled`` event and loses its owner, so the old owner's
         commit fails with TurnActive. Leases that ran out over a day ago are deleted.
         """
-        return await self._db.write(partial(sql.interrupt_running, now=self._now()))
+        stale = None if running_here is None else (self.owner, running_here)
+        run = partial(sql.interrupt_running, now=self._now(), stale=stale)
+        return await self._db.write(run)
 
     @asynccontextmanager
     async def watch_work(

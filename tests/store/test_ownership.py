@@ -494,3 +494,21 @@ async def test_watch_work_hears_nothing_on_sqlite(store: Store) -> None:
         await inbox_of(store, message("a", "a1"))
         await queued(store)
     assert heard == []
+
+
+async def test_interrupt_running_takes_this_stores_own_turn_left_running_with_none_under_way(
+    store: Store, raw: Raw
+) -> None:
+    """A turn whose commit and rollback both failed (the database locked past the busy timeout)
+    left its session ``running`` under this store's live lease: the dispatcher's poll, which
+    knows which turns it has under way, frees it; a turn under way is never taken."""
+    await store.create_session(CHANNEL, ACCOUNT, "a", AGENT)
+    await store.renew_lease(LEASE)
+    await start_turn(store)  # never ends: as if its commit and rollback had failed
+    assert await store.interrupt_running() == []  # without the list: its own live lease
+    assert await store.interrupt_running(running_here={SID}) == []  # under way: kept
+    assert await ownership(raw) == ("running", store.owner)
+    assert await store.interrupt_running(running_here=set()) == [SID]
+    assert await ownership(raw) == ("interrupted", None)
+    events = [event.kind for event in await store.list_events(SID)]
+    assert events[-2:] == ["turn_started", "turn_cancelled"]
