@@ -136,8 +136,9 @@ def test_sessions_show_lists_the_branch_and_delete_erases(tmp_path: Path) -> Non
 
 
 def test_check_config_warns_of_a_dead_letter_handoff_to_an_undeclared_agent(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # the example's admin.token_file is relative: not the checkout's
     path = tmp_path / "c.toml"
     agents = '[agents]\nstarting_agent = "a"\n[[agents.list]]\nname = "a"\nkind = "human"\n'
     path.write_text(agents, encoding="utf-8")  # dead_letter_handoff defaults to "human"
