@@ -43,6 +43,7 @@ log = logging.getLogger("gateway.dispatcher")
 
 TURNS = "gateway_turns_total"
 BUSY_RETRY_SECONDS = 0.5  # a session whose turn runs elsewhere is tried again this soon
+BUSY_WARN_SECONDS = 30.0  # a session refused this long is logged (and again each such period)
 PENDING_PAGE = 100  # pending rows read per turn
 # A committed turn took every pending row it read: new rows wake the lane (the intake's wake,
 # or the poll for rows another process wrote), so it ends without reading the store again.
@@ -86,6 +87,7 @@ class Dispatcher:
         self._poll_now = asyncio.Event()
         self._stop = asyncio.Event()
         self._cancels: dict[str, asyncio.Event] = {}  # running turns, by session
+        self._busy: dict[str, tuple[float, int, float]] = {}  # refused: since, tries, warned at
         self.running_turns = 0
 
     @property
@@ -183,6 +185,7 @@ class Dispatcher:
         except Exception:
             log.exception("lane of session %s stopped", sid)
         finally:
+            self._busy.pop(sid, None)
             if self._lanes.get(sid) is asyncio.current_task():
                 del self._lanes[sid]
             if self._overflow:
@@ -230,6 +233,7 @@ class Dispatcher:
             self._metrics.inc(TURNS, outcome="deleted")
             return 0.0
         except (RunActive, TurnActive):
+            self._refused(sid)
             return max(BUSY_RETRY_SECONDS, self._config.retry_base_seconds)
         except (InboxNotPending, InboxNotFound):
             # Another process answered these rows (or they were deleted) since they were read.
@@ -246,8 +250,25 @@ class Dispatcher:
             self._cancels.pop(sid, None)
             await typing.aclose()  # before the sender may send the reply
         self._metrics.inc(TURNS, outcome="cancelled_by_user" if result.cancelled else "committed")
+        self._busy.pop(sid, None)
         self._on_outbox()
         return None
+
+    def _refused(self, sid: str) -> None:
+        """Count a turn refused because one of the session runs; say so when it lasts."""
+        now = self._clock()
+        since, tries, warned = self._busy.get(sid, (now, 0, now))
+        tries += 1
+        if now - warned >= BUSY_WARN_SECONDS:
+            log.warning(
+                "session %s: its turns have been refused for %.0f s (%d tries): a turn of it is"
+                " marked running (here or in another process)",
+                sid,
+                now - since,
+                tries,
+            )
+            warned = now
+        self._busy[sid] = (since, tries, warned)
 
     def _typing(self, row: InboxItem) -> Typing:
         event = row.event

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ import pytest
 
 from agents import ModelBackendError, ModelMessage, ModelResponse, Runner, ToolSpec
 from agents.testing import Hang, ScriptedModel, reply
-from gateway._dispatcher import TURNS, Dispatcher
+from gateway._dispatcher import BUSY_WARN_SECONDS, TURNS, Dispatcher
 from gateway._metrics import Metrics
 from gateway.config import DispatcherConfig
 from store import SQLiteStore
@@ -43,6 +45,7 @@ class Harness:
         model: ScriptedModel,
         adapters: dict[str, Any] | None = None,
         max_lanes: int | None = None,
+        clock: Callable[[], float] = time.time,
         **config: Any,
     ) -> None:
         self.store = store
@@ -59,6 +62,7 @@ class Harness:
             on_outbox=self._woken,
             handoff_agent="human",
             max_lanes=max_lanes,
+            clock=clock,
         )
         self.committed = asyncio.Event()
 
@@ -471,3 +475,28 @@ async def test_dispatcher_lane_reads_again_when_a_turn_left_rows(db: Path) -> No
         sid = await harness.run("one", "two")  # enqueue: one turn per row
         assert await harness.replies(sid) == ["re: one", "re: two"]
         assert counting.reads == 2  # the second turn's rows were read, then it drained
+
+
+async def test_dispatcher_says_when_a_sessions_turns_stay_refused(
+    db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session marked running by a turn elsewhere (another process, alive): the lane tries
+    again every half second, and after BUSY_WARN_SECONDS says so with the count of tries."""
+    now = [time.time()]  # the rows were stamped by the store's real clock
+    async with SQLiteStore(db) as store, SQLiteStore(db) as other:
+        for each in (store, other):
+            await each.renew_lease(3600)
+        harness = Harness(store, ScriptedModel(echo()), clock=lambda: now[0])
+        [sid] = await add_inbox(store, inbound("hello", n=1))
+        await other.turn(sid).__aenter__()  # running in the other process, never ending
+        caplog.set_level(logging.WARNING, logger="gateway.dispatcher")
+        harness.dispatcher.wake([sid])
+        async with asyncio.timeout(10):
+            while not any("refused" in r.getMessage() for r in caplog.records):
+                now[0] += BUSY_WARN_SECONDS / 4  # each retry a quarter of the period later
+                await asyncio.sleep(0.2)  # the lane retries on its own half-second timer
+        [record] = [r for r in caplog.records if "refused" in r.getMessage()]
+        assert sid in record.getMessage()
+        assert "tries" in record.getMessage()
+        assert harness.turns("committed") == 0
+        await harness.dispatcher.drain(1.0)
