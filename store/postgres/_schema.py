@@ -218,7 +218,23 @@ _V2 = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+# Nobody listens on 'gateway_events' (a process hears its own commits without it, and other
+# processes' through the feed's poll), yet every NOTIFY queues at COMMIT under a lock shared by
+# the whole server: every committed turn paid it. The setting stays (tests compare it with what
+# the event helpers recorded).
+_V3 = (
+    """
+    CREATE OR REPLACE FUNCTION gateway_event_written() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM set_config('gateway.touched',
+            coalesce(current_setting('gateway.touched', true), '') || NEW.session_id || chr(10),
+            true);
+        RETURN NULL;
+    END $$
+    """,
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 LATEST = len(MIGRATIONS)
 
 _VERSION_TABLE = (

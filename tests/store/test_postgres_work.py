@@ -473,3 +473,19 @@ async def test_turn_taken_over_rolls_back_without_touching_the_new_owner(
         found = await b.get_session(sid_)
         assert found is not None
         assert found.status == "idle"
+
+
+async def test_events_notify_nobody(own_db: str) -> None:
+    """Event rows send no notification: nobody listens for them, and each NOTIFY would cost
+    every committing turn the server-wide notification queue."""
+    listener = await asyncpg.connect(own_db)
+    heard: list[str] = []
+    await listener.add_listener("gateway_events", lambda *args: heard.append(args[3]))
+    try:
+        async with PostgresStore(own_db) as store:
+            session = await store.create_session(CHANNEL, ACCOUNT, chat(), AGENT)
+            await store.record_event(session.session_id, "note", {})
+            await listener.execute("SELECT 1")  # a round trip: pending notifications arrive
+        assert heard == []
+    finally:
+        await listener.close()
