@@ -4,6 +4,7 @@ backend (SQLite to PostgreSQL, or back), every row with its id, then check the c
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TextIO, cast
 
 from store import (
@@ -14,7 +15,9 @@ from store import (
     TargetNotEmpty,
     check_url,
     copy_store,
+    is_postgres,
     open_store,
+    sqlite_path,
 )
 
 from ._summary import mask_url
@@ -25,6 +28,7 @@ async def migrate_store(args: argparse.Namespace, out: TextIO) -> int:
     source_url, target_url = check_url(args.source), check_url(args.target)
     if source_url == target_url:
         raise ValueError("--from and --to name the same store")
+    _check_source_exists(source_url)
     source = await open_store(source_url)
     try:
         target = await open_store(target_url)
@@ -34,6 +38,12 @@ async def migrate_store(args: argparse.Namespace, out: TextIO) -> int:
             await target.aclose()
     finally:
         await source.aclose()
+
+
+def _check_source_exists(url: str) -> None:
+    """Opening a SQLite url that names no file would create an empty store to copy from."""
+    if not is_postgres(url) and not Path(sqlite_path(url)).is_file():
+        raise ValueError(f"--from names no SQLite file: {sqlite_path(url)}")
 
 
 async def _copy(source: Store, target: Store, args: argparse.Namespace, out: TextIO) -> int:

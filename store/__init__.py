@@ -52,7 +52,7 @@ from ._types import (
     Session,
     SessionEvent,
 )
-from ._url import check_url, open_store
+from ._url import check_url, is_postgres, open_store, sqlite_path
 from .sqlite._store import SQLiteStore
 from .sqlite._turn import CommitHook, SQLiteTurn
 
@@ -111,6 +111,8 @@ __all__ = [
     "TurnActive",
     "make_session_id",
     "check_url",
+    "is_postgres",
     "open_store",
+    "sqlite_path",
     "validate_session_id",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,21 @@ async def test_a_non_empty_target_is_refused_unless_replaced(tmp_path: Path) -> 
 def test_refusals_name_the_problem_without_a_traceback_or_a_password(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    absent = tmp_path / "typo.db"
+    assert (
+        run(
+            "migrate-store",
+            "--from",
+            f"sqlite:///{absent}",
+            "--to",
+            f"sqlite:///{tmp_path / 'y.db'}",
+        )[0]
+        == 1
+    )
+    assert "names no SQLite file" in capsys.readouterr().err
+    assert not absent.exists()
+    assert not (tmp_path / "y.db").exists()  # nothing opened, nothing made
+    sqlite3.connect(tmp_path / "x.db").close()  # a source that exists
     same = f"sqlite:///{tmp_path / 'x.db'}"
     assert run("migrate-store", "--from", same, "--to", same)[0] == 1
     assert "name the same store" in capsys.readouterr().err
