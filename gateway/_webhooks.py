@@ -22,7 +22,14 @@ from channels import ChannelAdapter, ChannelError, UnknownAccount, WebhookReject
 from store import DeliveryIn, IngestResult, QuarantineIn
 
 from ._backlog import Backlog
-from ._http import ReadSlots, body_encoding, encoding_message, json_error, ok
+from ._http import (
+    UNSUPPORTED_ENCODING,
+    ReadSlots,
+    body_encoding,
+    encoding_message,
+    json_error,
+    ok,
+)
 from ._keys import ADAPTERS, BACKLOG, METRICS, SETTINGS, WRITER
 from ._metrics import Metrics
 from ._writer import GroupCommitWriter, Item
@@ -69,7 +76,7 @@ def check_encoding(request: web.Request) -> None:
     """Refused with 415 for a body that is not sent as it is (before any of it is read)."""
     encoding = body_encoding(request)
     if encoding is not None:
-        raise Refused(415, "unsupported_encoding", encoding_message(encoding))
+        raise Refused(415, UNSUPPORTED_ENCODING, encoding_message(encoding))
 
 
 async def read_body(
