@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?= config.example.toml
 
-.PHONY: run test lint typecheck pytest bench clean
+.PHONY: run test lint typecheck pytest soak bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ typecheck: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/pytest
+
+# The long versions of tests/reliability (docs/reliability.md); `make test` runs the short ones.
+soak: $(STAMP)
+	GATEWAY_SOAK=long $(BIN)/pytest tests/reliability -s
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.store
