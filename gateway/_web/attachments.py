@@ -4,10 +4,16 @@ operator's download of any session's file (``GET /api/sessions/{id}/attachments/
 An upload streams to a temporary file in the session's folder, stops at ``media.max_bytes``
 (413, nothing kept), is renamed to its generated id, and only then gets its row: a row always
 has its file. The client's file name is cleaned and kept as metadata, never used as a path.
+
+Uploads are bounded like webhook bodies, with slots of their own so that uploads never take a
+webhook's: at most ``server.max_concurrent_reads`` read at once (503 ``busy`` past it), and a
+body that sends nothing for ``server.read_timeout`` seconds is dropped (408): a large file may
+take long, a stalled one may not hold its slot.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -23,7 +29,7 @@ from store import SessionNotFound, validate_session_id
 
 from .._admin import ApiError, admin_route, existing_session
 from .._api_models import AttachmentAnswer, AttachmentOut
-from .._http import json_error
+from .._http import ReadSlots, json_error
 from .._keys import SETTINGS, STORE
 from .._media.files import attachment_path, clean_name
 from .ws import WEB_SESSION, short
@@ -38,19 +44,25 @@ _CONTENT_TYPE = re.compile(
 )
 
 
+UPLOADS = web.AppKey("upload_reads", ReadSlots)  # server.max_concurrent_reads, uploads only
+
+
 class TooLarge(Exception):
     pass
 
 
 async def upload(request: web.Request) -> web.Response:
     """POST /web/sessions/{id}/attachments (multipart, field ``file``)."""
+    slots = request.app[UPLOADS]
+    if not slots.take():
+        message = f"{slots.size} uploads are being read already; retry later"
+        return ApiError(503, "busy", message, close=True).response()
     try:
         return await _upload(request)
     except ApiError as exc:
-        response = exc.response()
-        if exc.status == 413:
-            response.force_close()  # the rest of the body is not worth reading
-        return response
+        return exc.response()
+    finally:
+        slots.give_back()
 
 
 async def _upload(request: web.Request) -> web.Response:
@@ -67,15 +79,20 @@ async def _upload(request: web.Request) -> web.Response:
     limit = media.max_bytes
     if request.content_length is not None and request.content_length > limit + CHUNK:
         raise _too_large(limit)
-    part = await _file_part(request)
-    root = Path(media.root)
-    attachment_id = uuid.uuid4().hex
-    dest = attachment_path(root, sid, attachment_id)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    idle = request.app[SETTINGS].server.read_timeout
     try:
-        size = await _save(part, dest, limit)
+        async with asyncio.timeout(idle):
+            part = await _file_part(request)
+        root = Path(media.root)
+        attachment_id = uuid.uuid4().hex
+        dest = attachment_path(root, sid, attachment_id)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        size = await _save(part, dest, limit, idle)
     except TooLarge:
         raise _too_large(limit) from None
+    except TimeoutError:
+        message = f"the upload sent nothing for {idle:g} s (server.read_timeout)"
+        raise ApiError(408, "request_timeout", message, close=True) from None
     name = clean_name(part.filename, "file")
     content_type = _content_type(part.headers.get("Content-Type"))
     try:
@@ -114,13 +131,14 @@ async def _file_part(request: web.Request) -> BodyPartReader:
     raise ApiError(400, "missing_file", "the multipart body has no 'file' field", FIELD)
 
 
-async def _save(part: BodyPartReader, dest: Path, limit: int) -> int:
-    """Stream the part to ``dest``; TooLarge (and nothing on disk) past ``limit`` bytes."""
+async def _save(part: BodyPartReader, dest: Path, limit: int, idle: float) -> int:
+    """Stream the part to ``dest``; TooLarge past ``limit`` bytes, TimeoutError when no chunk
+    comes for ``idle`` seconds (either way nothing stays on disk)."""
     temp = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.part")
     size = 0
     try:
         with temp.open("xb") as file:
-            while chunk := await part.read_chunk(CHUNK):
+            while chunk := await asyncio.wait_for(part.read_chunk(CHUNK), idle):
                 size += len(chunk)
                 if size > limit:
                     raise TooLarge
@@ -140,7 +158,8 @@ def _content_type(header: str | None) -> str:
 
 
 def _too_large(limit: int) -> ApiError:
-    return ApiError(413, "too_large", f"a file may hold {limit} bytes (media.max_bytes)")
+    message = f"a file may hold {limit} bytes (media.max_bytes)"
+    return ApiError(413, "too_large", message, close=True)  # the rest is not worth reading
 
 
 @admin_route
@@ -169,5 +188,6 @@ async def download(request: web.Request) -> web.StreamResponse:
 
 def add_attachment_routes(app: web.Application) -> None:
     """Register the upload and the operator's download (before the /api catch-all)."""
+    app[UPLOADS] = ReadSlots(app[SETTINGS].server.max_concurrent_reads)
     app.router.add_post("/web/sessions/{id}/attachments", upload)
     app.router.add_get("/api/sessions/{id:[^/]*}/attachments/{att_id}", download)

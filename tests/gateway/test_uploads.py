@@ -24,6 +24,7 @@ from aiohttp.test_utils import TestClient
 
 from channels.web import web_dedup_key
 from gateway._keys import STORE
+from gateway._web.attachments import UPLOADS
 from gateway.app import build_app
 from gateway.cli import main
 from tests.e2e.gateway_proc import eventually
@@ -300,6 +301,47 @@ async def test_upload_over_max_bytes_is_413_and_leaves_nothing(
         fits = await gw.client.post(url(sid), data=chunked(exact), headers=MULTIPART)
         assert fits.status == 201
         assert (await fits.json())["attachment"]["size"] == MAX_BYTES
+
+
+async def stalled_upload(client: Client, sid: str) -> tuple[asyncio.StreamReader, Any]:
+    """An upload whose body stops half-way: the connection's reader and writer."""
+    body = multipart(b"z" * 600, 'filename="slow.bin"')
+    head = (
+        f"POST {url(sid)} HTTP/1.1\r\nHost: localhost\r\n"
+        f"Content-Type: {MULTIPART['Content-Type']}\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    writer.write(head.encode() + body[: len(body) // 2])
+    await writer.drain()
+    return reader, writer
+
+
+async def test_a_stalled_upload_holds_one_upload_slot_and_is_dropped_with_408(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """Uploads have slots of their own: past them 503 ``busy``; a body that stops sending for
+    server.read_timeout gets 408 on a closed connection and leaves no file and no row."""
+    db, media = tmp_path / "gateway.db", tmp_path / "media"
+    server = {"read_timeout": 0.5, "max_concurrent_reads": 1}
+    app = build_app(settings(db, server=server, media={"root": str(media), "max_bytes": 1000}))
+    client: Client = await aiohttp_client(app)
+    async with web_session(client) as socket:
+        sid = socket.session_id
+        reader, writer = await stalled_upload(client, sid)
+        await eventually(lambda: app[UPLOADS].in_use == 1, "the stalled upload's slot")
+        busy = await client.post(url(sid), data=form(b"hi"))
+        assert await error_of(busy, 503) == "busy"
+        assert busy.headers.get("Connection", "").lower() == "close"
+        answer = await reader.read()  # until the server closes the connection
+        writer.close()
+        status_line, _, rest = answer.partition(b"\r\n")
+        assert status_line == b"HTTP/1.1 408 Request Timeout", answer
+        assert b'"request_timeout"' in rest
+        assert files_under(media) == []
+        assert rows(db, "SELECT count(*) FROM attachments")[0][0] == 0
+        assert app[UPLOADS].in_use == 0
+        after = await client.post(url(sid), data=form(b"hello"))
+        assert after.status == 201, await after.text()
 
 
 # 5. crafted file names
