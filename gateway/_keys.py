@@ -42,6 +42,8 @@ FACTORIES = web.AppKey("adapter_factories", Mapping[str, AdapterFactory])
 WRITER = web.AppKey("writer", GroupCommitWriter)  # the group-commit ingest writer
 BACKLOG = web.AppKey("backlog", Backlog)  # acknowledged, unanswered messages and their bounds
 DISPATCHER = web.AppKey("dispatcher", Dispatcher)  # absent with ingest_only: no turns run
+# The pipeline's long-running tasks (intake, dispatcher, sender...): one that ended: /readyz 503
+PIPELINE_TASKS = web.AppKey("pipeline_tasks", list[asyncio.Task[None]])
 FEED = web.AppKey("event_feed", EventFeed)  # wakes /ws sockets when their session's log grows
 # Open /ws and /console/live sockets: closed at shutdown, which would otherwise wait for them.
 SOCKETS = web.AppKey("open_sockets", set[web.WebSocketResponse])

@@ -26,6 +26,7 @@ from ._keys import (
     DISPATCHER,
     INTAKE_WAKE,
     METRICS,
+    PIPELINE_TASKS,
     SENDER_WAKE,
     SETTINGS,
     STOPPING,
@@ -188,6 +189,7 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
             http=http,
         )
         app[DISPATCHER] = pipeline.dispatcher
+        app[PIPELINE_TASKS] = pipeline.tasks
         await pipeline.start()
         try:
             # Work other processes commit (PostgreSQL) starts here at once, not at the next poll.

@@ -24,6 +24,7 @@ from ._keys import (
     FEED,
     INTAKE_WAKE,
     METRICS,
+    PIPELINE_TASKS,
     SENDER_WAKE,
     SETTINGS,
     SOCKETS,
@@ -110,11 +111,18 @@ async def readyz(request: web.Request) -> web.Response:
             {"error": {"code": "store_unavailable", "message": "the store does not answer"}},
             status=503,
         )
+    stopped = sorted(task.get_name() for task in request.app.get(PIPELINE_TASKS, []) if task.done())
+    if stopped and not request.app[STOPPING].is_set():
+        message = f"pipeline tasks stopped: {', '.join(stopped)}; the log says why"
+        return _not_ready("pipeline_stopped", message, tasks=stopped)
     if not backlog.ready:
         message = f"{count} messages wait for an answer, over {backlog.ready_bound}"
-        error = {"code": "backlog", "message": message, "backlog": count}
-        return web.json_response({"error": error}, status=503)
+        return _not_ready("backlog", message, backlog=count)
     return web.json_response({"status": "ready", "backlog": count})
+
+
+def _not_ready(code: str, message: str, **detail: object) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message, **detail}}, status=503)
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway._keys import STORE
+from gateway._keys import PIPELINE_TASKS, STORE
 from gateway.app import build_app
 
 from .ingest_helpers import settings
@@ -43,6 +44,21 @@ async def test_readyz_is_503_with_a_json_error_when_the_store_is_down(
     response = await client.get("/readyz")
     assert response.status == 503
     assert (await response.json())["error"]["code"] == "store_unavailable"
+    assert (await client.get("/healthz")).status == 200  # alive, just not ready
+
+
+async def test_readyz_is_503_naming_a_pipeline_task_that_stopped(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    client: Client = await aiohttp_client(build_app(settings(tmp_path / "gateway.db")))
+    assert (await client.get("/readyz")).status == 200
+    sender = next(t for t in client.app[PIPELINE_TASKS] if t.get_name() == "sender")
+    sender.cancel()
+    await asyncio.gather(sender, return_exceptions=True)
+    response = await client.get("/readyz")
+    assert response.status == 503
+    error = (await response.json())["error"]
+    assert (error["code"], error["tasks"]) == ("pipeline_stopped", ["sender"])
     assert (await client.get("/healthz")).status == 200  # alive, just not ready
 
 
