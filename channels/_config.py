@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 ACCOUNT_NAME = r"^[A-Za-z0-9_]{1,64}$"
@@ -9,6 +11,9 @@ ACCOUNT_NAME = r"^[A-Za-z0-9_]{1,64}$"
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
 class TelegramBotConfig(_Section):
@@ -21,6 +26,14 @@ class TelegramBotConfig(_Section):
     def _not_empty(cls, value: SecretStr) -> SecretStr:
         if not value.get_secret_value():
             raise ValueError("must not be empty")
+        return value
+
+    @field_validator("secret_token")
+    @classmethod
+    def _telegram_alphabet(cls, value: SecretStr) -> SecretStr:
+        # setWebhook's rule; the header is compared as sent, so no other character can match.
+        if not SECRET_TOKEN.fullmatch(value.get_secret_value()):
+            raise ValueError("must be 1 to 256 characters A-Z, a-z, 0-9, _ or - (Telegram's rule)")
         return value
 
 

@@ -70,6 +70,7 @@ from ._openapi import openapi_json
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
+HTTP_BLANKS = " \t"  # the optional whitespace around a header field's parts (RFC 9110)
 WEB = "web"  # the channel whose users read replies from the session's event log, not an outbox
 
 
@@ -130,7 +131,9 @@ def _bearer_token(request: web.Request) -> bytes | None:
     if scheme.lower() != "bearer":
         return None
     try:
-        return sent.strip().encode("utf-8", "surrogateescape")
+        # Only HTTP's blanks: a bare strip() also drops NBSP, NEL and other Unicode spaces, so
+        # "<token>\u00a0" would pass for the token.
+        return sent.strip(HTTP_BLANKS).encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:  # a surrogate no decoder makes: not a token either
         return None
 

@@ -114,6 +114,18 @@ def test_empty_bot_token_names_the_key(tmp_path: Path) -> None:
     assert error_of(tmp_path, text).key == "telegram.bots[0].token"
 
 
+@pytest.mark.parametrize("secret", ["has space", "caf\u00e9", "a?b", "x" * 257])
+def test_bot_secret_token_outside_telegrams_alphabet_names_the_key_not_the_value(
+    tmp_path: Path, secret: str
+) -> None:
+    """Telegram accepts only A-Z a-z 0-9 _ - (1..256) for setWebhook's secret_token; the header is
+    compared as sent, so any other secret could never match a real delivery."""
+    text = f'[[telegram.bots]]\nname = "a"\ntoken = "t"\nsecret_token = "{secret}"\n'
+    error = error_of(tmp_path, text)
+    assert error.key == "telegram.bots[0].secret_token"
+    assert secret not in str(error)
+
+
 def test_non_numeric_phone_number_id_names_the_key(tmp_path: Path) -> None:
     text = '[[whatsapp.numbers]]\nphone_number_id = "abc"\naccess_token = "t"\n'
     assert error_of(tmp_path, text).key == "whatsapp.numbers[0].phone_number_id"
