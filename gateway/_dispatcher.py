@@ -33,6 +33,7 @@ from store import (
 )
 
 from . import _convert as convert
+from . import _log_context as log_context
 from ._media.wait import MediaWait, StoredFiles
 from ._metrics import Metrics
 from ._typing import Typing
@@ -204,10 +205,26 @@ class Dispatcher:
             if wait > 0:
                 return wait  # a retry in backoff; later rows wait behind it
             batch = rows[:1] if self._config.double_texting == "enqueue" else rows
-            retry = await self._turn(sid, batch)
+            retry = await self._logged_turn(sid, batch)
             if retry is not None:
                 return retry
             return DRAINED if len(batch) == len(rows) < PENDING_PAGE else 0.0
+
+    async def _logged_turn(self, sid: str, batch: Sequence[InboxItem]) -> float | None:
+        """``_turn``, every line logged meanwhile tagged with the session and its inbox rows, and
+        one line at its end naming its outcome (docs/logging.md)."""
+        ids, keys = [row.id for row in batch], [row.dedup_key for row in batch]
+        started = time.monotonic()
+        with log_context.turn(sid, ids, keys):
+            try:
+                return await self._turn(sid, batch)
+            finally:
+                _log_turn_end(log_context.outcome(), time.monotonic() - started)
+
+    def _ended(self, outcome: str) -> None:
+        """Count how the turn ended; its last log line says it too."""
+        self._metrics.inc(TURNS, outcome=outcome)
+        log_context.record_outcome(outcome)
 
     async def _turn(self, sid: str, batch: Sequence[InboxItem]) -> float | None:
         """Run one turn of ``batch``; None once it committed, else seconds until a new look."""
@@ -230,7 +247,7 @@ class Dispatcher:
             )
         except (SessionDeletedError, SessionNotFound):
             log.info("session %s was deleted during its turn; nothing written", sid)
-            self._metrics.inc(TURNS, outcome="deleted")
+            self._ended("deleted")
             return 0.0
         except (RunActive, TurnActive):
             self._refused(sid)
@@ -240,7 +257,7 @@ class Dispatcher:
             log.info("inbox rows of session %s were no longer pending; looking again", sid)
             return 0.0
         except asyncio.CancelledError:
-            self._metrics.inc(TURNS, outcome="cancelled")  # shutdown: rolled back, runs again
+            self._ended("cancelled")  # shutdown: rolled back, runs again
             raise
         except Exception as exc:
             await self._failed(sid, batch, exc)
@@ -249,7 +266,7 @@ class Dispatcher:
             self.running_turns -= 1
             self._cancels.pop(sid, None)
             await typing.aclose()  # before the sender may send the reply
-        self._metrics.inc(TURNS, outcome="cancelled_by_user" if result.cancelled else "committed")
+        self._ended("cancelled_by_user" if result.cancelled else "committed")
         self._busy.pop(sid, None)
         self._on_outbox()
         return None
@@ -299,7 +316,7 @@ class Dispatcher:
             await self._store.fail_inbox(
                 ids, error, next_attempt_at=self._clock() + (0 if dead else delay), dead=dead
             )
-            self._metrics.inc(TURNS, outcome="dead" if dead else "failed")
+            self._ended("dead" if dead else "failed")
             if dead:
                 await self._dead_letter(sid)
         except StoreError as store_exc:
@@ -326,6 +343,17 @@ class Dispatcher:
         target = self._handoff
         if target and session.active_agent != target:
             await self._store.set_agent(sid, target, reason="dead_letter")
+
+
+def _log_turn_end(outcome: str | None, seconds: float) -> None:
+    """The line that ends a turn. None: no outcome was recorded (another process runs the
+    session's turn, answered its rows, or the failure could not be written): the rows are looked
+    at again, at DEBUG, as it can repeat every half second."""
+    extra = {"outcome": outcome or "retry", "duration_ms": round(seconds * 1000, 1)}
+    if outcome is None:
+        log.debug("turn ended with no outcome recorded; its rows are looked at again", extra=extra)
+    else:
+        log.info("turn ended: %s", outcome, extra=extra)
 
 
 def _before_commit(

@@ -1,5 +1,8 @@
-"""Log set-up of ``gateway serve`` and the commands, and the filters on it (docs/security.md):
+"""Log set-up of ``gateway serve`` and the commands, and the filters on it (docs/security.md,
+docs/logging.md):
 
+* ``[logging]``: the root level, and JSON lines or readable text on stderr;
+* every line written while a webhook or a turn is handled carries its fields (``LogContext``);
 * every configured secret, and the token of any ``/bot<token>/`` path, is scrubbed from every
   record whoever logged it, its message, arguments and traceback included;
 * web session ids are shortened: the id is a web user's only credential (docs/web.md);
@@ -12,20 +15,24 @@ import json
 import logging
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from types import TracebackType
 from urllib.parse import parse_qsl, quote, quote_plus, unquote
 
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel, SecretStr
 
-from .config import Settings
+from ._log_context import FIELDS, LOG_CONTEXT
+from .config import LoggingConfig, Settings
 
 REDACTED = "<redacted>"
 # Shorter values are not scrubbed: they would garble every line and protect nothing.
 MIN_SECRET_CHARS = 4
 
-_WEB_ID = re.compile(r"\b(web-[0-9a-f]{8})-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+# A web session id (web-<uuid>), or the same uuid in a web message's dedup key (web:<uuid>:...).
+_WEB_ID = re.compile(r"\b(web[-:][0-9a-f]{8})-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 # PTB puts the token in every Bot API and file URL: {base}/bot<token>/<method>. Any such segment
 # goes, configured bot or not; without the closing slash only what looks like a token.
 _BOT_PATH = re.compile(r"(/bot)(?:[^/\s?#'\"<>]+(?=/)|\d+(?::|%3[Aa])[\w-]+)")
@@ -34,8 +41,9 @@ _SECRET_KEY = re.compile(r"pass|pwd|secret|token|key|auth|sig|credential", re.IG
 
 
 def redact_web_ids(text: str) -> str:
-    """``web-1128e765-9ac8-...`` -> ``web-1128e765…``: enough to follow, too little to use."""
-    return _WEB_ID.sub(r"\1…", text) if "web-" in text else text
+    """``web-1128e765-9ac8-...`` -> ``web-1128e765…`` (and ``web:1128e765…:<client_id>`` in a
+    dedup key): enough to follow, too little to use."""
+    return _WEB_ID.sub(r"\1…", text) if "web-" in text or "web:" in text else text
 
 
 def url_secrets(url: str) -> list[str]:
@@ -194,15 +202,111 @@ def quiet_malformed_requests() -> None:
         server.addFilter(MALFORMED_REQUESTS)
 
 
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+HANDLER_NAME = "gateway"  # the stderr handler configure_logging adds; its format follows config
+
+
+def context_fields(record: logging.LogRecord, redaction: Redaction) -> dict[str, object]:
+    """The fields of the webhook, turn or reply the record was written in
+    (``_log_context.FIELDS``), their texts scrubbed: the Redaction filter only sees the message
+    (a web session id in ``session_id`` is shortened as in a message)."""
+    attributes = record.__dict__
+    return {
+        name: _scrubbed(attributes[name], redaction)
+        for name in FIELDS
+        if attributes.get(name) is not None
+    }
+
+
+def _scrubbed(value: object, redaction: Redaction) -> object:
+    if isinstance(value, str):
+        return redaction.redact(value)
+    if isinstance(value, list | tuple):
+        return [_scrubbed(item, redaction) for item in value]
+    return value
+
+
+class TextFormatter(logging.Formatter):
+    """The readable line: time, level, logger, message, then the context as ``key=value``."""
+
+    def __init__(self, redaction: Redaction = REDACTION) -> None:
+        super().__init__(TEXT_FORMAT)
+        self._redaction = redaction
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        fields = context_fields(record, self._redaction)
+        if not fields:
+            return line
+        pairs = " ".join(f"{name}={_text_value(value)}" for name, value in fields.items())
+        return f"{line} {pairs}"
+
+
+def _text_value(value: object) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message``,
+    the context fields present, and ``exc`` / ``stack`` when there are. The message, the
+    traceback and the stack come scrubbed by the Redaction filter; the context fields are
+    scrubbed here."""
+
+    def __init__(self, redaction: Redaction = REDACTION) -> None:
+        super().__init__()
+        self._redaction = redaction
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            **context_fields(record, self._redaction),
+        }
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            entry["exc"] = record.exc_text
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def make_formatter(style: str, stream: object) -> logging.Formatter:
+    """``[logging] format``: ``auto`` is text when ``stream`` is a terminal, else JSON."""
+    if style == "auto":
+        isatty = getattr(stream, "isatty", None)
+        style = "text" if callable(isatty) and isatty() else "json"
+    return TextFormatter() if style == "text" else JsonFormatter()
+
+
+def _own_handler(root: logging.Logger) -> None:
+    """A stderr handler when the root has none, as ``logging.basicConfig`` would add (a test
+    runner's capture handlers count as some)."""
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.set_name(HANDLER_NAME)
+        root.addHandler(handler)
+
+
 def configure_logging(settings: Settings | None = None) -> None:
-    """INFO to stderr, noisy libraries quieter, and on every root handler the redaction: web
-    session ids shortened, ``/bot<token>/`` tokens hidden, and with ``settings`` (call again
-    once they are loaded) every secret they configure scrubbed. Malformed requests: one line."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    """The level and format of ``[logging]`` (the defaults until ``settings`` are loaded: call
+    again then), noisy libraries quieter, and on every root handler the context of the webhook
+    or turn under way and the redaction: web session ids shortened, ``/bot<token>/`` tokens
+    hidden, and with ``settings`` every secret they configure scrubbed. Malformed requests: one
+    line."""
+    config = settings.logging if settings is not None else LoggingConfig()
+    root = logging.getLogger()
+    _own_handler(root)
+    root.setLevel(config.level)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Bot API call is noise
     logging.getLogger("aiosqlite").setLevel(logging.WARNING)  # DEBUG logs call args: bodies
     REDACTION.use(configured_secrets(settings) if settings is not None else ())
-    for handler in logging.getLogger().handlers:
-        if REDACTION not in handler.filters:
-            handler.addFilter(REDACTION)
+    for handler in root.handlers:
+        for log_filter in (LOG_CONTEXT, REDACTION):
+            if log_filter not in handler.filters:
+                handler.addFilter(log_filter)
+        if handler.name == HANDLER_NAME and isinstance(handler, logging.StreamHandler):
+            handler.setFormatter(make_formatter(config.format, handler.stream))
     quiet_malformed_requests()

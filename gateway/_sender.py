@@ -29,6 +29,7 @@ from channels import (
 from store import OutboxItem, Store, StoreError
 
 from . import _convert as convert
+from . import _log_context as log_context
 from ._metrics import Metrics
 from ._ratelimit import RateLimiter
 from ._wait import wait_event
@@ -202,6 +203,7 @@ class Sender:
     # one send
 
     async def _send(self, row: OutboxItem) -> None:
+        log_context.sending(row.session_id, row.id)  # this task's lines name the row
         try:
             if not await self._store.claim_outbox(row.id, CLAIM_SECONDS):
                 return  # another process is sending it (or it was sent meanwhile)

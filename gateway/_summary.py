@@ -63,4 +63,9 @@ def summarize(settings: Settings) -> list[str]:
         f"backlog: /readyz 503 past {s.ingest.backlog_ready},"
         f" deliveries refused at {s.ingest.backlog_refuse}",
         f"agents: starting {s.agents.starting_agent}; max_turns {s.agents.max_turns}",
+        f"logging: level {s.logging.level}; format {_log_format(s.logging.format)}",
     ]
+
+
+def _log_format(style: str) -> str:
+    return "auto (text on a terminal, else JSON lines)" if style == "auto" else style

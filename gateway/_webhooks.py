@@ -21,6 +21,7 @@ from aiohttp import StreamReader, web
 from channels import ChannelAdapter, ChannelError, UnknownAccount, WebhookRejected
 from store import DeliveryIn, IngestResult, QuarantineIn
 
+from . import _log_context as log_context
 from ._backlog import Backlog
 from ._http import (
     UNSUPPORTED_ENCODING,
@@ -147,6 +148,7 @@ def to_item(adapter: ChannelAdapter, body: bytes, account: str | None) -> Item |
         return QuarantineIn(channel=channel, account=account, body=body, reason=exc.reason)
     if not keys:
         return None
+    log_context.found_keys(keys)
     return DeliveryIn(channel=channel, account=account, body=body, keys=tuple(keys))
 
 
@@ -174,7 +176,15 @@ async def record(writer: GroupCommitWriter, backlog: Backlog, item: Item) -> Ing
 async def ingest(
     request: web.Request, channel: str, account: str | None, limit: int
 ) -> web.Response:
-    """The whole webhook path of one request."""
+    """The whole webhook path of one request; its log lines carry the channel, and the dedup
+    keys once they are known (docs/logging.md)."""
+    with log_context.webhook(channel):
+        return await _ingest(request, channel, account, limit)
+
+
+async def _ingest(
+    request: web.Request, channel: str, account: str | None, limit: int
+) -> web.Response:
     app = request.app
     metrics = app[METRICS]
     metrics.inc(RECEIVED, channel=channel)
@@ -202,8 +212,10 @@ def _count(metrics: Metrics, channel: str, item: Item, result: IngestResult) -> 
         metrics.inc(QUARANTINED, channel=channel)
     elif result.delivery_id is None:
         metrics.inc(DUPLICATE, channel=channel)
+        log.debug("%s delivery is a duplicate: nothing stored", channel)
     else:
         metrics.inc(ACCEPTED, channel=channel)
+        log.debug("%s delivery %d stored", channel, result.delivery_id)
 
 
 def _adapter(app: web.Application, channel: str) -> ChannelAdapter:

@@ -131,6 +131,17 @@ class DispatcherConfig(_Section):
     typing_interval_seconds: float = Field(default=4.0, gt=0)
 
 
+class LoggingConfig(_Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # json: one JSON object a line; text: readable lines; auto: text on a terminal, else json.
+    format: Literal["auto", "json", "text"] = "auto"
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper_case(cls, level: object) -> object:
+        return level.upper() if isinstance(level, str) else level
+
+
 class SenderConfig(_Section):
     max_attempts: int = Field(default=8, gt=0)
     backoff_base_seconds: float = Field(default=1.0, ge=0)
@@ -155,6 +166,7 @@ class Settings(_Section):
     whatsapp: WhatsAppConfig = WhatsAppConfig()
     dispatcher: DispatcherConfig = DispatcherConfig()
     sender: SenderConfig = SenderConfig()
+    logging: LoggingConfig = LoggingConfig()
     agents: AgentsConfig = AgentsConfig()
 
 

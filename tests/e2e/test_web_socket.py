@@ -254,3 +254,4 @@ async def test_ws_session_id_is_never_logged_in_full(
     log = gateway.log(tail=10_000)
     assert sid[:12] in log
     assert sid not in log
+    assert sid.removeprefix("web-") not in log  # nor its uuid, in a message's dedup key

@@ -14,15 +14,17 @@ from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 
 from gateway._logging import REDACTION, configure_logging
+from gateway.config import LoggingConfig, Settings
 
 from .logging_helpers import fresh_root_logging, redirect_root_handlers
 
 
 @pytest.fixture
 def logged() -> Iterator[io.StringIO]:
-    """configure_logging() on a root logger of its own, its handler writing to a buffer."""
+    """configure_logging() on a root logger of its own, its handler writing text lines to a
+    buffer."""
     with fresh_root_logging():
-        configure_logging()
+        configure_logging(Settings(logging=LoggingConfig(format="text")))
         yield redirect_root_handlers()
 
 
