@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
+from itertools import takewhile
 
 from agents import Reply, Runner
 from channels import ChannelAdapter
@@ -204,7 +205,7 @@ class Dispatcher:
             wait = rows[0].next_attempt_at - self._clock()
             if wait > 0:
                 return wait  # a retry in backoff; later rows wait behind it
-            batch = rows[:1] if self._config.double_texting == "enqueue" else rows
+            batch = _next_batch(rows, self._config.double_texting)
             retry = await self._logged_turn(sid, batch)
             if retry is not None:
                 return retry
@@ -354,6 +355,17 @@ def _log_turn_end(outcome: str | None, seconds: float) -> None:
         log.debug("turn ended with no outcome recorded; its rows are looked at again", extra=extra)
     else:
         log.info("turn ended: %s", outcome, extra=extra)
+
+
+def _next_batch(rows: Sequence[InboxItem], double_texting: str) -> Sequence[InboxItem]:
+    """The rows of the next turn: one with "enqueue"; with "merge" every pending row, but a
+    retry takes only the rows of the turn that failed (those with attempts), so a message sent
+    during the backoff is not tried, or dead-lettered, with them."""
+    if double_texting == "enqueue":
+        return rows[:1]
+    if rows[0].attempts:
+        return list(takewhile(lambda row: row.attempts > 0, rows))
+    return rows
 
 
 def _before_commit(
