@@ -207,6 +207,14 @@ class Sender:
         try:
             if not await self._store.claim_outbox(row.id, CLAIM_SECONDS):
                 return  # another process is sending it (or it was sent meanwhile)
+            if row.claimed_by is not None:
+                # An earlier attempt's claim that no outcome ended: its process died (or the
+                # store failed) after the request may have reached the platform.
+                log.warning(
+                    "outbox row %d: sending again after an attempt whose outcome was not"
+                    " recorded (the crash window): the user may see it twice",
+                    row.id,
+                )
             await self._deliver(row)
         except StoreError as exc:
             # The row stays as it was: pending rows are tried again (and may then go twice).

@@ -15,7 +15,7 @@ INBOX_COLUMNS = (
 )
 OUTBOX_COLUMNS = (
     "id, session_id, channel, account, chat_id, payload, state, attempts, next_attempt_at,"
-    " error, platform_ids, delivery_state, created_at, sent_at"
+    " error, platform_ids, delivery_state, created_at, sent_at, claimed_by"
 )
 QUARANTINE_COLUMNS = "id, channel, account, body, reason, received_at, replayed_at"
 
@@ -77,6 +77,7 @@ def to_outbox(row: Row) -> OutboxItem:
         delivery_state=row[11],
         created_at=to_datetime(row[12]),
         sent_at=None if sent_at is None else to_datetime(sent_at),
+        claimed_by=row[14],
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -152,6 +152,9 @@ class OutboxItem:
     delivery_state: str | None
     created_at: datetime
     sent_at: datetime | None
+    # The sender holding the row for a send attempt; on a row offered for sending, a claim
+    # whose attempt never recorded its outcome (the crash window).
+    claimed_by: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

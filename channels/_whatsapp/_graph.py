@@ -64,8 +64,7 @@ class GraphClient:
         except TimeoutError as exc:
             raise _timed_out(idempotent) from exc
         except aiohttp.ClientError as exc:
-            reason = f"network error talking to the Graph API: {type(exc).__name__}"
-            raise RetryableSendError(CHANNEL, reason) from exc
+            raise _broken(exc, idempotent) from exc
         log.debug("graph %s %s -> %s", method, url.split("?", 1)[0], status)
         if status >= 300:
             error = read_graph_error(status, body)
@@ -79,6 +78,16 @@ def _timed_out(idempotent: bool) -> SendError:
     return UncertainDelivery(
         CHANNEL, "timed out after the request was sent: the message may have gone out"
     )
+
+
+def _broken(exc: aiohttp.ClientError, idempotent: bool) -> SendError:
+    """The connection was made and then broke (disconnected, reset, answer cut short): the
+    request may have reached Meta, so a message is uncertain, as after a read timeout."""
+    name = type(exc).__name__
+    if idempotent or isinstance(exc, aiohttp.InvalidURL):
+        return RetryableSendError(CHANNEL, f"network error talking to the Graph API: {name}")
+    reason = f"connection lost after the request was sent ({name}): the message may have gone out"
+    return UncertainDelivery(CHANNEL, reason)
 
 
 def _object(status: int, body: bytes, idempotent: bool) -> dict[str, Any]:

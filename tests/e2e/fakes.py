@@ -2,7 +2,9 @@
 
 They run in the test process on 127.0.0.1 (port 0); the gateway under test is a subprocess
 that talks to them over loopback. Every request is recorded with the time it arrived, and a
-chat can be given faults for its next sends: ``429:<seconds>``, ``500`` or ``hang``.
+chat can be given faults for its next sends: ``429:<seconds>``, ``500``, ``hang``, or ``drop``
+(the message is taken, then the connection is closed without an answer: the sender cannot know
+it arrived). ``Chaos`` draws such faults for a share of all sends, from a seed.
 
 Media: a fake serves the files a test registers (``add_media``): Graph's ``GET /<version>/<id>``
 and ``/media-bytes/<id>``, Telegram's ``getFile`` and ``/file/bot<token>/<path>``. A file's
@@ -17,6 +19,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import random
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -25,6 +28,8 @@ from typing import Any, Literal
 from aiohttp import web
 
 HANG = "hang"
+DROP = "drop"
+ACCEPTED = ("ok", DROP)  # outcomes of a send the platform took (the user sees the message)
 SINK_BODY = b"sink bytes, not the file"
 MediaAnswer = Literal["serve", "redirect", "hang", "announce", "stream"]
 
@@ -37,7 +42,7 @@ class Request:
     chat_id: str
     text: str | None
     at: float  # time.monotonic() in the test process
-    outcome: str  # "ok", "429", "500" or "hang"
+    outcome: str  # "ok", "429", "500", "hang" or "drop"
     body: dict[str, Any]
 
 
@@ -73,6 +78,27 @@ class MediaFile:
     streamed: int = 0  # bytes the stream handed to the socket before it ended or was cut
 
 
+@dataclass(frozen=True)
+class Chaos:
+    """Faults for a share of all sends, e.g. ``Chaos(7, (("429:1", 0.05), ("drop", 0.02)))``.
+
+    The draw for a send depends only on the seed, the chat, the text and how many times that
+    text went to that chat before, so a seed gives the same faults whatever order the sends
+    arrive in.
+    """
+
+    seed: int
+    shares: tuple[tuple[str, float], ...]  # (fault, share of sends), shares summing to <= 1
+
+    def draw(self, chat_id: str, text: str | None, attempt: int) -> str:
+        roll = random.Random(f"{self.seed}:{chat_id}:{text}:{attempt}").random()
+        for fault, share in self.shares:
+            if roll < share:
+                return fault
+            roll -= share
+        return "ok"
+
+
 @dataclass
 class FakePlatform:
     """What both fakes share: the request log, per-chat faults, and a wake-up per request."""
@@ -83,16 +109,22 @@ class FakePlatform:
     faults: defaultdict[str, deque[str]] = field(default_factory=lambda: defaultdict(deque))
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     release: asyncio.Event = field(default_factory=asyncio.Event)  # ends hanging requests
+    chaos: Chaos | None = None  # faults for sends that have none queued by ``fail``
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _tries: defaultdict[tuple[str, str | None], int] = field(
+        default_factory=lambda: defaultdict(int)
+    )
 
     def fail(self, chat_id: str, *modes: str) -> None:
         """Answer the next sends to ``chat_id`` with these faults, in order."""
         self.faults[chat_id].extend(modes)
 
     def sent(self, method: str | None = None) -> list[Request]:
-        """The sends that were accepted (outcome ok), optionally of one method."""
+        """The sends that were accepted (outcome ok or drop), optionally of one method."""
         return [
-            r for r in self.requests if r.outcome == "ok" and (method is None or r.method == method)
+            r
+            for r in self.requests
+            if r.outcome in ACCEPTED and (method is None or r.method == method)
         ]
 
     def texts(self, chat_id: str) -> list[str]:
@@ -127,13 +159,24 @@ class FakePlatform:
 
     def _record(self, method: str, chat_id: str, text: str | None, body: dict[str, Any]) -> str:
         """Record the request; return the fault to answer with ("ok" for none)."""
-        queue = self.faults.get(chat_id) if _is_send(method) else None
-        outcome = queue.popleft() if queue else "ok"
+        outcome = self._fault_for(method, chat_id, text)
         self.requests.append(
             Request(method, chat_id, text, time.monotonic(), outcome.split(":")[0], body)
         )
         self.changed.set()
         return outcome
+
+    def _fault_for(self, method: str, chat_id: str, text: str | None) -> str:
+        if not _is_send(method):
+            return "ok"
+        queue = self.faults.get(chat_id)
+        if queue:
+            return queue.popleft()
+        if self.chaos is None:
+            return "ok"
+        attempt = self._tries[chat_id, text]
+        self._tries[chat_id, text] += 1
+        return self.chaos.draw(chat_id, text, attempt)
 
 
 def _is_send(method: str) -> bool:
@@ -156,7 +199,7 @@ class FakeTelegram(FakePlatform):
             return self._get_file(request, str(fields.get("file_id", "")))
         chat_id = str(fields.get("chat_id", ""))
         outcome = self._record(method, chat_id, fields.get("text"), fields)
-        fault = await _fault(self, outcome, telegram=True)
+        fault = await _fault(self, request, outcome, telegram=True)
         if fault is not None:
             return fault
         if method == "sendMessage":
@@ -227,7 +270,7 @@ class FakeGraph(FakePlatform):
             return web.json_response({"success": True})
         chat_id = str(body.get("to", ""))
         outcome = self._record("message", chat_id, _graph_text(body), body)
-        fault = await _fault(self, outcome, telegram=False)
+        fault = await _fault(self, request, outcome, telegram=False)
         if fault is not None:
             return fault
         wamid = f"wamid.out{next(self._ids)}"
@@ -237,9 +280,16 @@ class FakeGraph(FakePlatform):
         )
 
 
-async def _fault(fake: FakePlatform, outcome: str, *, telegram: bool) -> web.Response | None:
+async def _fault(
+    fake: FakePlatform, request: web.Request, outcome: str, *, telegram: bool
+) -> web.Response | None:
     if outcome == "ok":
         return None
+    if outcome == DROP:
+        # The message was read whole: close the connection before any byte of an answer.
+        assert request.transport is not None
+        request.transport.close()
+        return web.Response()
     if outcome == HANG:
         await fake.release.wait()
         return web.json_response({"too": "late"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -415,3 +416,26 @@ async def test_sender_never_sends_a_delivered_part_of_a_split_reply_again(
     assert sent.platform_ids[0] == "7001"
     assert len(sent.platform_ids) == 2
     assert texts(bots) == [first, second, second]  # the first part went out exactly once
+
+
+async def test_sender_logs_a_reply_sent_again_after_an_attempt_that_recorded_no_outcome(
+    tmp_path: Path,
+    store: SQLiteStore,
+    telegram: TelegramAdapter,
+    bots: tg.FakeBotApi,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    exposed = await queue(store, "Hello")
+    fresh = await queue(store, "Hi", chat_id="4343")
+    # Another process claimed the row for a send, then died before recording what happened.
+    async with SQLiteStore(tmp_path / "gateway.db") as died:
+        assert await died.claim_outbox(exposed.id, 120)
+    caplog.set_level(logging.WARNING, logger="gateway.sender")
+    await Relay(store, {"telegram": telegram}).step()
+    assert sorted(texts(bots)) == ["Hello", "Hi"]
+    assert [(await row(store, item)).state for item in (exposed, fresh)] == ["sent", "sent"]
+    again = [r.getMessage() for r in caplog.records if "sending again" in r.getMessage()]
+    assert again == [
+        f"outbox row {exposed.id}: sending again after an attempt whose outcome was not"
+        " recorded (the crash window): the user may see it twice"
+    ]
