@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import wraps
 from pathlib import Path
@@ -63,6 +64,7 @@ from ._api_models import (
     SessionsQuery,
 )
 from ._convert import payload, reply_target, text_message
+from ._export import ExportQuery, SessionExport, build_export, write_zip
 from ._http import UNSUPPORTED_ENCODING, body_encoding, encoding_message
 from ._keys import AGENT_NAMES, AGENTS, SENDER_WAKE, SETTINGS, STORE, AgentInfo
 from ._media.files import erase_session
@@ -300,6 +302,44 @@ async def delete_session(request: web.Request) -> web.Response:
 
 
 @admin_route
+async def export_session(request: web.Request) -> web.StreamResponse:
+    """GET /api/sessions/{id}/export?files=zip: everything held of the session (docs/data.md)."""
+    query = parse(ExportQuery, dict(request.query))
+    sid = session_id(request)
+    document = await build_export(request.app[STORE], sid)
+    if document is None:
+        raise _unknown_session(sid)
+    if query.files is None:
+        return respond(document)
+    return await _zip_response(request, document)
+
+
+EXPORT_CHUNK = 1 << 16
+
+
+async def _zip_response(request: web.Request, document: SessionExport) -> web.StreamResponse:
+    """The zip form, built in a temporary file (unlinked at once) off the event loop."""
+    root = Path(request.app[SETTINGS].media.root)
+    name = f"{document.session.session_id}-export.zip"
+    with tempfile.TemporaryFile() as spool:
+        await asyncio.to_thread(write_zip, document, root, spool)
+        size = spool.tell()
+        spool.seek(0)
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "application/zip",
+                "Content-Disposition": f'attachment; filename="{name}"',
+                "Content-Length": str(size),
+            }
+        )
+        await response.prepare(request)
+        while chunk := await asyncio.to_thread(spool.read, EXPORT_CHUNK):
+            await response.write(chunk)
+        await response.write_eof()
+    return response
+
+
+@admin_route
 async def operator_reply(request: web.Request) -> web.Response:
     """POST /api/sessions/{id}/reply {"text"}: history and outbox in one commit, then sent.
 
@@ -462,6 +502,7 @@ def add_admin_routes(app: web.Application) -> None:
     add("POST", "/api/sessions/{id:[^/]*}/handoff", handoff)
     add("POST", "/api/sessions/{id:[^/]*}/rewind", rewind)
     add("GET", "/api/sessions/{id:[^/]*}/events", session_events)
+    add("GET", "/api/sessions/{id:[^/]*}/export", export_session)
     add("GET", "/api/deadletters", dead_letters)
     add("GET", "/api/quarantine", quarantine)
     add("GET", "/api/quarantine/{qid}", quarantine_item)

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from agents import build_registry
 from store import Message, Session, Store, open_store, validate_session_id
 
+from ._export import export_command
 from ._logging import configured_secrets
 from ._media.files import erase_session
 from ._sandbox import sandbox_warnings
@@ -80,6 +81,8 @@ async def sessions(settings: Settings, args: argparse.Namespace, out: TextIO) ->
             return await _list_sessions(store, args, out)
         if args.action == "show":
             return await _show_session(store, args.session_id, out)
+        if args.action == "export":
+            return await export_command(store, Path(settings.media.root), args, out)
         return await _delete_session(store, Path(settings.media.root), args.session_id, out)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
 from typing import Any, Literal
@@ -44,6 +44,7 @@ from ._api_models import (
     SessionsQuery,
     TicketAnswer,
 )
+from ._export import ExportQuery, SessionExport
 
 REF = "#/components/schemas/{model}"
 BEARER = "bearer"
@@ -65,6 +66,11 @@ FILE = Content(
     "*/*",
     {"type": "string", "format": "binary"},
 )
+ZIP = Content(
+    "with files=zip: session.json and files/<attachment id>",
+    "application/zip",
+    {"type": "string", "format": "binary"},
+)
 # An answer by status: a model (the JSON body), Content, or words. Words on an error status name
 # the codes it may carry (the body is always ErrorBody); on a success they mean "no body".
 Answer = type[BaseModel] | Content | str
@@ -83,6 +89,7 @@ class Operation:
     body: type[BaseModel] | None = None  # a JSON object
     upload: str | None = None  # multipart/form-data with one file in this field
     description: str = ""
+    also: Mapping[int, Content] = field(default_factory=dict)  # another media type of a status
 
 
 # Path parameters by name: their schema and what they are.
@@ -144,6 +151,17 @@ OPERATIONS: tuple[Operation, ...] = (
         "The session's event log after a sequence number, oldest first",
         {200: EventsPage, 400: f"{BAD_ID}; {BAD_QUERY}", 404: NO_SESSION},
         query=EventsQuery,
+    ),
+    Operation(
+        "GET",
+        "/api/sessions/{id}/export",
+        "Everything held of a session: every message of every branch, events, attachments",
+        {200: SessionExport, 400: f"{BAD_ID}; {BAD_QUERY}", 404: NO_SESSION},
+        query=ExportQuery,
+        description="With files=zip the answer is application/zip: session.json (this schema,"
+        " each stored file named in attachments[].file) and files/<attachment id>"
+        " (docs/data.md).",
+        also={200: ZIP},
     ),
     Operation(
         "POST",
@@ -391,7 +409,10 @@ def _responses(op: Operation, schemas: _Schemas) -> dict[str, Any]:
     if op.auth:
         answers.setdefault(401, "unauthorized: missing or wrong Authorization: Bearer token")
         answers.setdefault(403, "admin_disabled: admin.token is empty, so the admin API is off")
-    return {str(status): _response(status, answers[status], schemas) for status in sorted(answers)}
+    found = {str(status): _response(status, answers[status], schemas) for status in sorted(answers)}
+    for status, other in op.also.items():
+        found[str(status)]["content"][other.media_type] = {"schema": dict(other.schema)}
+    return found
 
 
 def _response(status: int, answer: Answer, schemas: _Schemas) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from ._keys import (
 from ._media.fetch import FetchPolicy
 from ._media.worker import MediaWorker
 from ._metrics import Metrics
-from ._purge import Purger
+from ._purge import DAY, Purger, Retention
 from ._sender import Sender
 from .config import Settings
 
@@ -143,8 +143,19 @@ def build_pipeline(
         on_sessions=partial(_recorded, dispatcher, media),
     )
     keep = settings.dedup.ttl_hours * 3600  # statuses of sent replies may arrive for days
-    purger = Purger(store, interval=settings.dedup.purge_interval_seconds, keep_seconds=keep)
+    purger = Purger(
+        store,
+        interval=settings.dedup.purge_interval_seconds,
+        keep_seconds=keep,
+        retention=_retention(settings),
+    )
     return Pipeline(intake, dispatcher, sender, purger, media, intake_wake)
+
+
+def _retention(settings: Settings) -> Retention | None:
+    """``store.retention_days`` for the purger; None (keep forever) when it is 0."""
+    days = settings.store.retention_days
+    return Retention(days * DAY, Path(settings.media.root)) if days else None
 
 
 def _recorded(dispatcher: Dispatcher, media: MediaWorker, session_ids: Iterable[str]) -> None:

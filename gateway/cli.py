@@ -68,6 +68,9 @@ def _add_sessions(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     listing.add_argument("--agent")
     _add(actions, "show", "show one session and its current branch").add_argument("session_id")
     _add(actions, "delete", "delete a session and its history").add_argument("session_id")
+    export = _add(actions, "export", "print everything held of a session as JSON (docs/data.md)")
+    export.add_argument("session_id")
+    export.add_argument("--files", metavar="OUT.zip", help="also write a zip: the JSON and files")
 
 
 def _add_quarantine(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -75,6 +75,9 @@ class StoreConfig(_Section):
     # A process renews its lease every third of this; a process that stopped renewing for this
     # long is dead to the others, which then take over its running turns (docs/deployment.md).
     lease_seconds: float = Field(default=15.0, ge=1.0, le=3600.0)
+    # History, events, attachments and finished pipeline rows older than this many days are
+    # deleted once a day (docs/data.md); 0 keeps everything forever.
+    retention_days: int = Field(default=0, ge=0, le=36500)
 
     @field_validator("url")
     @classmethod

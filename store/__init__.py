@@ -40,6 +40,7 @@ from ._pipeline_types import (
     StatusIn,
 )
 from ._protocol import Store, Turn
+from ._retention import HistoryPurged
 from ._types import (
     ATTACHMENT_SOURCES,
     ATTACHMENT_STATES,
@@ -76,6 +77,7 @@ __all__ = [
     "Delivery",
     "DeliveryIn",
     "DeliveryNotFound",
+    "HistoryPurged",
     "InboxIn",
     "InboxItem",
     "InboxNotFound",

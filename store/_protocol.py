@@ -17,6 +17,7 @@ from ._pipeline_types import (
     QuarantineIn,
     QuarantineItem,
 )
+from ._retention import HistoryPurged
 from ._types import Attachment, Message, NewMessage, Role, Session, SessionEvent, SessionStatus
 
 
@@ -177,6 +178,9 @@ class Store(Protocol):
     ) -> Message: ...
 
     async def set_active_head(self, session_id: str, message_id: int) -> Session: ...
+
+    async def all_messages(self, session_id: str) -> list[Message]:
+        """Every message of the session, of every branch, in id order; SessionNotFound."""
 
     async def latest_user_text(self, session_id: str) -> str | None: ...
 
@@ -353,3 +357,10 @@ class Store(Protocol):
 
     async def purge_finished(self, older_than_seconds: float, chunk_size: int = 1000) -> int:
         """Delete done inbox rows and sent outbox rows older than the cutoff, in chunks."""
+
+    async def purge_history(
+        self, older_than_seconds: float, chunk_size: int = 1000
+    ) -> HistoryPurged:
+        """Retention: delete messages, events, attachment rows, finished inbox and outbox rows
+        and quarantine rows older than the cutoff, then sessions left empty, in chunks; never
+        a running session's rows nor a pending row (store/_retention.py has the rule)."""

@@ -20,8 +20,10 @@ from .._checks import (
 )
 from .._errors import SessionExistsError
 from .._ids import validate_session_id
+from .._retention import ORDERED_TABLES, HistoryPurged, collect_chunks, purge_ordered
 from .._types import Message, Role, Session, SessionEvent, SessionStatus
 from . import _sql_dedup as dedup
+from . import _sql_retention as retention
 from . import _sql_sessions as sql
 from ._db import Database, EventListener
 from ._turn import TurnScope
@@ -102,7 +104,8 @@ class SessionMethods:
         return await self._db.write(run)
 
     async def delete_session(self, session_id: str) -> bool:
-        """Delete a session, its messages and events; False if there was none."""
+        """Erase a session and every row that holds its messages (docs/data.md); False if
+        there was none. Dead row versions stay in the table files until VACUUM reclaims them."""
         validate_session_id(session_id)
         return await self._db.write(partial(sql.delete_session, session_id=session_id))
 
@@ -152,6 +155,11 @@ class SessionMethods:
         """The current branch (or the one ending at ``head_id``), oldest first."""
         args.check_branch(session_id, head_id)
         return await self._db.read(partial(sql.branch_of, session_id=session_id, head_id=head_id))
+
+    async def all_messages(self, session_id: str) -> list[Message]:
+        """Every message of the session, of every branch, in id order; SessionNotFound."""
+        validate_session_id(session_id)
+        return await self._db.read(partial(sql.all_messages, session_id=session_id))
 
     async def append_message(
         self,
@@ -268,3 +276,26 @@ class SessionMethods:
             return deleted
 
         return await args.in_chunks(chunk, chunk_size)
+
+    async def purge_history(
+        self, older_than_seconds: float, chunk_size: int = 1000
+    ) -> HistoryPurged:
+        """Retention: delete history older than the cutoff, chunk by chunk (store/_retention.py)."""
+        cutoff = args.finished_cutoff(older_than_seconds, chunk_size, self._now())
+        counts = {
+            table: await purge_ordered(self._ordered_chunk, table, cutoff, chunk_size)
+            for table in ORDERED_TABLES
+        }
+        files = partial(retention.attachments_chunk, cutoff=cutoff, chunk_size=chunk_size)
+        gone = await collect_chunks(partial(self._db.write, files), chunk_size)
+        empty = partial(retention.empty_sessions_chunk, cutoff=cutoff, chunk_size=chunk_size)
+        counts["sessions"] = await args.in_chunks(partial(self._db.write, empty), chunk_size)
+        return HistoryPurged(counts, tuple(gone))
+
+    async def _ordered_chunk(
+        self, table: str, cutoff: float, after: int, size: int
+    ) -> tuple[int, int, bool]:
+        run = partial(
+            retention.ordered_chunk, table=table, cutoff=cutoff, after=after, chunk_size=size
+        )
+        return await self._db.write(run)

@@ -25,6 +25,7 @@ from typing import Any
 import asyncpg
 
 from .._args import Filters
+from .._erasure import names_chat
 from .._errors import MessageNotFound, RunActive, SessionNotFound
 from .._rows import (
     EVENT_COLUMNS,
@@ -159,14 +160,26 @@ async def update_session(
 
 
 async def delete_session(conn: asyncpg.Connection, session_id: str) -> bool:
-    """Delete a session with its messages and events; False if there was none."""
-    status = await conn.execute("DELETE FROM sessions WHERE session_id = $1", session_id)
-    return _count(status) > 0
-
-
-def _count(status: str) -> int:
-    """The row count of a command status such as ``DELETE 3``."""
-    return int(status.rsplit(" ", 1)[-1])
+    """Erase a session: its row, with everything that cascades from it (messages, events,
+    attachments, inbox, outbox), and the quarantined bodies that name its chat; False if
+    there was none."""
+    row = await conn.fetchrow(
+        "DELETE FROM sessions WHERE session_id = $1 RETURNING channel, account, chat_id",
+        session_id,
+    )
+    if row is None:
+        return False
+    channel, account, chat_id = row
+    rows = await conn.fetch(
+        "SELECT id, body FROM quarantine WHERE channel = $1 AND (account IS NULL OR account = $2)"
+        " AND position($3::bytea in body) > 0",
+        channel,
+        account,
+        chat_id.encode(),
+    )
+    ids = [row[0] for row in rows if names_chat(bytes(row[1]), chat_id)]
+    await conn.execute("DELETE FROM quarantine WHERE id = ANY($1::bigint[])", ids)
+    return True
 
 
 def _where(filters: Filters, search: str | None = None) -> tuple[str, list[Any]]:
@@ -353,6 +366,15 @@ async def branch_of(
         return await select_branch(conn, session.head_id)
     await require_message(conn, session_id, head_id)
     return await select_branch(conn, head_id)
+
+
+async def all_messages(conn: asyncpg.Connection, session_id: str) -> list[Message]:
+    """Every message of the session, of every branch, in id order; SessionNotFound."""
+    await require_session(conn, session_id)
+    rows = await conn.fetch(
+        f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 ORDER BY id", session_id
+    )
+    return [to_message(row) for row in rows]
 
 
 async def latest_user_text(conn: asyncpg.Connection, session_id: str) -> str | None:

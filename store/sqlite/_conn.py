@@ -57,6 +57,9 @@ def _watch_events(touched: Touched, conn: sqlite3.Connection) -> None:
 def _configure(path: str, conn: sqlite3.Connection) -> None:
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
+    # Deleted rows are overwritten with zeros, not left in free pages: an erasure leaves no copy
+    # of a session's messages in the file (docs/data.md).
+    conn.execute("PRAGMA secure_delete = ON")
     check_version(conn)  # before WAL: a refused file is left untouched
     if path != MEMORY:
         conn.execute("PRAGMA journal_mode = WAL")

@@ -10,6 +10,7 @@ from collections.abc import Collection
 from typing import Any
 
 from .._args import Filters
+from .._erasure import names_chat
 from .._errors import MessageNotFound, RunActive, SessionNotFound
 from .._rows import (
     EVENT_COLUMNS,
@@ -82,9 +83,28 @@ def update_session(
 
 
 def delete_session(conn: sqlite3.Connection, session_id: str) -> bool:
-    """Delete a session with its messages and events; False if there was none."""
-    cursor = conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
-    return cursor.rowcount > 0
+    """Erase a session: its row, with everything that cascades from it (messages, events,
+    attachments, inbox, outbox), and the quarantined bodies that name its chat; False if
+    there was none."""
+    session = select_session(conn, session_id)
+    if session is None:
+        return False
+    conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+    rows = conn.execute(
+        "SELECT id, body FROM quarantine WHERE channel = ? AND (account IS NULL OR account = ?)"
+        " AND instr(body, ?) > 0",
+        (session.channel, session.account, session.chat_id.encode()),
+    ).fetchall()
+    ids = [(row[0],) for row in rows if names_chat(bytes(row[1]), session.chat_id)]
+    conn.executemany("DELETE FROM quarantine WHERE id = ?", ids)
+    return True
+
+
+def truncate_wal(conn: sqlite3.Connection) -> bool:
+    """Checkpoint the WAL into the database and empty it (so the pages an erasure replaced
+    are gone from it too); False when a reader kept part of it (tried again next time)."""
+    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    return not busy
 
 
 def _where(filters: Filters, search: str | None = None) -> tuple[str, list[Any]]:
@@ -266,6 +286,15 @@ def branch_of(conn: sqlite3.Connection, session_id: str, head_id: int | None) ->
         return select_branch(conn, session.head_id)
     require_message(conn, session_id, head_id)
     return select_branch(conn, head_id)
+
+
+def all_messages(conn: sqlite3.Connection, session_id: str) -> list[Message]:
+    """Every message of the session, of every branch, in id order; SessionNotFound."""
+    require_session(conn, session_id)
+    rows = conn.execute(
+        f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY id", (session_id,)
+    ).fetchall()
+    return [to_message(row) for row in rows]
 
 
 def latest_user_text(conn: sqlite3.Connection, session_id: str) -> str | None:

@@ -22,8 +22,10 @@ from .._checks import (
 from .._errors import SessionExistsError, StoreError
 from .._ids import validate_session_id
 from .._lifecycle import OpenClose
+from .._retention import ORDERED_TABLES, HistoryPurged, collect_chunks, purge_ordered
 from .._types import Message, Role, Session, SessionEvent, SessionStatus
 from . import _sql_dedup as dedup
+from . import _sql_retention as retention
 from . import _sql_sessions as sql
 from ._attachments import AttachmentMethods
 from ._conn import Connection, EventListener
@@ -139,9 +141,14 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods, OpenClose):
         return await self._db.write(run)
 
     async def delete_session(self, session_id: str) -> bool:
-        """Delete a session, its messages and events; False if there was none."""
+        """Erase a session and every row that holds its messages (docs/data.md); False if
+        there was none. Deleted content is overwritten (``secure_delete``), and the WAL is
+        emptied afterwards, so no copy of it stays in the files either."""
         validate_session_id(session_id)
-        return await self._db.write(partial(sql.delete_session, session_id=session_id))
+        deleted = await self._db.write(partial(sql.delete_session, session_id=session_id))
+        if deleted and not await self._db.call(sql.truncate_wal):
+            log.warning("after erasing a session the WAL could not be emptied (a reader held it)")
+        return deleted
 
     async def list_sessions(
         self,
@@ -246,6 +253,11 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods, OpenClose):
         )
         return await self._db.write(run)
 
+    async def all_messages(self, session_id: str) -> list[Message]:
+        """Every message of the session, of every branch, in id order; SessionNotFound."""
+        validate_session_id(session_id)
+        return await self._db.read(partial(sql.all_messages, session_id=session_id))
+
     async def latest_user_text(self, session_id: str) -> str | None:
         """The text of the newest user message on the current branch."""
         validate_session_id(session_id)
@@ -339,6 +351,29 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods, OpenClose):
             return deleted
 
         return await args.in_chunks(chunk, chunk_size)
+
+    async def purge_history(
+        self, older_than_seconds: float, chunk_size: int = 1000
+    ) -> HistoryPurged:
+        """Retention: delete history older than the cutoff, chunk by chunk (store/_retention.py)."""
+        cutoff = args.finished_cutoff(older_than_seconds, chunk_size, self._now())
+        counts = {
+            table: await purge_ordered(self._ordered_chunk, table, cutoff, chunk_size)
+            for table in ORDERED_TABLES
+        }
+        files = partial(retention.attachments_chunk, cutoff=cutoff, chunk_size=chunk_size)
+        gone = await collect_chunks(partial(self._db.write, files), chunk_size)
+        empty = partial(retention.empty_sessions_chunk, cutoff=cutoff, chunk_size=chunk_size)
+        counts["sessions"] = await args.in_chunks(partial(self._db.write, empty), chunk_size)
+        return HistoryPurged(counts, tuple(gone))
+
+    async def _ordered_chunk(
+        self, table: str, cutoff: float, after: int, size: int
+    ) -> tuple[int, int, bool]:
+        run = partial(
+            retention.ordered_chunk, table=table, cutoff=cutoff, after=after, chunk_size=size
+        )
+        return await self._db.write(run)
 
     def _now(self) -> float:
         return float(self._clock())

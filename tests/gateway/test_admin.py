@@ -27,6 +27,7 @@ ROUTES = [
     ("POST", f"/api/sessions/{SID}/handoff"),
     ("POST", f"/api/sessions/{SID}/rewind"),
     ("GET", f"/api/sessions/{SID}/events"),
+    ("GET", f"/api/sessions/{SID}/export"),
     ("GET", "/api/deadletters"),
     ("GET", "/api/quarantine"),
     ("GET", "/api/quarantine/1"),

@@ -155,3 +155,8 @@ def test_config_path_prefers_flag_then_environment_then_default() -> None:
     assert resolve_config_path("a.toml", {"GATEWAY_CONFIG": "b.toml"}) == Path("a.toml")
     assert resolve_config_path(None, {"GATEWAY_CONFIG": "b.toml"}) == Path("b.toml")
     assert resolve_config_path(None, {}) == Path("config.toml")
+
+
+def test_retention_days_default_keeps_forever_and_refuses_a_negative(tmp_path: Path) -> None:
+    assert load_settings(write(tmp_path, ""), {}).store.retention_days == 0
+    assert error_of(tmp_path, "[store]\nretention_days = -1\n").key == "store.retention_days"
