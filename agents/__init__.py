@@ -13,6 +13,7 @@ from ._errors import (
 from ._loader import build_registry
 from ._loop import Reply
 from ._model import ImagePart, ModelBackend, ModelMessage, ModelResponse, ToolCall, ToolSpec
+from ._observer import NO_OBSERVER, ModelOutcome, TurnObserver
 from ._openai import OpenAIModel
 from ._pruning import ChatMessage, prune_to_turns
 from ._registry import Registry
@@ -22,6 +23,9 @@ from ._runner import Runner, TurnResult, UserInput
 from ._tools import Tool, ToolContext, ToolResult, tool
 
 __all__ = [
+    "NO_OBSERVER",
+    "ModelOutcome",
+    "TurnObserver",
     "ImagePart",
     "Agent",
     "AgentConfig",

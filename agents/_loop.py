@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -14,6 +16,7 @@ from ._agent import Agent, handoff_target
 from ._context import StoredMessage, assistant_data, build_context, tool_data, with_images
 from ._errors import StepLimitExceeded
 from ._model import ImagePart, ModelResponse, ToolCall
+from ._observer import NO_OBSERVER, ModelOutcome, TurnObserver
 from ._registry import Registry
 from ._tools import ToolContext, ToolResult
 
@@ -49,14 +52,16 @@ class TurnLoop:
         agent: Agent,
         images: tuple[ImagePart, ...] = (),
         inbox_ids: Sequence[int] = (),
+        observer: TurnObserver = NO_OBSERVER,
     ) -> None:
         self.turn = turn
+        self.observer = observer
         self.images = images
         self.registry = registry
         self.limits = limits
         self.agent = agent
         self.replies: list[Reply] = []
-        self.handoffs = 0
+        self.handoffs: list[tuple[str, str]] = []  # (from, to): reported once the turn commits
         self.inbox_ids = tuple(inbox_ids)
         self.turn_key = turn_key(turn.session, self.inbox_ids)
         self.tool_runs: dict[str, int] = {}  # calls of each tool that reached it, this turn
@@ -78,7 +83,22 @@ class TurnLoop:
             build_context(self.agent, history, self.limits.max_turns), self.images
         )
         model = self.registry.model_for(self.agent)
-        return await model.complete(context, self.registry.tool_specs(self.agent))
+        return await self._timed(model.complete(context, self.registry.tool_specs(self.agent)))
+
+    async def _timed(self, call: Awaitable[ModelResponse]) -> ModelResponse:
+        """Await a model call and tell the observer how long it took and how it ended."""
+        started = time.perf_counter()
+        outcome: ModelOutcome = "error"
+        try:
+            response = await call
+            outcome = "ok"
+            return response
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            name = self.registry.model_name(self.agent)
+            self.observer.model_call(name, time.perf_counter() - started, outcome)
 
     def _record(self, response: ModelResponse) -> None:
         if not (response.text or response.tool_calls):
@@ -126,12 +146,12 @@ class TurnLoop:
     def _handoff(self, name: str, *, taken: bool) -> tuple[ToolResult, Agent | None]:
         if taken:
             return ToolResult.error("one handoff per answer; this one was ignored"), None
-        if self.handoffs >= self.limits.max_handoffs:
+        if len(self.handoffs) >= self.limits.max_handoffs:
             return ToolResult.error("no more handoffs in this turn; answer the user"), None
         return ToolResult(f"Transferred to {name}."), self.registry.get(name)
 
     def _switch(self, target: Agent) -> None:
-        self.handoffs += 1
+        self.handoffs.append((self.agent.name, target.name))
         logger.info(
             "session %s: handoff %s -> %s",
             self.turn.session.session_id,

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._agent import Agent, handoff_spec
-from ._config import AGENT_NAME, check_agent_names
+from ._config import AGENT_NAME, RULES, check_agent_names
 from ._errors import AgentConfigError
 from ._model import ModelBackend, ToolSpec
 from ._rules import RulesModel
@@ -47,6 +47,15 @@ class Registry:
         if agent.model is None:
             raise AgentConfigError(agent.name, "has no model")
         return agent.model
+
+    def model_name(self, agent: Agent) -> str:
+        """The name of ``agent``'s backend as configured: a ``[agents.models]`` name, ``rules``,
+        or the class of a backend object given in Python (names from config only: bounded)."""
+        if isinstance(agent.model, str):
+            return agent.model
+        if isinstance(agent.model, RulesModel):
+            return RULES
+        return type(agent.model).__name__
 
     def tool_specs(self, agent: Agent) -> list[ToolSpec]:
         """The agent's tools, then one ``transfer_to_<name>`` tool per handoff target."""

@@ -13,6 +13,7 @@ from ._config import AgentsConfig
 from ._errors import TurnCancelled, TurnTimeout
 from ._loop import Limits, Reply, TurnLoop
 from ._model import ImagePart
+from ._observer import NO_OBSERVER, TurnObserver
 from ._registry import Registry
 from ._resolver import resolve_agent
 
@@ -58,6 +59,7 @@ class Runner:
         max_steps: int = 8,
         max_handoffs: int = 3,
         turn_timeout: float | None = 60.0,
+        observer: TurnObserver = NO_OBSERVER,
     ) -> None:
         if max_turns <= 0:
             raise ValueError(f"max_turns must be > 0, got {max_turns}")
@@ -65,9 +67,16 @@ class Runner:
         self._registry = registry
         self._limits = Limits(max_turns, max_steps, max_handoffs)
         self._turn_timeout = turn_timeout
+        self._observer = observer
 
     @classmethod
-    def from_config(cls, store: Store, registry: Registry, config: AgentsConfig) -> Runner:
+    def from_config(
+        cls,
+        store: Store,
+        registry: Registry,
+        config: AgentsConfig,
+        observer: TurnObserver = NO_OBSERVER,
+    ) -> Runner:
         """A runner with the limits of ``[agents]``."""
         return cls(
             store,
@@ -76,6 +85,7 @@ class Runner:
             max_steps=config.max_steps,
             max_handoffs=config.max_handoffs,
             turn_timeout=config.turn_timeout,
+            observer=observer,
         )
 
     async def run_turn(
@@ -100,27 +110,35 @@ class Runner:
         the same when the turn runs again (a retry, a re-run after a crash).
         """
         cancelled = False
+        handoffs: list[tuple[str, str]] = []
         # The model sees at most max_turns whole turns (this one included): load no more.
         recent = self._limits.max_turns
         async with self._store.turn(session_id, recent_turns=recent, inbox_ids=inbox_ids) as turn:
             before = turn.session.active_agent
             try:
                 work = self._work(turn, inbound, inbox_ids)
-                replies = await self._guarded(session_id, work, cancel)
+                replies, handoffs = await self._guarded(session_id, work, cancel)
             except TurnCancelled:
                 _keep_only_the_message(turn, inbound)
                 replies, cancelled = [], True
             if before_commit is not None:
                 before_commit(turn, replies)
             after = turn.active_agent
+        for source, target in handoffs:  # committed: a rolled-back handoff never happened
+            self._observer.handoff(source, target)
         ids = tuple(message.id for message in turn.committed)
         return TurnResult(session_id, tuple(replies), before, after, ids, cancelled)
 
-    async def _work(self, turn: Turn, inbound: UserInput, inbox_ids: Sequence[int]) -> list[Reply]:
+    async def _work(
+        self, turn: Turn, inbound: UserInput, inbox_ids: Sequence[int]
+    ) -> tuple[list[Reply], list[tuple[str, str]]]:
+        """The agents' answers, and the handoffs made on the way as (from, to)."""
         agent = resolve_agent(turn, self._registry)
         turn.append(NewMessage("user", inbound.text, data=dict(inbound.data)))
-        loop = TurnLoop(turn, self._registry, self._limits, agent, inbound.images, inbox_ids)
-        return await loop.run()
+        loop = TurnLoop(
+            turn, self._registry, self._limits, agent, inbound.images, inbox_ids, self._observer
+        )
+        return await loop.run(), loop.handoffs
 
     async def _guarded(
         self, session_id: str, work: Coroutine[Any, Any, T], cancel: asyncio.Event | None

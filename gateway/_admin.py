@@ -66,8 +66,9 @@ from ._api_models import (
 from ._convert import payload, reply_target, text_message
 from ._export import ExportQuery, SessionExport, build_export, write_zip
 from ._http import UNSUPPORTED_ENCODING, body_encoding, encoding_message
-from ._keys import AGENT_NAMES, AGENTS, SENDER_WAKE, SETTINGS, STORE, AgentInfo
+from ._keys import AGENT_NAMES, AGENTS, METRICS, SENDER_WAKE, SETTINGS, STORE, AgentInfo
 from ._media.files import erase_session
+from ._metrics import HANDOFFS
 from ._openapi import openapi_json
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -386,6 +387,8 @@ async def handoff(request: web.Request) -> web.Response:
         raise _run_active(sid) from None
     except SessionNotFound:
         raise _unknown_session(sid) from None
+    metrics = request.app[METRICS]
+    metrics.inc(HANDOFFS, from_agent=session.active_agent, to_agent=body.agent, reason=OPERATOR)
     return respond(_session(updated))
 
 
@@ -478,6 +481,7 @@ async def agent_names_ctx(app: web.Application) -> AsyncIterator[None]:
     registry = build_registry(app[SETTINGS].agents)
     try:
         app[AGENT_NAMES] = frozenset(registry.names)
+        app[METRICS].allow_agents(registry.names)  # the only agent names /metrics labels with
         declared = [registry.get(name) for name in registry.names]
         app[AGENTS] = tuple(
             AgentInfo(agent.name, agent.kind, agent.description) for agent in declared if agent

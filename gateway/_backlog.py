@@ -29,8 +29,6 @@ from ._wait import wait_event
 log = logging.getLogger("gateway.backlog")
 
 SYNC_SECONDS = 1.0  # how often the count is read from the store
-GAUGE = "gateway_backlog"
-GAUGE_HELP = "Messages acknowledged and not yet answered (stored deliveries, pending inbox rows)."
 
 
 class Backlog:
@@ -101,7 +99,3 @@ class Backlog:
                 self._failing = True
             else:
                 self._failing = False
-
-    def render(self) -> str:
-        """The gauge, in the Prometheus text format."""
-        return f"# HELP {GAUGE} {GAUGE_HELP}\n# TYPE {GAUGE} gauge\n{GAUGE} {self.count}\n"

@@ -36,14 +36,14 @@ from store import (
 from . import _convert as convert
 from . import _log_context as log_context
 from ._media.wait import MediaWait, StoredFiles
-from ._metrics import Metrics
+from ._metrics import HANDOFFS, STORE_ERRORS, TURN_SECONDS, TURNS, Metrics
 from ._typing import Typing
 from ._wait import wait_event
 from .config import DispatcherConfig
 
 log = logging.getLogger("gateway.dispatcher")
 
-TURNS = "gateway_turns_total"
+DEAD_LETTER = "dead_letter"  # the reason of the handoff after max_attempts
 BUSY_RETRY_SECONDS = 0.5  # a session whose turn runs elsewhere is tried again this soon
 BUSY_WARN_SECONDS = 30.0  # a session refused this long is logged (and again each such period)
 PENDING_PAGE = 100  # pending rows read per turn
@@ -133,6 +133,7 @@ class Dispatcher:
             try:
                 await self.poll()
             except StoreError as exc:
+                self._metrics.inc(STORE_ERRORS, component="dispatcher")
                 log.warning("dispatcher poll failed: %s", exc)
 
     def cancel_turn(self, session_id: str) -> bool:
@@ -231,6 +232,7 @@ class Dispatcher:
         """Run one turn of ``batch``; None once it committed, else seconds until a new look."""
         typing = self._typing(batch[-1])
         cancel = self._cancels[sid] = asyncio.Event()
+        started = time.perf_counter()
         self.running_turns += 1
         try:
             typing.start()
@@ -268,6 +270,9 @@ class Dispatcher:
             self._cancels.pop(sid, None)
             await typing.aclose()  # before the sender may send the reply
         self._ended("cancelled_by_user" if result.cancelled else "committed")
+        self._metrics.observe(
+            TURN_SECONDS, time.perf_counter() - started, agent=result.agent_before
+        )
         self._busy.pop(sid, None)
         self._on_outbox()
         return None
@@ -322,6 +327,7 @@ class Dispatcher:
                 await self._dead_letter(sid)
         except StoreError as store_exc:
             # The rows stay pending and the lane tries again; the attempt is not counted.
+            self._metrics.inc(STORE_ERRORS, component="dispatcher")
             log.error("could not record the failed turn of %s: %s", sid, store_exc)
 
     async def _dead_letter(self, sid: str) -> None:
@@ -343,7 +349,10 @@ class Dispatcher:
             self._on_outbox()
         target = self._handoff
         if target and session.active_agent != target:
-            await self._store.set_agent(sid, target, reason="dead_letter")
+            await self._store.set_agent(sid, target, reason=DEAD_LETTER)
+            self._metrics.inc(
+                HANDOFFS, from_agent=session.active_agent, to_agent=target, reason=DEAD_LETTER
+            )
 
 
 def _log_turn_end(outcome: str | None, seconds: float) -> None:

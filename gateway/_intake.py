@@ -35,14 +35,12 @@ from store import (
 )
 
 from ._media.files import clean_name
-from ._metrics import Metrics
+from ._metrics import IGNORED, QUARANTINED, STORE_ERRORS, Metrics
 from ._wait import wait_event
 
 log = logging.getLogger("gateway.intake")
 MEDIA_CHANNELS = frozenset(ATTACHMENT_SOURCES) - {"upload"}
 
-IGNORED = "gateway_updates_ignored_total"
-QUARANTINED = "gateway_webhooks_quarantined_total"
 MAX_ERROR = 300
 
 
@@ -129,6 +127,7 @@ class Intake:
             try:
                 done = await self.step()
             except StoreError as exc:
+                self._metrics.inc(STORE_ERRORS, component="intake")
                 log.warning("intake pass failed: %s", exc)
                 done = 0
             if done < self._batch:

@@ -14,6 +14,7 @@ from store import Store
 from ._backlog import Backlog
 from ._dispatcher import Dispatcher
 from ._metrics import Metrics
+from ._store_gauges import StoreGauges
 from ._web.feed import EventFeed
 from ._writer import GroupCommitWriter
 from .config import Settings
@@ -31,6 +32,7 @@ class AgentInfo:
 SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", Store)
 METRICS = web.AppKey("metrics", Metrics)
+STORE_GAUGES = web.AppKey("store_gauges", StoreGauges)  # /metrics' gauges read from the store
 STOPPING = web.AppKey("stopping", asyncio.Event)
 # Wake-ups between the pipeline's tasks. Each task also polls now and then, so a missed
 # wake-up (or a row written by another process, e.g. `gateway quarantine replay`) only delays.

@@ -15,7 +15,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from agents import Registry, Runner, build_registry
+from agents import ModelOutcome, Registry, Runner, build_registry
 from channels import ChannelAdapter
 from store import Store
 
@@ -34,7 +34,7 @@ from ._keys import (
 )
 from ._media.fetch import FetchPolicy
 from ._media.worker import MediaWorker
-from ._metrics import Metrics
+from ._metrics import HANDOFFS, MODEL_SECONDS, TURNS_IN_FLIGHT, Metrics
 from ._purge import DAY, Purger, Retention
 from ._sender import Sender
 from .config import Settings
@@ -91,6 +91,19 @@ class Pipeline:
         self.tasks.append(task)
 
 
+@dataclass(frozen=True, slots=True)
+class TurnMetrics:
+    """The runner's observer: model calls and a model's handoffs, in /metrics."""
+
+    metrics: Metrics
+
+    def model_call(self, model: str, seconds: float, outcome: ModelOutcome) -> None:
+        self.metrics.observe(MODEL_SECONDS, seconds, model=model, outcome=outcome)
+
+    def handoff(self, source: str, target: str) -> None:
+        self.metrics.inc(HANDOFFS, from_agent=source, to_agent=target, reason="handoff")
+
+
 def _log_crash(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("pipeline task %s stopped", task.get_name(), exc_info=task.exception())
@@ -125,9 +138,10 @@ def build_pipeline(
         wait_seconds=settings.media.download_wait_seconds,
         metrics=metrics,
     )
+    metrics.allow_agents(registry.names)
     dispatcher = Dispatcher(
         store,
-        Runner.from_config(store, registry, settings.agents),
+        Runner.from_config(store, registry, settings.agents, TurnMetrics(metrics)),
         settings.dispatcher,
         metrics=metrics,
         adapters=adapters,
@@ -149,6 +163,7 @@ def build_pipeline(
         keep_seconds=keep,
         retention=_retention(settings),
     )
+    metrics.set_function(TURNS_IN_FLIGHT, lambda: dispatcher.running_turns)
     return Pipeline(intake, dispatcher, sender, purger, media, intake_wake)
 
 

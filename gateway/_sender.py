@@ -24,13 +24,14 @@ from channels import (
     OutboundMessage,
     RetryableSendError,
     SendError,
+    SendResult,
     UncertainDelivery,
 )
 from store import OutboxItem, Store, StoreError
 
 from . import _convert as convert
 from . import _log_context as log_context
-from ._metrics import Metrics
+from ._metrics import OUTBOX, RATE_LIMIT_WAITS, SEND_SECONDS, STORE_ERRORS, Metrics
 from ._ratelimit import RateLimiter
 from ._wait import wait_event
 from .config import SenderConfig
@@ -41,7 +42,6 @@ log = logging.getLogger("gateway.sender")
 # process that died ends with its lease (docs/deployment.md).
 CLAIM_SECONDS = 120.0
 
-OUTBOX = "gateway_outbox_total"
 MAX_BATCH = 1000  # the store's largest page
 ChatKey = tuple[str, str, str]  # channel, account, chat_id
 Clock = Callable[[], float]
@@ -99,6 +99,7 @@ class Sender:
         self._busy: set[ChatKey] = set()  # chats with a send in flight
         self._held: dict[ChatKey, float] = {}  # chats whose earlier reply waits for a retry
         self._paused: dict[tuple[str, str], float] = {}  # accounts with bad credentials
+        self._rate_waited: set[int] = set()  # rows already counted as waiting for a rate limit
         self._stopping = False
 
     # the loop
@@ -110,6 +111,7 @@ class Sender:
             try:
                 next_at = await self.step()
             except StoreError as exc:
+                self._metrics.inc(STORE_ERRORS, component="sender")
                 log.warning("sender pass failed: %s", exc)
                 next_at = None
             pause = poll_seconds if next_at is None else next_at - self._clock()
@@ -149,6 +151,7 @@ class Sender:
         now = self._clock()
         self._forget_past(now)
         rows, later = await self._store.outbox_schedule(now, self._limit)
+        self._rate_waited.intersection_update(row.id for row in rows)
         seen: set[ChatKey] = set()
         started = 0
         next_at: float | None = None
@@ -163,6 +166,7 @@ class Sender:
             ready = self._ready_at(key, now)
             if ready > now:
                 next_at = ready if next_at is None else min(next_at, ready)
+                self._count_rate_wait(row, key)
                 continue
             self.limiter.take(*key)
             self._start(row, key)
@@ -187,6 +191,12 @@ class Sender:
         paused = self._paused.get(key[:2], 0.0)
         held = self._held.get(key, 0.0)
         return max(paused, held, now + self.limiter.wait(*key))
+
+    def _count_rate_wait(self, row: OutboxItem, key: ChatKey) -> None:
+        """Count a row held back by the rate limits (not by a retry or a pause), once."""
+        if row.id not in self._rate_waited and self.limiter.wait(*key) > 0:
+            self._rate_waited.add(row.id)
+            self._metrics.inc(RATE_LIMIT_WAITS, channel=row.channel)
 
     def _start(self, row: OutboxItem, key: ChatKey) -> None:
         self._busy.add(key)
@@ -218,6 +228,7 @@ class Sender:
             await self._deliver(row)
         except StoreError as exc:
             # The row stays as it was: pending rows are tried again (and may then go twice).
+            self._metrics.inc(STORE_ERRORS, component="sender")
             log.error("could not record the outcome of outbox row %d: %s", row.id, exc)
         except Exception:
             log.exception("outbox row %d: unexpected error", row.id)
@@ -235,7 +246,7 @@ class Sender:
             )
             return
         try:
-            result = await adapter.send(message)
+            result = await self._timed_send(adapter, message, row.channel)
         except SendError as exc:
             if exc.sent_ids:  # the first parts of a split reply went out: never send them again
                 await self._store.outbox_progress(
@@ -247,6 +258,15 @@ class Sender:
             return
         await self._store.outbox_sent(row.id, [*row.platform_ids, *result.message_ids])
         self._metrics.inc(OUTBOX, outcome="sent", channel=row.channel)
+
+    async def _timed_send(
+        self, adapter: ChannelAdapter, message: OutboundMessage, channel: str
+    ) -> SendResult:
+        started = time.perf_counter()
+        try:
+            return await adapter.send(message)
+        finally:
+            self._metrics.observe(SEND_SECONDS, time.perf_counter() - started, channel=channel)
 
     async def _send_error(self, row: OutboxItem, exc: SendError) -> None:
         if isinstance(exc, RetryableSendError):

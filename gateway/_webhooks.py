@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
@@ -32,19 +33,24 @@ from ._http import (
     ok,
 )
 from ._keys import ADAPTERS, BACKLOG, METRICS, SETTINGS, WRITER
-from ._metrics import Metrics
+from ._metrics import (
+    ACCEPTED,
+    ACK_SECONDS,
+    DUPLICATE,
+    IGNORED,
+    QUARANTINED,
+    RECEIVED,
+    REJECTED,
+    STORE_ERRORS,
+    Metrics,
+)
 from ._writer import GroupCommitWriter, Item
 
 log = logging.getLogger("gateway.webhooks")
 
 READS = web.AppKey("webhook_reads", ReadSlots)  # server.max_concurrent_reads
 
-RECEIVED = "gateway_webhooks_received_total"
-ACCEPTED = "gateway_webhooks_accepted_total"
-DUPLICATE = "gateway_webhooks_duplicate_total"
-REJECTED = "gateway_webhooks_rejected_total"
-QUARANTINED = "gateway_webhooks_quarantined_total"
-IGNORED = "gateway_updates_ignored_total"
+NO_KEYS = "none"  # the ignored-update type of a delivery with nothing to record
 
 
 class Refused(Exception):
@@ -159,13 +165,16 @@ def check_backlog(backlog: Backlog) -> None:
         raise Refused(503, "backlog_full", message)
 
 
-async def record(writer: GroupCommitWriter, backlog: Backlog, item: Item) -> IngestResult:
+async def record(
+    writer: GroupCommitWriter, backlog: Backlog, item: Item, metrics: Metrics
+) -> IngestResult:
     """Submit to the group-commit writer, counted in the backlog; any failure is a 503."""
     backlog.submitted()
     result: IngestResult | None = None
     try:
         result = await writer.submit(item)
     except Exception as exc:  # whatever the store raised: the platform must retry
+        metrics.inc(STORE_ERRORS, component="webhook")
         log.error("%s delivery not recorded: %s", item.channel, type(exc).__name__)
         raise Refused(503, "store_unavailable", "the delivery could not be recorded") from None
     finally:
@@ -185,6 +194,7 @@ async def ingest(
 async def _ingest(
     request: web.Request, channel: str, account: str | None, limit: int
 ) -> web.Response:
+    started = time.perf_counter()
     app = request.app
     metrics = app[METRICS]
     metrics.inc(RECEIVED, channel=channel)
@@ -196,14 +206,14 @@ async def _ingest(
         check_backlog(app[BACKLOG])  # before any parsing: under overload a refusal is cheap
         item = to_item(adapter, body, account)
         if item is None:
-            metrics.inc(IGNORED, channel=channel)
-            return ok()
-        result = await record(app[WRITER], app[BACKLOG], item)
+            metrics.inc(IGNORED, channel=channel, type=NO_KEYS)
+        else:
+            _count(metrics, channel, item, await record(app[WRITER], app[BACKLOG], item, metrics))
     except Refused as exc:
         metrics.inc(REJECTED, channel=channel, reason=exc.code)
         log.info("%s webhook refused: %s %s", channel, exc.status, exc.code)
         return exc.response()
-    _count(metrics, channel, item, result)
+    metrics.observe(ACK_SECONDS, time.perf_counter() - started, channel=channel)
     return ok()
 
 

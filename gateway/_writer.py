@@ -36,11 +36,13 @@ class GroupCommitWriter:
         window: float,
         max_batch: int,
         on_delivery: Callable[[], None] = lambda: None,
+        on_commit: Callable[[int], None] = lambda size: None,
     ) -> None:
         self._store = store
         self._window = window
         self._max_batch = max_batch
         self._on_delivery = on_delivery
+        self._on_commit = on_commit  # told each committed batch's size (/metrics)
         self._queue: list[_Waiting] = []
         self._ready = asyncio.Event()  # something is queued (or we are closing)
         self._full = asyncio.Event()  # max_batch items are queued
@@ -124,6 +126,7 @@ class GroupCommitWriter:
             raise
         self.batches += 1
         self.items += len(batch)
+        self._on_commit(len(batch))
         for (_, future), result in zip(batch, results, strict=True):
             if not future.done():
                 future.set_result(result)

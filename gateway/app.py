@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from aiohttp import WSCloseCode, web
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
 
 from channels import ADAPTERS, AdapterFactory
 from store import open_store
@@ -18,6 +19,7 @@ from ._backlog import Backlog
 from ._channels_ctx import channels_ctx
 from ._console import add_console_routes
 from ._http import unmatched
+from ._keys import ADAPTERS as CHANNEL_ADAPTERS
 from ._keys import (
     BACKLOG,
     FACTORIES,
@@ -30,12 +32,15 @@ from ._keys import (
     SOCKETS,
     STOPPING,
     STORE,
+    STORE_GAUGES,
     WRITER,
 )
 from ._lease import Lease
-from ._metrics import Metrics
+from ._metrics import BACKLOG as BACKLOG_GAUGE
+from ._metrics import BATCH_SIZE, Metrics
 from ._pipeline import pipeline_ctx
 from ._sandbox import add_sandbox_routes, sandbox_warnings
+from ._store_gauges import StoreGauges
 from ._web.attachments import add_attachment_routes
 from ._web.feed import EventFeed
 from ._web.ws import add_ws_route
@@ -74,15 +79,30 @@ async def _backlog_ctx(app: web.Application) -> AsyncIterator[None]:
     await backlog.sync()  # what an earlier run left counts before the first request
     backlog.start()
     app[BACKLOG] = backlog
+    app[METRICS].set_function(BACKLOG_GAUGE, lambda: backlog.count)
     yield
     await backlog.aclose()
 
 
+async def _gauges_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The gauges /metrics reads from the store (after the channels: they label the outbox)."""
+    channels = app[CHANNEL_ADAPTERS].keys()
+    gauges = StoreGauges(app[STORE], app[METRICS], channels)
+    app[METRICS].register(gauges)
+    app[STORE_GAUGES] = gauges
+    yield
+    await gauges.aclose()
+
+
 async def _writer_ctx(app: web.Application) -> AsyncIterator[None]:
     ingest = app[SETTINGS].ingest
-    wake = app[INTAKE_WAKE]
+    wake, metrics = app[INTAKE_WAKE], app[METRICS]
     writer = GroupCommitWriter(
-        app[STORE], window=ingest.window_ms / 1000, max_batch=ingest.max_batch, on_delivery=wake.set
+        app[STORE],
+        window=ingest.window_ms / 1000,
+        max_batch=ingest.max_batch,
+        on_delivery=wake.set,
+        on_commit=lambda size: metrics.observe(BATCH_SIZE, size),
     )
     writer.start()
     app[WRITER] = writer
@@ -126,8 +146,10 @@ def _not_ready(code: str, message: str, **detail: object) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    text = request.app[METRICS].render() + request.app[BACKLOG].render()
-    return web.Response(text=text, content_type="text/plain")
+    """GET /metrics: every series of this process, in the Prometheus text format 0.0.4."""
+    await request.app[STORE_GAUGES].refresh()  # bounded wait; cached between scrapes
+    body = request.app[METRICS].render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_PLAIN_0_0_4})
 
 
 def sandbox_banner(settings: Settings) -> str:
@@ -183,7 +205,7 @@ def build_app(
     app[SOCKETS] = set()
     app.on_shutdown.append(_close_sockets)
     # Torn down in reverse: the pipeline's tasks, then the writer (flushes), adapters, store.
-    app.cleanup_ctx.extend([_store_ctx, _backlog_ctx, channels_ctx, _writer_ctx])
+    app.cleanup_ctx.extend([_store_ctx, _backlog_ctx, channels_ctx, _gauges_ctx, _writer_ctx])
     if not ingest_only:
         app.cleanup_ctx.append(pipeline_ctx)  # intake, dispatcher, sender, purge
     add_webhook_routes(app)

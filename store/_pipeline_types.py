@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -168,3 +169,32 @@ class QuarantineItem:
     reason: str
     received_at: datetime
     replayed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineCounts:
+    """Rows that make the gateway's gauges: what waits, what is stuck, what runs.
+
+    ``inbox`` by state (pending, dead), ``outbox`` by (channel, state) (pending, dead),
+    ``sessions`` by status (running, interrupted; idle is left out: counting it reads every
+    session). A key with no row is absent.
+    """
+
+    inbox: Mapping[str, int] = field(default_factory=dict)
+    outbox: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    sessions: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[str, str, str, int]]) -> PipelineCounts:
+        """From ``(table, channel, state, count)`` rows, as the backends' one query gives them."""
+        inbox: dict[str, int] = {}
+        outbox: dict[tuple[str, str], int] = {}
+        sessions: dict[str, int] = {}
+        for table, channel, state, count in rows:
+            if table == "inbox":
+                inbox[state] = int(count)
+            elif table == "outbox":
+                outbox[(channel, state)] = int(count)
+            else:
+                sessions[state] = int(count)
+        return cls(inbox, outbox, sessions)

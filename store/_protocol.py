@@ -14,6 +14,7 @@ from ._pipeline_types import (
     OutboxIn,
     OutboxItem,
     ParsedDelivery,
+    PipelineCounts,
     QuarantineIn,
     QuarantineItem,
 )
@@ -293,6 +294,10 @@ class Store(Protocol):
 
         One cheap read (an index range for the inbox); the gateway polls it about once a second.
         """
+
+    async def pipeline_counts(self) -> PipelineCounts:
+        """Pending and dead inbox rows, pending and dead outbox rows by channel, running and
+        interrupted sessions: one statement, index ranges only (the /metrics gauges)."""
 
     async def fail_inbox(
         self, ids: Sequence[int], error: str, *, next_attempt_at: float, dead: bool

@@ -31,6 +31,7 @@ from .._pipeline_types import (
     OutboxIn,
     OutboxItem,
     ParsedDelivery,
+    PipelineCounts,
     QuarantineIn,
     QuarantineItem,
 )
@@ -126,6 +127,10 @@ class PipelineMethods:
     async def backlog_count(self) -> int:
         """Stored deliveries plus pending inbox rows, in one read snapshot."""
         return await self._db.query(_backlog_count)
+
+    async def pipeline_counts(self) -> PipelineCounts:
+        """Pending and dead inbox and outbox rows, running and interrupted sessions."""
+        return await self._db.query(_pipeline_counts)
 
     async def fail_inbox(
         self, ids: Sequence[int], error: str, *, next_attempt_at: float, dead: bool
@@ -274,3 +279,20 @@ async def _backlog_count(conn: asyncpg.Connection) -> int:
         " + (SELECT count(*) FROM inbox WHERE state = 'pending')"
     )
     return int(count)
+
+
+# Index ranges only: inbox_due and outbox_due lead with the state, sessions_status with the
+# status. Idle sessions are left out on purpose: counting them would read every session.
+PIPELINE_COUNTS = (
+    "SELECT 'inbox', '', state, count(*) FROM inbox"
+    " WHERE state IN ('pending', 'dead') GROUP BY state"
+    " UNION ALL SELECT 'outbox', channel, state, count(*) FROM outbox"
+    " WHERE state IN ('pending', 'dead') GROUP BY channel, state"
+    " UNION ALL SELECT 'sessions', '', status, count(*) FROM sessions"
+    " WHERE status IN ('running', 'interrupted') GROUP BY status"
+)
+
+
+async def _pipeline_counts(conn: asyncpg.Connection) -> PipelineCounts:
+    rows = await conn.fetch(PIPELINE_COUNTS)
+    return PipelineCounts.from_rows(tuple(row) for row in rows)

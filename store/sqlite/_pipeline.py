@@ -29,6 +29,7 @@ from .._pipeline_types import (
     OutboxIn,
     OutboxItem,
     ParsedDelivery,
+    PipelineCounts,
     QuarantineIn,
     QuarantineItem,
 )
@@ -121,6 +122,10 @@ class PipelineMethods:
     async def backlog_count(self) -> int:
         """Stored deliveries plus pending inbox rows, in one read snapshot."""
         return await self._db.read(_backlog_count)
+
+    async def pipeline_counts(self) -> PipelineCounts:
+        """Pending and dead inbox and outbox rows, running and interrupted sessions."""
+        return await self._db.read(_pipeline_counts)
 
     async def fail_inbox(
         self, ids: Sequence[int], error: str, *, next_attempt_at: float, dead: bool
@@ -272,3 +277,19 @@ def _backlog_count(conn: sqlite3.Connection) -> int:
         " + (SELECT count(*) FROM inbox WHERE state = 'pending')"
     ).fetchone()
     return int(count)
+
+
+# Index ranges only: inbox_due and outbox_due lead with the state, sessions_status with the
+# status. Idle sessions are left out on purpose: counting them would read every session.
+PIPELINE_COUNTS = (
+    "SELECT 'inbox', '', state, count(*) FROM inbox"
+    " WHERE state IN ('pending', 'dead') GROUP BY state"
+    " UNION ALL SELECT 'outbox', channel, state, count(*) FROM outbox"
+    " WHERE state IN ('pending', 'dead') GROUP BY channel, state"
+    " UNION ALL SELECT 'sessions', '', status, count(*) FROM sessions"
+    " WHERE status IN ('running', 'interrupted') GROUP BY status"
+)
+
+
+def _pipeline_counts(conn: sqlite3.Connection) -> PipelineCounts:
+    return PipelineCounts.from_rows(conn.execute(PIPELINE_COUNTS).fetchall())

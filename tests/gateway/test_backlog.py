@@ -122,7 +122,7 @@ async def test_deliveries_at_backlog_refuse_get_503_and_store_nothing(
     status, body = await readyz(client)
     assert (status, body["error"]["code"], body["error"]["backlog"]) == (503, "backlog", 3)
     text = await (await client.get("/metrics")).text()
-    assert "# TYPE gateway_backlog gauge\ngateway_backlog 3\n" in text
+    assert "# TYPE gateway_backlog gauge\ngateway_backlog 3.0\n" in text
 
     # Deleting the rows stands in for the intake and the turns: once the count drops, they flow.
     _delete_deliveries(db)
