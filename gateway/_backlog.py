@@ -14,6 +14,10 @@ replaces the estimate, so an error can never outlive one interval (it cannot dri
 estimate errs high: a delivery committed just as a read began may be counted twice, until the
 next read. Deliveries waiting for their commit (``in_flight``) count toward the refuse bound too,
 which bounds the group-commit writer's queue by ``backlog_refuse``.
+
+The store can also answer reads and refuse writes (locked by another process past the busy
+timeout, read-only, the disk full): a delivery it could not record sets ``writes_failing``,
+and /readyz then answers 503 until a write succeeds again (a delivery, or its own probe).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class Backlog:
         self._accepted = 0  # deliveries this process stored, ever
         self._base = 0  # ``_accepted`` when the last read began
         self.in_flight = 0  # deliveries submitted to the writer, not committed yet
+        self.writes_failing = False  # the last delivery could not be recorded
         self._failing = False
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -64,9 +69,11 @@ class Backlog:
         """A delivery goes to the writer (call ``settled`` once it has an answer)."""
         self.in_flight += 1
 
-    def settled(self, *, stored: bool) -> None:
-        """The writer answered; ``stored``: a delivery row was written."""
+    def settled(self, *, stored: bool, failed: bool = False) -> None:
+        """The writer answered; ``stored``: a delivery row was written; ``failed``: the store
+        refused the write (``writes_failing`` until a write succeeds)."""
         self.in_flight -= 1
+        self.writes_failing = failed
         if stored:
             self._accepted += 1
 

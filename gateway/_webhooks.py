@@ -171,14 +171,17 @@ async def record(
     """Submit to the group-commit writer, counted in the backlog; any failure is a 503."""
     backlog.submitted()
     result: IngestResult | None = None
+    failed = False
     try:
         result = await writer.submit(item)
     except Exception as exc:  # whatever the store raised: the platform must retry
         metrics.inc(STORE_ERRORS, component="webhook")
+        failed = True
         log.error("%s delivery not recorded: %s", item.channel, type(exc).__name__)
         raise Refused(503, "store_unavailable", "the delivery could not be recorded") from None
     finally:
-        backlog.settled(stored=result is not None and result.delivery_id is not None)
+        stored = result is not None and result.delivery_id is not None
+        backlog.settled(stored=stored, failed=failed)
     return result
 
 

@@ -50,6 +50,8 @@ from .config import Settings
 
 log = logging.getLogger("gateway")
 
+PROBE_SECONDS = 1.0  # /readyz's write probe (after a refused delivery); longer is "not ready"
+
 
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
@@ -125,12 +127,11 @@ async def readyz(request: web.Request) -> web.Response:
     backlog = request.app[BACKLOG]
     try:
         count = await backlog.sync()  # a read of the store: also proves that it answers
+        if backlog.writes_failing:  # reads may work while writes fail: is it over?
+            await _probe_write(request.app)
     except Exception as exc:  # any failure to answer means "not ready"
         log.warning("readiness check failed: %s", type(exc).__name__)
-        return web.json_response(
-            {"error": {"code": "store_unavailable", "message": "the store does not answer"}},
-            status=503,
-        )
+        return _not_ready("store_unavailable", "the store does not answer")
     stopped = sorted(task.get_name() for task in request.app.get(PIPELINE_TASKS, []) if task.done())
     if stopped and not request.app[STOPPING].is_set():
         message = f"pipeline tasks stopped: {', '.join(stopped)}; the log says why"
@@ -143,6 +144,14 @@ async def readyz(request: web.Request) -> web.Response:
 
 def _not_ready(code: str, message: str, **detail: object) -> web.Response:
     return web.json_response({"error": {"code": code, "message": message, **detail}}, status=503)
+
+
+async def _probe_write(app: web.Application) -> None:
+    """One small committed write (this process's lease, renewed as its task would): raises
+    while the store still refuses writes, else clears ``writes_failing``."""
+    async with asyncio.timeout(PROBE_SECONDS):  # a held lock would make it wait the busy timeout
+        await app[STORE].renew_lease(app[SETTINGS].store.lease_seconds)
+    app[BACKLOG].writes_failing = False
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -16,7 +16,8 @@ the one place that uses its ``_execute`` and ``_conn``; ``tests/store/test_conn.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any, TypeVar, cast
 
@@ -32,6 +33,36 @@ EventListener = Callable[[frozenset[str]], None]
 
 BUSY_TIMEOUT_MS = 5000
 MEMORY = ":memory:"
+# Primary result codes of a database that cannot be used for now: locked past the busy
+# timeout, read-only, the disk full, an I/O error. Anything else is a bug, not an outage.
+_UNAVAILABLE = {
+    sqlite3.SQLITE_BUSY,
+    sqlite3.SQLITE_LOCKED,
+    sqlite3.SQLITE_READONLY,
+    sqlite3.SQLITE_IOERR,
+    sqlite3.SQLITE_FULL,
+    sqlite3.SQLITE_CANTOPEN,
+    sqlite3.SQLITE_PROTOCOL,
+}
+
+
+class DatabaseUnavailable(StoreError):
+    """SQLite refused the transaction for now (locked, read-only, disk full, I/O error)."""
+
+    code = "store_unavailable"
+
+
+@contextmanager
+def _as_store_error() -> Iterator[None]:
+    """Raise an outage of the database as a StoreError, which every pipeline loop survives."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        code = exc.sqlite_errorcode  # None when the module raised it, not SQLite
+        if code is None or code & 0xFF not in _UNAVAILABLE:
+            raise
+        # SQLite's own message names the fault ("database is locked"); it never holds data.
+        raise DatabaseUnavailable(f"the SQLite database is unavailable: {exc}") from exc
 
 
 def _in_transaction(begin: str, fn: SyncFn[T], conn: sqlite3.Connection) -> T:
@@ -96,7 +127,8 @@ class Connection:
         """Run ``fn(connection)`` on the worker thread, outside any explicit transaction."""
         if self._closed:
             raise StoreError("the store is closed")
-        return await self._on_thread(fn)
+        with _as_store_error():
+            return await self._on_thread(fn)
 
     async def _on_thread(self, fn: SyncFn[T]) -> T:
         raw = self._db._conn
@@ -119,7 +151,8 @@ class Connection:
         """
         if self._closed:
             raise StoreError("the store is closed")
-        return cast(T, await self.group.write(fn, urgent=urgent))
+        with _as_store_error():
+            return cast(T, await self.group.write(fn, urgent=urgent))
 
     def _tell_listeners(self, touched: frozenset[str]) -> None:
         for listener in list(self.listeners):
