@@ -7,6 +7,7 @@ Every wait is one of Playwright's auto-waiting ``expect`` assertions or an event
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 from playwright.async_api import Locator, Page, Request, Route, WebSocket, expect
@@ -17,8 +18,9 @@ from tests.e2e.ws_client import SlowModel, slow_agents
 
 from .conftest import EXAMPLE_CONFIG, REPO, ConsoleGateway, StartGateway
 
-QUEUE_SHOT = REPO / "docs" / "console-queue.png"
-CONVERSATION_SHOT = REPO / "docs" / "console-conversation.png"
+# The README's screenshots are taken by the demo test; they replace the committed ones only
+# when asked (GATEWAY_UPDATE_SCREENSHOTS=1), so a test run leaves the checkout as it was.
+SHOTS = REPO / "docs" if os.environ.get("GATEWAY_UPDATE_SCREENSHOTS") == "1" else None
 WA_USER = "4915112345678"  # the simulator's default WhatsApp chat
 TG_USER = "42"  # and Telegram's
 HELP = "Hello! I can help with bills"  # triage's reply
@@ -88,8 +90,13 @@ async def account(gateway: ConsoleGateway, channel: str) -> str:
 # (a) and (b): the demo loop
 
 
+def shot(tmp_path: Path, name: str) -> Path:
+    """Where a screenshot goes: docs/ when updating them, else the test's own folder."""
+    return (SHOTS or tmp_path) / name
+
+
 async def test_whatsapp_demo_loop_through_the_human_queue(
-    page: Page, gateway: ConsoleGateway
+    page: Page, gateway: ConsoleGateway, tmp_path: Path
 ) -> None:
     session = f"whatsapp-{await account(gateway, 'whatsapp')}-{WA_USER}"
     await sign_in(page, gateway)
@@ -115,7 +122,7 @@ async def test_whatsapp_demo_loop_through_the_human_queue(
     billing = shown(page, "assistant", "Invoice INV-1001")
     await expect(billing.get_by_test_id("message-author")).to_have_text("agent billing")
     await expect(billing.get_by_test_id("delivery-status")).to_have_text("sent")
-    await page.screenshot(path=QUEUE_SHOT)
+    await page.screenshot(path=shot(tmp_path, "console-queue.png"))
 
     await reply(page, "Hello, this is Ann from support. INV-1001 is paid; anything else?")
     await expect(bot_said(page, "this is Ann from support")).to_be_visible()
@@ -138,7 +145,7 @@ async def test_whatsapp_demo_loop_through_the_human_queue(
     await expect(bot_said(page, "Invoice INV-1002: 120.50 EUR, open")).to_be_visible()
     await expect(shown(page, "assistant", "Invoice INV-1002")).to_be_visible()
     await expect(view.get_by_test_id("action-error")).to_be_hidden()
-    await page.screenshot(path=CONVERSATION_SHOT)
+    await page.screenshot(path=shot(tmp_path, "console-conversation.png"))
 
 
 async def test_telegram_demo_loop_with_button_presses(page: Page, gateway: ConsoleGateway) -> None:
