@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from ._args import in_chunks
+
 T = TypeVar("T")
 
 # The id-ordered tables, in the order they are purged: rows that refer to messages or events
@@ -77,3 +79,20 @@ async def collect_chunks(run_chunk: Callable[[], Awaitable[list[T]]], size: int)
         gone += found
         if len(found) < size:
             return gone
+
+
+async def purge_all(
+    ordered: OrderedChunk,
+    attachments: Callable[[], Awaitable[list[tuple[str, str]]]],
+    empty_sessions: Callable[[], Awaitable[int]],
+    cutoff: float,
+    chunk_size: int,
+) -> HistoryPurged:
+    """One retention pass with a backend's chunk transactions: the ordered tables, then the
+    attachments (returned, for their files), then the sessions left empty."""
+    counts = {
+        table: await purge_ordered(ordered, table, cutoff, chunk_size) for table in ORDERED_TABLES
+    }
+    gone = await collect_chunks(attachments, chunk_size)
+    counts["sessions"] = await in_chunks(empty_sessions, chunk_size)
+    return HistoryPurged(counts, tuple(gone))

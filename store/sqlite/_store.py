@@ -22,7 +22,7 @@ from .._checks import (
 from .._errors import SessionExistsError, StoreError
 from .._ids import validate_session_id
 from .._lifecycle import OpenClose
-from .._retention import ORDERED_TABLES, HistoryPurged, collect_chunks, purge_ordered
+from .._retention import HistoryPurged, purge_all
 from .._types import Message, Role, Session, SessionEvent, SessionStatus
 from . import _sql_dedup as dedup
 from . import _sql_retention as retention
@@ -357,15 +357,15 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods, OpenClose):
     ) -> HistoryPurged:
         """Retention: delete history older than the cutoff, chunk by chunk (store/_retention.py)."""
         cutoff = args.finished_cutoff(older_than_seconds, chunk_size, self._now())
-        counts = {
-            table: await purge_ordered(self._ordered_chunk, table, cutoff, chunk_size)
-            for table in ORDERED_TABLES
-        }
         files = partial(retention.attachments_chunk, cutoff=cutoff, chunk_size=chunk_size)
-        gone = await collect_chunks(partial(self._db.write, files), chunk_size)
         empty = partial(retention.empty_sessions_chunk, cutoff=cutoff, chunk_size=chunk_size)
-        counts["sessions"] = await args.in_chunks(partial(self._db.write, empty), chunk_size)
-        return HistoryPurged(counts, tuple(gone))
+        return await purge_all(
+            self._ordered_chunk,
+            partial(self._db.write, files),
+            partial(self._db.write, empty),
+            cutoff,
+            chunk_size,
+        )
 
     async def _ordered_chunk(
         self, table: str, cutoff: float, after: int, size: int
