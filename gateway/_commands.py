@@ -16,6 +16,7 @@ from store import Message, Session, Store, open_store, validate_session_id
 from ._export import export_command
 from ._logging import configured_secrets
 from ._media.files import erase_session
+from ._purge import DAY, Purger, retention_of
 from ._sandbox import sandbox_warnings
 from ._summary import summarize
 from .config import Settings
@@ -67,9 +68,17 @@ async def check_config(settings: Settings, args: argparse.Namespace, out: TextIO
 
 
 async def purge(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+    """Expired dedup rows now; with ``store.retention_days``, one retention pass too."""
+    retention = retention_of(settings)
     async with opened_store(settings) as store:
         removed = await store.purge()
+        purger = Purger(store, interval=DAY, keep_seconds=DAY, retention=retention)
+        history = await purger.retain_once()
     print(f"purged {removed} expired processed-message row(s)", file=out)
+    if history is not None:
+        counts = ", ".join(f"{table} {n}" for table, n in history.counts.items())
+        days = settings.store.retention_days
+        print(f"retention ({days} days): {counts}, files {len(history.attachments)}", file=out)
     return 0
 
 

@@ -35,7 +35,7 @@ from ._keys import (
 from ._media.fetch import FetchPolicy
 from ._media.worker import MediaWorker
 from ._metrics import HANDOFFS, MODEL_SECONDS, TURNS_IN_FLIGHT, Metrics
-from ._purge import DAY, Purger, Retention
+from ._purge import Purger, retention_of
 from ._sender import Sender
 from .config import Settings
 
@@ -161,16 +161,10 @@ def build_pipeline(
         store,
         interval=settings.dedup.purge_interval_seconds,
         keep_seconds=keep,
-        retention=_retention(settings),
+        retention=retention_of(settings),
     )
     metrics.set_function(TURNS_IN_FLIGHT, lambda: dispatcher.running_turns)
     return Pipeline(intake, dispatcher, sender, purger, media, intake_wake)
-
-
-def _retention(settings: Settings) -> Retention | None:
-    """``store.retention_days`` for the purger; None (keep forever) when it is 0."""
-    days = settings.store.retention_days
-    return Retention(days * DAY, Path(settings.media.root)) if days else None
 
 
 def _recorded(dispatcher: Dispatcher, media: MediaWorker, session_ids: Iterable[str]) -> None:

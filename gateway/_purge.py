@@ -13,6 +13,7 @@ from store import HistoryPurged, Store, StoreError
 
 from ._media.files import attachment_path, session_dir
 from ._wait import wait_event
+from .config import Settings
 
 log = logging.getLogger("gateway.purge")
 
@@ -28,6 +29,12 @@ class Retention:
     keep_seconds: float
     media_root: Path
     every: float = DAY
+
+
+def retention_of(settings: Settings) -> Retention | None:
+    """``store.retention_days`` for the purger; None (keep forever) when it is 0."""
+    days = settings.store.retention_days
+    return Retention(days * DAY, Path(settings.media.root)) if days else None
 
 
 class Purger:

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
 from gateway._summary import mask_url
 from gateway.cli import main
+from store import SQLiteStore
+
+from .pipeline_helpers import FakeClock
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "config.example.toml"
@@ -177,6 +183,29 @@ def test_purge_reports_how_many_rows_went(tmp_path: Path) -> None:
     code, out = cli("purge", "--config", str(config_with_store(tmp_path)))
     assert code == 0
     assert "purged 0 expired" in out
+
+
+def test_purge_applies_store_retention_days_to_old_history(tmp_path: Path) -> None:
+    """With store.retention_days set, `gateway purge` runs one retention pass too: a message
+    written ten days ago goes, with its session (left empty); today's stays."""
+    ten_days_ago = FakeClock(time.time() - 10 * 86400)
+
+    async def write() -> None:
+        async with SQLiteStore(tmp_path / "gw.db", clock=ten_days_ago) as store:
+            old = await store.create_session("telegram", "support", "41", "triage")
+            await store.append_message(old.session_id, "user", "old text")
+        async with SQLiteStore(tmp_path / "gw.db") as store:
+            new = await store.create_session("telegram", "support", "42", "triage")
+            await store.append_message(new.session_id, "user", "new text")
+
+    asyncio.run(write())
+    code, out = cli("purge", "--config", str(config_with_store(tmp_path, "retention_days = 7\n")))
+    assert code == 0, out
+    assert "retention (7 days): " in out
+    assert "messages 1" in out
+    assert "sessions 1" in out
+    with sqlite3.connect(tmp_path / "gw.db") as db:
+        assert db.execute("SELECT text FROM messages").fetchall() == [("new text",)]
 
 
 def test_telegram_set_webhook_names_an_unknown_bot(
