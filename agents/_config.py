@@ -74,7 +74,9 @@ class AgentConfig(_Section):
     description: str = ""
     model: str | None = None  # "rules" or a name under [agents.models]
     handoffs: tuple[str, ...] = ()
-    tools: tuple[str, ...] = ()  # dotted import paths: "agents.demo.lookup_invoice"
+    tools: tuple[
+        str, ...
+    ] = ()  # dotted import paths: "webhook_bot_gateway.agents.demo.lookup_invoice"
     rules: tuple[RuleConfig, ...] = ()
     handoff_reply: str = DEFAULT_HUMAN_REPLY  # human agents: told to the user on handoff
 

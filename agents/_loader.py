@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +18,10 @@ from ._openai import OpenAIModel, Sleep
 from ._registry import Registry
 from ._rules import RulesModel
 from ._tools import Tool, make_tool
+
+# The import package the four folders are installed under ("webhook_bot_gateway").
+IMPORT_PACKAGE = __name__.split(".")[0]
+OLD_TOP_LEVEL = ("agents", "channels", "gateway", "store")
 
 
 def build_registry(
@@ -53,6 +58,9 @@ def agent_from_config(spec: AgentConfig) -> Agent:
 
 def import_tool(agent: str, path: str) -> Tool:
     """The ``Tool`` at ``package.module.name`` (a plain function is wrapped with ``@tool``)."""
+    moved = moved_path(path)
+    if moved:
+        raise AgentConfigError(agent, f"tool {path!r} is now {moved!r}: {MOVED_REASON}")
     try:
         found = _import(path)
         return found if isinstance(found, Tool) else make_tool(found)
@@ -63,6 +71,9 @@ def import_tool(agent: str, path: str) -> Tool:
 def module_agents(module_name: str) -> list[Agent]:
     """The ``AGENTS`` sequence of ``module_name``."""
     where = f"agents.module {module_name!r}"
+    moved = moved_path(module_name, module=True)
+    if moved:
+        raise AgentConfigError(None, f"{where} is now {moved!r}: {MOVED_REASON}")
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
@@ -71,6 +82,23 @@ def module_agents(module_name: str) -> list[Agent]:
     if not isinstance(found, list | tuple) or not all(isinstance(a, Agent) for a in found):
         raise AgentConfigError(None, f"{where} must define AGENTS, a list of Agent objects")
     return list(found)
+
+
+MOVED_REASON = f"the gateway's packages are installed under {IMPORT_PACKAGE}"
+
+
+def moved_path(path: str, *, module: bool = False) -> str | None:
+    """The new dotted path of a gateway path written with the old top-level names, such as
+    ``agents.demo.lookup_invoice``; None for any other path (a user's own ``agents`` package
+    stays theirs)."""
+    if path.split(".")[0] not in OLD_TOP_LEVEL:
+        return None
+    module_name = path if module else path.rpartition(".")[0]
+    try:
+        found = importlib.util.find_spec(f"{IMPORT_PACKAGE}.{module_name}")
+    except ImportError:
+        found = None
+    return f"{IMPORT_PACKAGE}.{path}" if found else None
 
 
 def _import(path: str) -> Any:

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from store import NewMessage, Session, Turn
+from webhook_bot_gateway.store import NewMessage, Session, Turn
 
 from ._agent import Agent, handoff_target
 from ._context import StoredMessage, assistant_data, build_context, tool_data, with_images

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from store import Turn
+from webhook_bot_gateway.store import Turn
 
 from ._agent import Agent
 from ._registry import Registry

@@ -7,7 +7,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from store import NewMessage, Store, Turn
+from webhook_bot_gateway.store import NewMessage, Store, Turn
 
 from ._config import AgentsConfig
 from ._errors import TurnCancelled, TurnTimeout

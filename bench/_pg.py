@@ -23,7 +23,7 @@ from pathlib import Path
 
 import asyncpg
 
-from store._url import is_postgres
+from webhook_bot_gateway.store._url import is_postgres
 
 TICK = os.sysconf("SC_CLK_TCK")
 SQLITE = "sqlite"  # the --store value that means a SQLite file, as before

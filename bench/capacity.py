@@ -41,7 +41,6 @@ from pathlib import Path
 
 from aiohttp import web
 
-import gateway
 from bench.e2e import (
     CLIENT_CPU,
     GATEWAY_CPU,
@@ -56,7 +55,8 @@ from bench.e2e import (
     workload,
 )
 from bench.store import machine
-from gateway.config import DispatcherConfig
+from webhook_bot_gateway import gateway
+from webhook_bot_gateway.gateway.config import DispatcherConfig
 
 TAG = re.compile(r"s[0-9]+-m[0-9]+")
 SAMPLE_SECONDS = 0.02
@@ -122,7 +122,7 @@ async def serve(workdir: Path, text: str) -> AsyncIterator[tuple[str, int]]:
     path.write_text(text, encoding="utf-8")
     log = (workdir / "gateway.log").open("ab")
     process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "gateway", "serve", "--config", str(path)),
+        *(sys.executable, "-m", "webhook_bot_gateway", "serve", "--config", str(path)),
         stdout=log,
         stderr=asyncio.subprocess.STDOUT,
     )

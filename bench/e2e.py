@@ -56,10 +56,10 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from agents import AgentsConfig, Runner, UserInput, build_registry
 from bench import _pg
 from bench.store import machine
-from store import open_store
+from webhook_bot_gateway.agents import AgentsConfig, Runner, UserInput, build_registry
+from webhook_bot_gateway.store import open_store
 
 GATEWAY_CPU, CLIENT_CPU = 0, 1
 SECRET = "bench-app-secret"
@@ -272,7 +272,7 @@ async def gateway_process(
     path.write_text(config(port, fake_url, db, pool_size), encoding="utf-8")
     log = (workdir / f"gateway{index or ''}.log").open("ab")
     process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "gateway", "serve", "--config", str(path)),
+        *(sys.executable, "-m", "webhook_bot_gateway", "serve", "--config", str(path)),
         stdout=log,
         stderr=asyncio.subprocess.STDOUT,
     )

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents import AgentsConfig, Runner, UserInput, build_registry
-from store import NewMessage, SQLiteStore
-from store.sqlite._turn import TurnScope
+from webhook_bot_gateway.agents import AgentsConfig, Runner, UserInput, build_registry
+from webhook_bot_gateway.store import NewMessage, SQLiteStore
+from webhook_bot_gateway.store.sqlite._turn import TurnScope
 
 from .store import machine
 

@@ -105,7 +105,7 @@ def requests(seed: str, count: int) -> list[bytes]:
 
 def gateway_settings(directory: Path, window_ms: float, url: str = "") -> Any:
     """``url``: the store (default: a SQLite file in ``directory``)."""
-    from gateway.config import parse_settings
+    from webhook_bot_gateway.gateway.config import parse_settings
 
     raw = tomllib.loads((ROOT / "config.example.toml").read_text(encoding="utf-8"))
     raw["store"] = {"url": url or f"sqlite:///{directory / 'bench.db'}"}
@@ -134,8 +134,8 @@ def serve(side: str, port: int, directory: Path, window_ms: float, url: str = ""
 
         app.router.add_post("/webhooks/whatsapp", bare)
     else:
-        from gateway._keys import WRITER
-        from gateway.app import build_app
+        from webhook_bot_gateway.gateway._keys import WRITER
+        from webhook_bot_gateway.gateway.app import build_app
 
         app = build_app(gateway_settings(directory, window_ms, url), ingest_only=True)
 

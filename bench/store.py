@@ -25,8 +25,8 @@ from pathlib import Path
 
 import aiosqlite
 
-from store import SQLiteStore
-from store.sqlite._sql_dedup import claim_sql
+from webhook_bot_gateway.store import SQLiteStore
+from webhook_bot_gateway.store.sqlite._sql_dedup import claim_sql
 
 SID = "telegram-bench-1"
 BATCH = 64

@@ -22,8 +22,8 @@ from typing import TypeVar
 from aiohttp import hdrs, web
 from pydantic import BaseModel, ValidationError
 
-from agents import build_registry
-from store import (
+from webhook_bot_gateway.agents import build_registry
+from webhook_bot_gateway.store import (
     InvalidSessionId,
     MessageNotFound,
     NewMessage,

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
-from store import Message, QuarantineItem
+from webhook_bot_gateway.store import Message, QuarantineItem
 
 OPERATOR = "operator"  # the agent name of an operator's messages
 MAX_ROW_ID = 2**63 - 1  # the largest id (and offset) SQLite and PostgreSQL can hold

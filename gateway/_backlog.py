@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 
-from store import Store
+from webhook_bot_gateway.store import Store
 
 from ._wait import wait_event
 

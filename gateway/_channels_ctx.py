@@ -9,8 +9,8 @@ from types import MappingProxyType
 import aiohttp
 from aiohttp import web
 
-from channels import ADAPTERS as REGISTRY
-from channels import AdapterFactory, ChannelAdapter
+from webhook_bot_gateway.channels import ADAPTERS as REGISTRY
+from webhook_bot_gateway.channels import AdapterFactory, ChannelAdapter
 
 from ._keys import ADAPTERS, FACTORIES, SETTINGS
 from .config import Settings

@@ -10,8 +10,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from agents import build_registry
-from store import Message, Session, Store, open_store, validate_session_id
+from webhook_bot_gateway.agents import build_registry
+from webhook_bot_gateway.store import Message, Session, Store, open_store, validate_session_id
 
 from ._export import export_command
 from ._logging import configured_secrets
@@ -122,7 +122,7 @@ async def _delete_session(store: Store, root: Path, session_id: str, out: TextIO
 
 
 async def telegram_command(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
-    from channels.telegram import set_webhook
+    from webhook_bot_gateway.channels.telegram import set_webhook
 
     bots = {bot.name: bot for bot in settings.telegram.bots}
     if args.bot not in bots:

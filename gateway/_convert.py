@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents import Reply, UserInput
-from channels import Button, InboundMessage, OutboundMessage
-from store import Attachment, InboxItem
+from webhook_bot_gateway.agents import Reply, UserInput
+from webhook_bot_gateway.channels import Button, InboundMessage, OutboundMessage
+from webhook_bot_gateway.store import Attachment, InboxItem
 
 MIGRATED_CHAT = "migrated_to_chat_id"  # session metadata: where a Telegram group moved to
 

@@ -16,10 +16,10 @@ from dataclasses import replace
 from functools import partial
 from itertools import takewhile
 
-from agents import Reply, Runner
-from channels import ChannelAdapter
-from channels.web import CHANNEL as WEB
-from store import (
+from webhook_bot_gateway.agents import Reply, Runner
+from webhook_bot_gateway.channels import ChannelAdapter
+from webhook_bot_gateway.channels.web import CHANNEL as WEB
+from webhook_bot_gateway.store import (
     InboxItem,
     InboxNotFound,
     InboxNotPending,

@@ -18,7 +18,7 @@ from typing import IO, Any, Literal, TextIO
 
 from pydantic import Field
 
-from store import Attachment, Message, SessionNotFound, Store
+from webhook_bot_gateway.store import Attachment, Message, SessionNotFound, Store
 
 from ._api_models import EventOut, SessionOut, Timestamp, _Input, _Output
 from ._media.files import attachment_path

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
-from channels import (
+from webhook_bot_gateway.channels import (
     ChannelAdapter,
     ChannelError,
     DeliveryStatus,
@@ -22,7 +22,7 @@ from channels import (
     ParseResult,
     TelegramAdapter,
 )
-from store import (
+from webhook_bot_gateway.store import (
     ATTACHMENT_SOURCES,
     AttachmentIn,
     Delivery,

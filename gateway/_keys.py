@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from channels import AdapterFactory, ChannelAdapter
-from store import Store
+from webhook_bot_gateway.channels import AdapterFactory, ChannelAdapter
+from webhook_bot_gateway.store import Store
 
 from ._backlog import Backlog
 from ._dispatcher import Dispatcher

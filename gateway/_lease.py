@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from store import Store, StoreError
+from webhook_bot_gateway.store import Store, StoreError
 
 log = logging.getLogger("gateway.lease")
 

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TextIO, cast
 
-from store import (
+from webhook_bot_gateway.store import (
     CountMismatch,
     Store,
     StoreError,

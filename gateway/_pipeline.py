@@ -15,9 +15,9 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from agents import ModelOutcome, Registry, Runner, build_registry
-from channels import ChannelAdapter
-from store import Store
+from webhook_bot_gateway.agents import ModelOutcome, Registry, Runner, build_registry
+from webhook_bot_gateway.channels import ChannelAdapter
+from webhook_bot_gateway.store import Store
 
 from ._dispatcher import Dispatcher
 from ._intake import Intake

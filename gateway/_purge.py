@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from store import HistoryPurged, Store, StoreError
+from webhook_bot_gateway.store import HistoryPurged, Store, StoreError
 
 from ._media.files import attachment_path, session_dir
 from ._wait import wait_event

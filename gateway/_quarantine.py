@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, TextIO
 
-from channels import ChannelAdapter, ChannelError
-from store import Delivery, DeliveryIn, QuarantineItem, Store
+from webhook_bot_gateway.channels import ChannelAdapter, ChannelError
+from webhook_bot_gateway.store import Delivery, DeliveryIn, QuarantineItem, Store
 
 from ._channels_ctx import open_adapters
 from ._commands import dump, opened_store

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from channels import (
+from webhook_bot_gateway.channels import (
     ChannelAdapter,
     ChatMigrated,
     FatalSendError,
@@ -27,7 +27,7 @@ from channels import (
     SendResult,
     UncertainDelivery,
 )
-from store import OutboxItem, Store, StoreError
+from webhook_bot_gateway.store import OutboxItem, Store, StoreError
 
 from . import _convert as convert
 from . import _log_context as log_context

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from store import PipelineCounts, Store
+from webhook_bot_gateway.store import PipelineCounts, Store
 
 from ._metrics import CHANNELS, OTHER, STORE_ERRORS, Metrics
 

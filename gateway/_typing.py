@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from channels import ChannelAdapter, ChannelError
+from webhook_bot_gateway.channels import ChannelAdapter, ChannelError
 
 log = logging.getLogger("gateway.typing")
 

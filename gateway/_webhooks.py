@@ -19,8 +19,13 @@ from typing import Protocol, runtime_checkable
 
 from aiohttp import StreamReader, web
 
-from channels import ChannelAdapter, ChannelError, UnknownAccount, WebhookRejected
-from store import DeliveryIn, IngestResult, QuarantineIn
+from webhook_bot_gateway.channels import (
+    ChannelAdapter,
+    ChannelError,
+    UnknownAccount,
+    WebhookRejected,
+)
+from webhook_bot_gateway.store import DeliveryIn, IngestResult, QuarantineIn
 
 from . import _log_context as log_context
 from ._backlog import Backlog

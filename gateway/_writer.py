@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 
-from store import DeliveryIn, IngestResult, QuarantineIn, Store
+from webhook_bot_gateway.store import DeliveryIn, IngestResult, QuarantineIn, Store
 
 log = logging.getLogger("gateway.writer")
 

@@ -11,8 +11,8 @@ from typing import Any
 from aiohttp import WSCloseCode, web
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
 
-from channels import ADAPTERS, AdapterFactory
-from store import open_store
+from webhook_bot_gateway.channels import ADAPTERS, AdapterFactory
+from webhook_bot_gateway.store import open_store
 
 from ._admin import add_admin_routes
 from ._backlog import Backlog

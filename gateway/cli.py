@@ -8,9 +8,9 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TextIO
 
-from agents import AgentError
-from channels import ChannelError
-from store import InvalidSessionId, StoreError
+from webhook_bot_gateway.agents import AgentError
+from webhook_bot_gateway.channels import ChannelError
+from webhook_bot_gateway.store import InvalidSessionId, StoreError
 
 from . import _commands, _quarantine
 from ._api_models import MAX_ROW_ID

@@ -18,9 +18,9 @@ from pydantic import (
     field_validator,
 )
 
-from agents import AgentsConfig
-from channels import TelegramConfig, WhatsAppConfig
-from store import check_url
+from webhook_bot_gateway.agents import AgentsConfig
+from webhook_bot_gateway.channels import TelegramConfig, WhatsAppConfig
+from webhook_bot_gateway.store import check_url
 
 from ._admin_token import check_admin_token, read_token_file, refuse_public_secrets
 from ._env import key_path, substitute

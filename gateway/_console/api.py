@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from store import Session, Store
+from webhook_bot_gateway.store import Session, Store
 
 from .._admin import ApiError, admin_route, existing_session, respond
 from .._api_models import (

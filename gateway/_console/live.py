@@ -17,7 +17,12 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from store import InvalidSessionId, SessionEvent, StoreError, validate_session_id
+from webhook_bot_gateway.store import (
+    InvalidSessionId,
+    SessionEvent,
+    StoreError,
+    validate_session_id,
+)
 
 from .._keys import FEED, SOCKETS, STORE
 from .._web.feed import Changes, follow_log

@@ -31,7 +31,7 @@ from typing import BinaryIO
 import aiohttp
 from yarl import URL
 
-from channels import MediaSource
+from webhook_bot_gateway.channels import MediaSource
 
 log = logging.getLogger("gateway.media")
 

@@ -12,7 +12,7 @@ import shutil
 import unicodedata
 from pathlib import Path
 
-from store import Store, validate_session_id
+from webhook_bot_gateway.store import Store, validate_session_id
 
 MAX_NAME = 255
 _HEX = frozenset("0123456789abcdef")

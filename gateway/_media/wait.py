@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from agents import ImagePart
-from store import Attachment, Store
+from webhook_bot_gateway.agents import ImagePart
+from webhook_bot_gateway.store import Attachment, Store
 
 
 class MediaWait(Protocol):

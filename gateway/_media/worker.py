@@ -18,9 +18,9 @@ from pathlib import Path
 
 import aiohttp
 
-from agents import ImagePart
-from channels import ChannelAdapter, ChannelError
-from store import Attachment, Store, StoreError
+from webhook_bot_gateway.agents import ImagePart
+from webhook_bot_gateway.channels import ChannelAdapter, ChannelError
+from webhook_bot_gateway.store import Attachment, Store, StoreError
 
 from .._metrics import Metrics
 from .._wait import wait_event

@@ -25,7 +25,7 @@ from urllib.parse import quote
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from store import SessionNotFound, validate_session_id
+from webhook_bot_gateway.store import SessionNotFound, validate_session_id
 
 from .._admin import ApiError, admin_route, existing_session
 from .._api_models import AttachmentAnswer, AttachmentOut

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
-from store import SessionEvent, Store
+from webhook_bot_gateway.store import SessionEvent, Store
 
 from .._wait import wait_event
 

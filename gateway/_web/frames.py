@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from store import SessionEvent
+from webhook_bot_gateway.store import SessionEvent
 
 ClientFrameType = Literal["message", "cancel_turn"]
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from channels.web import ACCOUNT, CHANNEL, web_body, web_dedup_key
-from store import DeliveryIn, Session, SessionEvent, Store, StoreError
+from webhook_bot_gateway.channels.web import ACCOUNT, CHANNEL, web_body, web_dedup_key
+from webhook_bot_gateway.store import DeliveryIn, Session, SessionEvent, Store, StoreError
 
 from .._keys import BACKLOG, DISPATCHER, FEED, METRICS, SETTINGS, SOCKETS, STORE, WRITER
 from .feed import follow_log

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agents import Agent, ModelBackend, Registry, Runner, Tool, tool
-from store import SQLiteStore
+from webhook_bot_gateway.agents import Agent, ModelBackend, Registry, Runner, Tool, tool
+from webhook_bot_gateway.store import SQLiteStore
 
 
 @tool

@@ -1,6 +1,6 @@
 """Agents declared in Python, for ``agents.module`` tests."""
 
-from agents import Agent, Rule, RulesModel, tool
+from webhook_bot_gateway.agents import Agent, Rule, RulesModel, tool
 
 
 @tool

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agents import Runner, UserInput
-from agents.testing import ScriptedModel, reply
-from store import NewMessage, SQLiteStore
+from webhook_bot_gateway.agents import Runner, UserInput
+from webhook_bot_gateway.agents.testing import ScriptedModel, reply
+from webhook_bot_gateway.store import NewMessage, SQLiteStore
 
 from .conftest import make_registry
 
@@ -54,7 +54,7 @@ async def test_context_of_200_turns_keeps_40_whole_turns(
 async def test_context_without_instructions_has_no_empty_system_message(
     store: SQLiteStore, session_id: str
 ) -> None:
-    from agents import Agent, Registry
+    from webhook_bot_gateway.agents import Agent, Registry
 
     model = ScriptedModel(reply("ok"))
     runner = Runner(store, Registry([Agent("triage", model=model)], "triage"))

@@ -7,9 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from agents import AgentsConfig, Reply, Runner, TurnResult, UserInput, build_registry
-from agents.demo import lookup_invoice
-from store import SQLiteStore
+from webhook_bot_gateway.agents import (
+    AgentsConfig,
+    Reply,
+    Runner,
+    TurnResult,
+    UserInput,
+    build_registry,
+)
+from webhook_bot_gateway.agents.demo import lookup_invoice
+from webhook_bot_gateway.store import SQLiteStore
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config.example.toml"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import (
+from webhook_bot_gateway.agents import (
     Agent,
     ModelBackendError,
     ModelResponse,
@@ -22,8 +22,8 @@ from agents import (
     UserInput,
     tool,
 )
-from agents.testing import Hang, ScriptedModel, call, reply, tool_call
-from store import DeliveryIn, InboxIn, ParsedDelivery, SQLiteStore
+from webhook_bot_gateway.agents.testing import Hang, ScriptedModel, call, reply, tool_call
+from webhook_bot_gateway.store import DeliveryIn, InboxIn, ParsedDelivery, SQLiteStore
 
 CHAT = ("test", "bot", "42")  # channel, account, chat_id of the session_id fixture
 
@@ -206,7 +206,7 @@ async def test_an_optional_context_parameter_may_be_left_out() -> None:
 async def test_the_demo_tool_answers_a_key_it_has_seen_without_running_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from agents import demo
+    from webhook_bot_gateway.agents import demo
 
     context = ToolContext("s", "billing", "turn-x:lookup_invoice:0", "turn-x", (7,), "c1")
     first = await demo.lookup_invoice.invoke('{"number": "inv-1002"}', context)

@@ -8,10 +8,10 @@ after the other system messages.
 
 from __future__ import annotations
 
-from agents import Agent, Registry, Runner, UserInput
-from agents._context import build_context
-from agents.testing import ScriptedModel, reply
-from store import NewMessage, SQLiteStore
+from webhook_bot_gateway.agents import Agent, Registry, Runner, UserInput
+from webhook_bot_gateway.agents._context import build_context
+from webhook_bot_gateway.agents.testing import ScriptedModel, reply
+from webhook_bot_gateway.store import NewMessage, SQLiteStore
 
 AGENT = Agent("triage", "You route.")
 NOTE = "Before the user's first message, the user was sent:"

@@ -6,9 +6,17 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from agents import Agent, ModelBackendError, ModelOutcome, Registry, Runner, TurnTimeout, UserInput
-from agents.testing import Hang, ScriptedModel, reply, transfer
-from store import SQLiteStore
+from webhook_bot_gateway.agents import (
+    Agent,
+    ModelBackendError,
+    ModelOutcome,
+    Registry,
+    Runner,
+    TurnTimeout,
+    UserInput,
+)
+from webhook_bot_gateway.agents.testing import Hang, ScriptedModel, reply, transfer
+from webhook_bot_gateway.store import SQLiteStore
 
 from .conftest import make_registry
 

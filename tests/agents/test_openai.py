@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from pydantic import ValidationError
 
-from agents import (
+from webhook_bot_gateway.agents import (
     AgentsConfig,
     ImagePart,
     ModelBackendError,
@@ -26,7 +26,7 @@ from agents import (
     UserInput,
     build_registry,
 )
-from store import SQLiteStore
+from webhook_bot_gateway.store import SQLiteStore
 
 from .conftest import make_registry
 

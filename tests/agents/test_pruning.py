@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents import prune_to_turns
+from webhook_bot_gateway.agents import prune_to_turns
 
 
 @dataclass(frozen=True, eq=False)

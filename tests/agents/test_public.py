@@ -8,9 +8,16 @@ import sys
 
 import pytest
 
-import agents
-from agents import ModelBackend, ModelMessage, OpenAIModel, RulesModel
-from agents.testing import Hang, ScriptedModel, UnexpectedModelCall, call, reply, transfer
+from webhook_bot_gateway import agents
+from webhook_bot_gateway.agents import ModelBackend, ModelMessage, OpenAIModel, RulesModel
+from webhook_bot_gateway.agents.testing import (
+    Hang,
+    ScriptedModel,
+    UnexpectedModelCall,
+    call,
+    reply,
+    transfer,
+)
 
 
 def test_agents_exports_every_public_name_once() -> None:
@@ -21,8 +28,9 @@ def test_agents_exports_every_public_name_once() -> None:
 
 def test_agents_import_loads_neither_channels_nor_gateway() -> None:
     code = (
-        "import sys, agents, agents.testing, agents.demo;"
-        "print(sorted({'channels', 'gateway'} & set(sys.modules)))"
+        "import sys, webhook_bot_gateway.agents.testing, webhook_bot_gateway.agents.demo;"
+        "pkg = 'webhook_bot_gateway.';"
+        "print(sorted({pkg + 'channels', pkg + 'gateway'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -11,11 +11,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents import Agent, Registry, UserInput
-from agents._context import StoredMessage, build_context
-from agents.testing import ScriptedModel, call, reply
-from store import Message, NewMessage, Role, SQLiteStore
-from store.sqlite._turn import TurnScope
+from webhook_bot_gateway.agents import Agent, Registry, UserInput
+from webhook_bot_gateway.agents._context import StoredMessage, build_context
+from webhook_bot_gateway.agents.testing import ScriptedModel, call, reply
+from webhook_bot_gateway.store import Message, NewMessage, Role, SQLiteStore
+from webhook_bot_gateway.store.sqlite._turn import TurnScope
 
 from .conftest import runner_for
 

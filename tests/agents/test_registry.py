@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from agents import (
+from webhook_bot_gateway.agents import (
     Agent,
     AgentConfigError,
     AgentsConfig,
@@ -16,7 +16,7 @@ from agents import (
     Tool,
     build_registry,
 )
-from agents.testing import ScriptedModel
+from webhook_bot_gateway.agents.testing import ScriptedModel
 
 
 def config(*agents: dict[str, Any], **top: Any) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def test_registry_from_config_imports_tools() -> None:
             {
                 "name": "billing",
                 "model": "rules",
-                "tools": ["agents.demo.lookup_invoice"],
+                "tools": ["webhook_bot_gateway.agents.demo.lookup_invoice"],
                 "rules": [
                     {
                         "match": "(?P<n>INV-1)",
@@ -116,7 +116,10 @@ def test_registry_from_config_imports_tools() -> None:
 @pytest.mark.parametrize(
     ("path", "reason"),
     [
-        ("agents.demo.no_such_tool", "agents.demo has no callable 'no_such_tool'"),
+        (
+            "webhook_bot_gateway.agents.demo.no_such_tool",
+            "webhook_bot_gateway.agents.demo has no callable 'no_such_tool'",
+        ),
         ("no_such_module_xyz.tool", "No module named 'no_such_module_xyz'"),
         ("lonely", "expected a dotted path such as package.module.function"),
     ],
@@ -127,6 +130,31 @@ def test_registry_tool_import_failure_names_agent(path: str, reason: str) -> Non
         build_registry(parsed)
     assert caught.value.agent == "triage"
     assert str(caught.value) == f"agent 'triage': tool {path!r} cannot be imported: {reason}"
+
+
+@pytest.mark.parametrize("old", ["agents.demo.lookup_invoice", "agents.demo.no_such_tool"])
+def test_a_tool_under_the_old_top_level_name_is_refused_with_its_new_path(old: str) -> None:
+    parsed = AgentsConfig.model_validate(config({**TRIAGE, "tools": [old]}))
+    with pytest.raises(AgentConfigError) as caught:
+        build_registry(parsed)
+    assert str(caught.value) == (
+        f"agent 'triage': tool {old!r} is now 'webhook_bot_gateway.{old}': "
+        "the gateway's packages are installed under webhook_bot_gateway"
+    )
+
+
+def test_an_agents_module_under_the_old_top_level_name_is_refused_with_its_new_path() -> None:
+    parsed = AgentsConfig.model_validate(config(TRIAGE, module="agents.demo"))
+    with pytest.raises(AgentConfigError, match="is now 'webhook_bot_gateway.agents.demo'"):
+        build_registry(parsed)
+
+
+def test_a_users_own_agents_package_is_not_taken_for_the_old_path() -> None:
+    """Only paths that exist under the import package are old ones: a user's (or the OpenAI
+    Agents SDK's) ``agents.something`` gets the ordinary import error."""
+    parsed = AgentsConfig.model_validate(config({**TRIAGE, "tools": ["agents.sdk_only.x"]}))
+    with pytest.raises(AgentConfigError, match="cannot be imported"):
+        build_registry(parsed)
 
 
 def test_registry_rule_calling_missing_tool_names_agent() -> None:
@@ -158,7 +186,10 @@ def test_registry_module_unknown_handoff_names_agent() -> None:
     ("module", "message"),
     [
         ("no_such_module_xyz", "agents.module 'no_such_module_xyz' cannot be imported"),
-        ("agents.demo", "agents.module 'agents.demo' must define AGENTS"),
+        (
+            "webhook_bot_gateway.agents.demo",
+            "agents.module 'webhook_bot_gateway.agents.demo' must define AGENTS",
+        ),
     ],
 )
 def test_registry_bad_module(module: str, message: str) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agents import Reply, Runner, UserInput
-from agents.testing import ScriptedModel, call, reply, transfer
-from store import SQLiteStore
+from webhook_bot_gateway.agents import Reply, Runner, UserInput
+from webhook_bot_gateway.agents.testing import ScriptedModel, call, reply, transfer
+from webhook_bot_gateway.store import SQLiteStore
 
 from .conftest import make_registry
 

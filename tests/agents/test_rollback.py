@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agents import ModelBackendError, Runner, TurnTimeout, UserInput
-from agents.testing import Hang, ScriptedModel, call, reply, transfer
-from store import SQLiteStore
+from webhook_bot_gateway.agents import ModelBackendError, Runner, TurnTimeout, UserInput
+from webhook_bot_gateway.agents.testing import Hang, ScriptedModel, call, reply, transfer
+from webhook_bot_gateway.store import SQLiteStore
 
 from .conftest import dump_tables, log_kinds, make_registry
 
@@ -127,7 +127,7 @@ async def test_cancel_event_unset_lets_the_turn_commit(store: SQLiteStore, sessi
 
 
 async def test_raising_tool_does_not_abort_the_turn(store: SQLiteStore, session_id: str) -> None:
-    from agents import Agent, Registry, tool
+    from webhook_bot_gateway.agents import Agent, Registry, tool
 
     @tool
     def broken() -> str:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agents import ModelMessage, ModelResponse, Rule, RulesModel, ToolCall
+from webhook_bot_gateway.agents import ModelMessage, ModelResponse, Rule, RulesModel, ToolCall
 
 RULES = RulesModel(
     [

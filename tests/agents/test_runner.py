@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import (
+from webhook_bot_gateway.agents import (
     Agent,
     ModelResponse,
     Registry,
@@ -18,8 +18,8 @@ from agents import (
     StepLimitExceeded,
     UserInput,
 )
-from agents.testing import Hang, ScriptedModel, call, reply, tool_call, transfer
-from store import SQLiteStore, Turn, TurnActive
+from webhook_bot_gateway.agents.testing import Hang, ScriptedModel, call, reply, tool_call, transfer
+from webhook_bot_gateway.store import SQLiteStore, Turn, TurnActive
 
 from .conftest import dump_tables, make_registry
 

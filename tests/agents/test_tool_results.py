@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from agents import Agent, Registry, Runner, ToolResult, UserInput, tool
-from agents.testing import ScriptedModel, call, reply
-from store import SQLiteStore
+from webhook_bot_gateway.agents import Agent, Registry, Runner, ToolResult, UserInput, tool
+from webhook_bot_gateway.agents.testing import ScriptedModel, call, reply
+from webhook_bot_gateway.store import SQLiteStore
 
 
 class Receipt:

@@ -8,7 +8,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel
 
-from agents import Tool, ToolResult, tool
+from webhook_bot_gateway.agents import Tool, ToolResult, tool
 
 
 @tool

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from channels import TelegramConfig
+from webhook_bot_gateway.channels import TelegramConfig
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "telegram"
 TOKEN = "123456789:AAH-fake_TOKEN-for-tests-only_0123456"

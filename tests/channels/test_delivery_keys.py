@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from channels import ChannelError, UnknownAccount, WhatsAppNumberConfig
-from channels.telegram import TelegramAdapter
-from channels.whatsapp import WhatsAppAdapter
+from webhook_bot_gateway.channels import ChannelError, UnknownAccount, WhatsAppNumberConfig
+from webhook_bot_gateway.channels.telegram import TelegramAdapter
+from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 
 from . import telegram_fakes as tg
 from . import whatsapp_fakes as wa

@@ -11,9 +11,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 
-from channels import MediaSource, PermanentSendError, SendError
-from channels.telegram import TelegramAdapter
-from channels.whatsapp import WhatsAppAdapter
+from webhook_bot_gateway.channels import MediaSource, PermanentSendError, SendError
+from webhook_bot_gateway.channels.telegram import TelegramAdapter
+from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 
 from . import telegram_fakes as tg
 from . import whatsapp_fakes as wa

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from channels._errors import RetryableSendError
-from channels._parts import Part, send_parts
+from webhook_bot_gateway.channels._errors import RetryableSendError
+from webhook_bot_gateway.channels._parts import Part, send_parts
 
 
 def recorder(sent: list[str], fail_at: str | None = None) -> list[Part]:

@@ -18,16 +18,16 @@ from telegram.error import (
     TimedOut,
 )
 
-from channels import (
+from webhook_bot_gateway.channels import (
     ChatMigrated as ChatMigratedError,
 )
-from channels import (
+from webhook_bot_gateway.channels import (
     FatalSendError,
     PermanentSendError,
     RetryableSendError,
     UncertainDelivery,
 )
-from channels.telegram import map_error
+from webhook_bot_gateway.channels.telegram import map_error
 
 TOKEN = "123456789:AAH-secret-token"
 

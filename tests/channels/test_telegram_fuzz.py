@@ -9,9 +9,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from channels import ChannelError, ParseResult
-from channels.telegram import TelegramAdapter
 from tests.channels.telegram_fakes import config, fixture_bytes, fixture_names
+from webhook_bot_gateway.channels import ChannelError, ParseResult
+from webhook_bot_gateway.channels.telegram import TelegramAdapter
 
 ADAPTER = TelegramAdapter(config())  # parsing makes no request: nothing to close
 FIXTURES = [json.loads(fixture_bytes(name)) for name in fixture_names()]

@@ -10,9 +10,14 @@ from typing import Any
 import pytest
 from telegram import Bot, TelegramObject, Update
 
-from channels import ChannelError, InboundMessage, MembershipEvent, UnknownAccount
-from channels.telegram import TelegramAdapter
 from tests.channels.telegram_fakes import FIXTURES, config, fixture_bytes, fixture_names
+from webhook_bot_gateway.channels import (
+    ChannelError,
+    InboundMessage,
+    MembershipEvent,
+    UnknownAccount,
+)
+from webhook_bot_gateway.channels.telegram import TelegramAdapter
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 ALICE = {"sender_id": "123456789", "sender_name": "Alice Example", "chat_id": "123456789"}

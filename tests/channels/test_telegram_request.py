@@ -15,22 +15,6 @@ from pytest_aiohttp import AiohttpServer
 from telegram import Bot
 from telegram.error import NetworkError, TelegramError, TimedOut
 
-from channels import (
-    ADAPTERS,
-    OutboundMessage,
-    RetryableSendError,
-    SendError,
-    UncertainDelivery,
-)
-from channels._telegram._request import (
-    AiohttpRequest,
-    ConnectError,
-    ConnectionLost,
-    ConnectTimeout,
-    ReadTimeout,
-    redact_url,
-)
-from channels.telegram import TelegramAdapter, map_error
 from tests.channels.telegram_fakes import (
     TOKEN,
     ConnectionCounter,
@@ -42,6 +26,22 @@ from tests.channels.telegram_fakes import (
     hang,
     record_uploads,
 )
+from webhook_bot_gateway.channels import (
+    ADAPTERS,
+    OutboundMessage,
+    RetryableSendError,
+    SendError,
+    UncertainDelivery,
+)
+from webhook_bot_gateway.channels._telegram._request import (
+    AiohttpRequest,
+    ConnectError,
+    ConnectionLost,
+    ConnectTimeout,
+    ReadTimeout,
+    redact_url,
+)
+from webhook_bot_gateway.channels.telegram import TelegramAdapter, map_error
 
 CHAT = "123456789"
 SECRET_PART = TOKEN.split(":")[1]

@@ -10,7 +10,16 @@ import pytest
 from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 
-from channels import (
+from tests.channels.telegram_fakes import (
+    OTHER_TOKEN,
+    TOKEN,
+    FakeBotApi,
+    config,
+    echo_path,
+    error,
+    hang,
+)
+from webhook_bot_gateway.channels import (
     Button,
     ChatMigrated,
     FatalSendError,
@@ -21,16 +30,7 @@ from channels import (
     SendError,
     UncertainDelivery,
 )
-from channels.telegram import TelegramAdapter
-from tests.channels.telegram_fakes import (
-    OTHER_TOKEN,
-    TOKEN,
-    FakeBotApi,
-    config,
-    echo_path,
-    error,
-    hang,
-)
+from webhook_bot_gateway.channels.telegram import TelegramAdapter
 
 CHAT = "123456789"
 

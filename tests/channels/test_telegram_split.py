@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from channels._telegram._split import utf16_length
-from channels.telegram import MAX_TEXT_LENGTH, split_text
+from webhook_bot_gateway.channels._telegram._split import utf16_length
+from webhook_bot_gateway.channels.telegram import MAX_TEXT_LENGTH, split_text
 
 
 def test_split_text_keeps_a_short_text_whole() -> None:

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 import pytest
 from multidict import CIMultiDict
 
-from channels import ADAPTERS, BadSecretToken, UnknownAccount
-from channels._telegram import _adapter
-from channels.telegram import SECRET_HEADER, TelegramAdapter
 from tests.channels.telegram_fakes import OTHER_SECRET, SECRET, config, fixture_bytes
+from webhook_bot_gateway.channels import ADAPTERS, BadSecretToken, UnknownAccount
+from webhook_bot_gateway.channels._telegram import _adapter
+from webhook_bot_gateway.channels.telegram import SECRET_HEADER, TelegramAdapter
 
 BODY = fixture_bytes("01_private_text.json")
 

@@ -9,10 +9,10 @@ import pytest
 from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 
-from channels import PermanentSendError, RetryableSendError
-from channels._telegram._parse import HANDLED_UPDATES
-from channels.telegram import ALLOWED_UPDATES, set_webhook
 from tests.channels.telegram_fakes import SECRET, TOKEN, FakeBotApi, config, error, fixture_bytes
+from webhook_bot_gateway.channels import PermanentSendError, RetryableSendError
+from webhook_bot_gateway.channels._telegram._parse import HANDLED_UPDATES
+from webhook_bot_gateway.channels.telegram import ALLOWED_UPDATES, set_webhook
 
 URL = "https://gateway.example.com/webhooks/telegram/support"
 

@@ -12,11 +12,6 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 
-from channels import ChannelError
-from channels._telegram import _webhook
-from channels.telegram import set_webhook
-from gateway._commands import telegram_command
-from gateway.config import Settings
 from tests.channels.telegram_fakes import (
     OTHER_SECRET,
     OTHER_TOKEN,
@@ -27,6 +22,11 @@ from tests.channels.telegram_fakes import (
     config,
     error,
 )
+from webhook_bot_gateway.channels import ChannelError
+from webhook_bot_gateway.channels._telegram import _webhook
+from webhook_bot_gateway.channels.telegram import set_webhook
+from webhook_bot_gateway.gateway._commands import telegram_command
+from webhook_bot_gateway.gateway.config import Settings
 
 URL = "https://gateway.example.com/webhooks/telegram/support"
 ADMIN_TOKEN = "admin-token-echoed-back"

@@ -9,9 +9,9 @@ import aiohttp
 import pytest
 from pytest_aiohttp import AiohttpServer
 
-from channels import ChannelAdapter, RetryableSendError
-from channels.telegram import TelegramAdapter
-from channels.whatsapp import WhatsAppAdapter
+from webhook_bot_gateway.channels import ChannelAdapter, RetryableSendError
+from webhook_bot_gateway.channels.telegram import TelegramAdapter
+from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 
 from . import telegram_fakes as tg
 from . import whatsapp_fakes as wa

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from channels import ChannelError, InboundMessage, ParseResult
-from channels.whatsapp import parse_delivery
+from webhook_bot_gateway.channels import ChannelError, InboundMessage, ParseResult
+from webhook_bot_gateway.channels.whatsapp import parse_delivery
 
 from .whatsapp_fakes import fixture_json, fixture_names
 

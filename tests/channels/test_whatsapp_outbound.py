@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from channels import Button, OutboundMedia, OutboundMessage, PermanentSendError
-from channels.whatsapp import build_payloads, split_text
+from webhook_bot_gateway.channels import Button, OutboundMedia, OutboundMessage, PermanentSendError
+from webhook_bot_gateway.channels.whatsapp import build_payloads, split_text
 
 ENVELOPE = {"messaging_product": "whatsapp", "recipient_type": "individual", "to": "15551234567"}
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from channels import (
+from webhook_bot_gateway.channels import (
     ChannelError,
     Contact,
     DeliveryStatus,
@@ -23,7 +23,7 @@ from channels import (
     Reaction,
     SystemNotice,
 )
-from channels.whatsapp import WhatsAppAdapter, parse_delivery
+from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter, parse_delivery
 
 from .whatsapp_fakes import NUMBER_A, NUMBER_B, config, fixture_bytes, fixture_json, fixture_names
 
@@ -499,7 +499,7 @@ def test_adapter_parse_turns_an_unexpected_parser_bug_into_channel_error(
     def broken(body: bytes) -> ParseResult:
         raise KeyError("bug")
 
-    monkeypatch.setattr("channels._whatsapp._adapter.parse_delivery", broken)
+    monkeypatch.setattr("webhook_bot_gateway.channels._whatsapp._adapter.parse_delivery", broken)
     with pytest.raises(ChannelError, match="parser error: KeyError"):
         WhatsAppAdapter(config()).parse(b"{}")
     assert "parser failed" in caplog.text

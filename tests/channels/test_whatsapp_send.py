@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 from aioresponses import aioresponses
 
-from channels import (
+from webhook_bot_gateway.channels import (
     Button,
     FatalSendError,
     OutboundMedia,
@@ -22,7 +22,7 @@ from channels import (
     SendError,
     UncertainDelivery,
 )
-from channels.whatsapp import WhatsAppAdapter
+from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 
 from .whatsapp_fakes import (
     API_VERSION,

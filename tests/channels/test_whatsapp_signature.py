@@ -7,8 +7,8 @@ import json
 import pytest
 from multidict import CIMultiDict
 
-from channels import ADAPTERS, BadSignature, BadVerifyToken, WebhookRejected
-from channels.whatsapp import SIGNATURE_HEADER, WhatsAppAdapter
+from webhook_bot_gateway.channels import ADAPTERS, BadSignature, BadVerifyToken, WebhookRejected
+from webhook_bot_gateway.channels.whatsapp import SIGNATURE_HEADER, WhatsAppAdapter
 
 from .whatsapp_fakes import (
     APP_SECRET,

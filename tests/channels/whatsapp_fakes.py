@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from channels import WhatsAppConfig, WhatsAppNumberConfig
+from webhook_bot_gateway.channels import WhatsAppConfig, WhatsAppNumberConfig
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "whatsapp"
 APP_SECRET = "test-app-secret"

@@ -37,7 +37,7 @@ SLOW_TOOL = '''
 import asyncio
 import os
 
-from agents import tool
+from webhook_bot_gateway.agents import tool
 
 
 @tool

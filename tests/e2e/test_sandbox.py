@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway._sandbox import sandbox_warnings
-from gateway.config import parse_settings
+from webhook_bot_gateway.gateway._sandbox import sandbox_warnings
+from webhook_bot_gateway.gateway.config import parse_settings
 
 from .gateway_proc import REPO, Gateway, eventually, free_port
 from .test_roundtrip import BILLING, HELP

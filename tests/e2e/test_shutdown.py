@@ -17,7 +17,7 @@ from .webhooks import post, telegram_text
 SLOW_TOOLS = '''
 import asyncio
 
-from agents import tool
+from webhook_bot_gateway.agents import tool
 
 
 @tool

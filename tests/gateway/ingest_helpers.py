@@ -8,9 +8,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from gateway.config import Settings, parse_settings
 from tests.channels import telegram_fakes as tg
 from tests.channels import whatsapp_fakes as wa
+from webhook_bot_gateway.gateway.config import Settings, parse_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "admin-token-for-tests"

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from gateway import _logging
+from webhook_bot_gateway.gateway import _logging
 
 
 @contextmanager

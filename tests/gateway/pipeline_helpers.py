@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, ModelBackend, Registry
-from channels import InboundMessage, OutboundMessage, SendResult
-from store import InboxIn, ParsedDelivery, SQLiteStore
+from webhook_bot_gateway.agents import Agent, ModelBackend, Registry
+from webhook_bot_gateway.channels import InboundMessage, OutboundMessage, SendResult
+from webhook_bot_gateway.store import InboxIn, ParsedDelivery, SQLiteStore
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 

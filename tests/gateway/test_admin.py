@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway._keys import SENDER_WAKE, STORE
-from gateway.app import build_app
-from store import InboxIn, OutboxIn, ParsedDelivery, QuarantineIn, Store
+from webhook_bot_gateway.gateway._keys import SENDER_WAKE, STORE
+from webhook_bot_gateway.gateway.app import build_app
+from webhook_bot_gateway.store import InboxIn, OutboxIn, ParsedDelivery, QuarantineIn, Store
 
 from .ingest_helpers import ADMIN_TOKEN, AUTH, rows, settings
 

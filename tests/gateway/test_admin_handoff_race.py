@@ -21,12 +21,20 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from agents import ModelMessage, ModelResponse, Reply, Runner, ToolSpec, TurnResult, UserInput
-from agents.testing import ScriptedModel, reply
-from gateway._keys import STORE
-from gateway.app import build_app
-from store import OutboxIn, Store, Turn
 from tests.pg import fresh_schema
+from webhook_bot_gateway.agents import (
+    ModelMessage,
+    ModelResponse,
+    Reply,
+    Runner,
+    ToolSpec,
+    TurnResult,
+    UserInput,
+)
+from webhook_bot_gateway.agents.testing import ScriptedModel, reply
+from webhook_bot_gateway.gateway._keys import STORE
+from webhook_bot_gateway.gateway.app import build_app
+from webhook_bot_gateway.store import OutboxIn, Store, Turn
 
 from .ingest_helpers import AUTH, settings
 from .pipeline_helpers import registry

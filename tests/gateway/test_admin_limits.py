@@ -11,8 +11,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway._keys import STORE
-from gateway.app import build_app
+from webhook_bot_gateway.gateway._keys import STORE
+from webhook_bot_gateway.gateway.app import build_app
 
 from .ingest_helpers import ADMIN_TOKEN, AUTH, settings
 from .raw_http import Raw, head

@@ -15,14 +15,14 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpServer
 
-from gateway import _backlog
-from gateway._backlog import Backlog
-from gateway._keys import BACKLOG, METRICS
-from gateway.app import build_app
-from gateway.config import parse_settings
-from gateway.errors import ConfigError
 from tests.channels import whatsapp_fakes as wa
 from tests.e2e.ws_client import SlowModel, WebClient
+from webhook_bot_gateway.gateway import _backlog
+from webhook_bot_gateway.gateway._backlog import Backlog
+from webhook_bot_gateway.gateway._keys import BACKLOG, METRICS
+from webhook_bot_gateway.gateway.app import build_app
+from webhook_bot_gateway.gateway.config import parse_settings
+from webhook_bot_gateway.gateway.errors import ConfigError
 
 from .ingest_helpers import (
     counts,

@@ -16,8 +16,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway.app import build_app
 from tests.channels import telegram_fakes as tg
+from webhook_bot_gateway.gateway.app import build_app
 
 from .ingest_helpers import (
     counts,

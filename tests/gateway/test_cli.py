@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway._summary import mask_url
-from gateway.cli import main
-from store import SQLiteStore
+from webhook_bot_gateway.gateway._summary import mask_url
+from webhook_bot_gateway.gateway.cli import main
+from webhook_bot_gateway.store import SQLiteStore
 
 from .pipeline_helpers import FakeClock
 
@@ -37,7 +37,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     # relative to the working directory, and the checkout's own must stay make run's.
     with tempfile.TemporaryDirectory() as cwd:
         return subprocess.run(
-            [sys.executable, "-m", "gateway", *args],
+            [sys.executable, "-m", "webhook_bot_gateway", *args],
             capture_output=True,
             text=True,
             env={**environ, **(env or {})},
@@ -117,7 +117,7 @@ def test_sessions_list_on_a_new_store_is_empty(tmp_path: Path) -> None:
 
 
 async def _seed(db: Path) -> None:
-    from store import open_store
+    from webhook_bot_gateway.store import open_store
 
     store = await open_store(f"sqlite:///{db}")
     try:

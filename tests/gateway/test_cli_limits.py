@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
+from webhook_bot_gateway.gateway.cli import main
 
 BIG = str(2**63)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pytest_aiohttp import AiohttpServer
 
-from channels.telegram import ALLOWED_UPDATES
 from tests.channels.telegram_fakes import FakeBotApi
+from webhook_bot_gateway.channels.telegram import ALLOWED_UPDATES
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "4242:SECRET-TOKEN-OF-THE-BOT"

@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import Settings, load_settings, parse_settings, resolve_config_path
-from gateway.errors import ConfigError
+from webhook_bot_gateway.gateway.config import (
+    Settings,
+    load_settings,
+    parse_settings,
+    resolve_config_path,
+)
+from webhook_bot_gateway.gateway.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "config.example.toml"

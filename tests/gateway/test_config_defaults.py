@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from gateway._admin_token import KNOWN_DEMO_VALUES, is_loopback, read_token_file
-from gateway.config import load_settings, parse_settings
-from gateway.errors import ConfigError
+from webhook_bot_gateway.gateway._admin_token import KNOWN_DEMO_VALUES, is_loopback, read_token_file
+from webhook_bot_gateway.gateway.config import load_settings, parse_settings
+from webhook_bot_gateway.gateway.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "config.example.toml"

@@ -11,9 +11,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway._keys import STORE
-from gateway.app import build_app
 from tests.e2e.ws_client import WebClient, is_turn_end
+from webhook_bot_gateway.gateway._keys import STORE
+from webhook_bot_gateway.gateway.app import build_app
 
 from .ingest_helpers import ADMIN_TOKEN, AUTH, settings
 

@@ -12,12 +12,18 @@ from typing import Any
 
 import pytest
 
-from agents import ModelBackendError, ModelMessage, ModelResponse, Runner, ToolSpec
-from agents.testing import Hang, ScriptedModel, reply
-from gateway._dispatcher import BUSY_WARN_SECONDS, TURNS, Dispatcher
-from gateway._metrics import Metrics
-from gateway.config import DispatcherConfig
-from store import SQLiteStore
+from webhook_bot_gateway.agents import (
+    ModelBackendError,
+    ModelMessage,
+    ModelResponse,
+    Runner,
+    ToolSpec,
+)
+from webhook_bot_gateway.agents.testing import Hang, ScriptedModel, reply
+from webhook_bot_gateway.gateway._dispatcher import BUSY_WARN_SECONDS, TURNS, Dispatcher
+from webhook_bot_gateway.gateway._metrics import Metrics
+from webhook_bot_gateway.gateway.config import DispatcherConfig
+from webhook_bot_gateway.store import SQLiteStore
 
 from .pipeline_helpers import RecordingAdapter, add_inbox, inbound, registry, rows
 

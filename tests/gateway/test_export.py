@@ -15,12 +15,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway._export import export_schema
-from gateway._keys import STORE
-from gateway._media.files import attachment_path
-from gateway.app import build_app
-from gateway.cli import main
-from store import SQLiteStore, Store
+from webhook_bot_gateway.gateway._export import export_schema
+from webhook_bot_gateway.gateway._keys import STORE
+from webhook_bot_gateway.gateway._media.files import attachment_path
+from webhook_bot_gateway.gateway.app import build_app
+from webhook_bot_gateway.gateway.cli import main
+from webhook_bot_gateway.store import SQLiteStore, Store
 
 from .ingest_helpers import AUTH, settings
 

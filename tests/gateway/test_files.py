@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from gateway._media.files import (
+from webhook_bot_gateway.gateway._media.files import (
     MAX_NAME,
     attachment_path,
     clean_name,
     remove_partial_files,
     session_dir,
 )
-from store import InvalidSessionId
+from webhook_bot_gateway.store import InvalidSessionId
 
 ROOT = Path("/srv/media")
 SID = "web-0b9d6a1e-2f4c-4c1e-9a7b-3c5d7e9f1a2b"

@@ -9,8 +9,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway._keys import PIPELINE_TASKS, STORE
-from gateway.app import build_app
+from webhook_bot_gateway.gateway._keys import PIPELINE_TASKS, STORE
+from webhook_bot_gateway.gateway.app import build_app
 
 from .ingest_helpers import settings
 

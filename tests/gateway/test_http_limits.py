@@ -18,9 +18,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway._keys import METRICS, STORE
-from gateway.app import build_app
-from gateway.config import ServerConfig
+from webhook_bot_gateway.gateway._keys import METRICS, STORE
+from webhook_bot_gateway.gateway.app import build_app
+from webhook_bot_gateway.gateway.config import ServerConfig
 
 from .ingest_helpers import (
     AUTH,

@@ -12,14 +12,14 @@ import aiohttp
 import pytest
 from pytest_aiohttp import AiohttpServer
 
-from channels import ChannelAdapter
-from channels.telegram import TelegramAdapter
-from channels.whatsapp import WhatsAppAdapter
-from gateway._intake import IGNORED, QUARANTINED, Intake
-from gateway._metrics import Metrics
-from store import DeliveryIn, OutboxIn, SQLiteStore, make_session_id
 from tests.channels import telegram_fakes as tg
 from tests.channels import whatsapp_fakes as wa
+from webhook_bot_gateway.channels import ChannelAdapter
+from webhook_bot_gateway.channels.telegram import TelegramAdapter
+from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
+from webhook_bot_gateway.gateway._intake import IGNORED, QUARANTINED, Intake
+from webhook_bot_gateway.gateway._metrics import Metrics
+from webhook_bot_gateway.store import DeliveryIn, OutboxIn, SQLiteStore, make_session_id
 
 from .pipeline_helpers import rows
 

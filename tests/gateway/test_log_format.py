@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from gateway import _log_context as log_context
-from gateway._logging import configure_logging
-from gateway.cli import main
-from gateway.config import Settings, load_settings
-from gateway.errors import ConfigError
+from webhook_bot_gateway.gateway import _log_context as log_context
+from webhook_bot_gateway.gateway._logging import configure_logging
+from webhook_bot_gateway.gateway.cli import main
+from webhook_bot_gateway.gateway.config import Settings, load_settings
+from webhook_bot_gateway.gateway.errors import ConfigError
 
 from .logging_helpers import fresh_root_logging, redirect_root_handlers
 

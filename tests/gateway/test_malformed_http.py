@@ -13,8 +13,8 @@ from aiohttp.http_exceptions import BadHttpMessage
 from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 
-from gateway._logging import REDACTION, configure_logging
-from gateway.config import LoggingConfig, Settings
+from webhook_bot_gateway.gateway._logging import REDACTION, configure_logging
+from webhook_bot_gateway.gateway.config import LoggingConfig, Settings
 
 from .logging_helpers import fresh_root_logging, redirect_root_handlers
 

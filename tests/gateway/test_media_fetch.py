@@ -17,8 +17,8 @@ from multidict import CIMultiDictProxy
 from pytest_aiohttp import AiohttpServer
 from yarl import URL
 
-from channels import MediaSource
-from gateway._media.fetch import (
+from webhook_bot_gateway.channels import MediaSource
+from webhook_bot_gateway.gateway._media.fetch import (
     CHUNK,
     FetchPolicy,
     MediaRefused,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway._metrics import (
+from webhook_bot_gateway.gateway._metrics import (
     ACK_SECONDS,
     BACKLOG,
     HANDOFFS,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway._metrics import STORE_ERRORS, Metrics
-from gateway._store_gauges import INBOX_ROWS, OUTBOX_ROWS, SESSIONS, StoreGauges
-from store import OutboxIn, SQLiteStore
+from webhook_bot_gateway.gateway._metrics import STORE_ERRORS, Metrics
+from webhook_bot_gateway.gateway._store_gauges import INBOX_ROWS, OUTBOX_ROWS, SESSIONS, StoreGauges
+from webhook_bot_gateway.store import OutboxIn, SQLiteStore
 
 from .pipeline_helpers import FakeClock, add_inbox, inbound
 

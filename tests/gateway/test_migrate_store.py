@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
-from store import (
+from tests.pg import fresh_schema
+from webhook_bot_gateway.gateway.cli import main
+from webhook_bot_gateway.store import (
     DeliveryIn,
     InboxIn,
     NewMessage,
@@ -24,8 +25,7 @@ from store import (
     copy_store,
     open_store,
 )
-from store._copy import TABLES, counts
-from tests.pg import fresh_schema
+from webhook_bot_gateway.store._copy import TABLES, counts
 
 SID = "whatsapp-1555-u1"
 

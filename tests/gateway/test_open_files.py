@@ -8,7 +8,7 @@ from pathlib import Path
 
 PROBE = """
 import resource
-from gateway.app import raise_open_files_limit
+from webhook_bot_gateway.gateway.app import raise_open_files_limit
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
 before, after = raise_open_files_limit()

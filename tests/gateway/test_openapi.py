@@ -10,8 +10,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from openapi_spec_validator import OpenAPIV31SpecValidator
 
-from gateway._openapi import OPERATIONS, cached_document, openapi_document
-from gateway.app import build_app
+from webhook_bot_gateway.gateway._openapi import OPERATIONS, cached_document, openapi_document
+from webhook_bot_gateway.gateway.app import build_app
 
 from .ingest_helpers import settings
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gateway._media.files import attachment_path
-from gateway._purge import Purger, Retention
-from store import OutboxIn, SQLiteStore
+from webhook_bot_gateway.gateway._media.files import attachment_path
+from webhook_bot_gateway.gateway._purge import Purger, Retention
+from webhook_bot_gateway.store import OutboxIn, SQLiteStore
 
 from .pipeline_helpers import FakeClock, add_inbox, inbound, rows
 

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from channels import ADAPTERS, ChannelAdapter, ChannelError, WhatsAppAdapter
-from gateway._channels_ctx import open_adapters
-from gateway._intake import to_parsed
-from gateway._quarantine import replay
-from gateway.app import build_app
-from gateway.cli import main
-from gateway.config import Settings
-from store import DeliveryIn, QuarantineIn, SQLiteStore
 from tests.e2e.gateway_proc import eventually
+from webhook_bot_gateway.channels import ADAPTERS, ChannelAdapter, ChannelError, WhatsAppAdapter
+from webhook_bot_gateway.gateway._channels_ctx import open_adapters
+from webhook_bot_gateway.gateway._intake import to_parsed
+from webhook_bot_gateway.gateway._quarantine import replay
+from webhook_bot_gateway.gateway.app import build_app
+from webhook_bot_gateway.gateway.cli import main
+from webhook_bot_gateway.gateway.config import Settings
+from webhook_bot_gateway.store import DeliveryIn, QuarantineIn, SQLiteStore
 
 from .ingest_helpers import counts, rows, settings, tg_update, wa_delivery, wa_headers, wa_text
 

@@ -9,9 +9,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway._sandbox import simulate as simulate_module
-from gateway.app import build_app
 from tests.e2e.gateway_proc import free_port
+from webhook_bot_gateway.gateway._sandbox import simulate as simulate_module
+from webhook_bot_gateway.gateway.app import build_app
 
 from .ingest_helpers import AUTH, settings
 from .raw_http import Raw, head

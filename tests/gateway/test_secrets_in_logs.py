@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway._logging import configure_logging, configured_secrets
-from gateway.cli import main
-from gateway.config import Settings
+from webhook_bot_gateway.gateway._logging import configure_logging, configured_secrets
+from webhook_bot_gateway.gateway.cli import main
+from webhook_bot_gateway.gateway.config import Settings
 
 from .logging_helpers import fresh_root_logging, redirect_root_handlers
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway._summary import summarize
-from gateway.cli import main
-from gateway.config import Settings
+from webhook_bot_gateway.gateway._summary import summarize
+from webhook_bot_gateway.gateway.cli import main
+from webhook_bot_gateway.gateway.config import Settings
 
 AGENTS = '[agents]\nstarting_agent = "a"\n[[agents.list]]\nname = "a"\nkind = "human"\n'
 

@@ -14,15 +14,15 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
-from channels import ChannelAdapter, OutboundMessage, SendResult
-from channels.telegram import TelegramAdapter
-from channels.whatsapp import WhatsAppAdapter
-from gateway._metrics import Metrics
-from gateway._sender import OUTBOX, Sender
-from gateway.config import SenderConfig
-from store import OutboxIn, OutboxItem, SQLiteStore
 from tests.channels import telegram_fakes as tg
 from tests.channels import whatsapp_fakes as wa
+from webhook_bot_gateway.channels import ChannelAdapter, OutboundMessage, SendResult
+from webhook_bot_gateway.channels.telegram import TelegramAdapter
+from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
+from webhook_bot_gateway.gateway._metrics import Metrics
+from webhook_bot_gateway.gateway._sender import OUTBOX, Sender
+from webhook_bot_gateway.gateway.config import SenderConfig
+from webhook_bot_gateway.store import OutboxIn, OutboxItem, SQLiteStore
 
 from .pipeline_helpers import FakeClock
 

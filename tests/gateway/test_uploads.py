@@ -22,13 +22,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from channels.web import web_dedup_key
-from gateway._keys import STORE
-from gateway._web.attachments import UPLOADS
-from gateway.app import build_app
-from gateway.cli import main
 from tests.e2e.gateway_proc import eventually
 from tests.e2e.ws_client import WebClient, is_turn_end
+from webhook_bot_gateway.channels.web import web_dedup_key
+from webhook_bot_gateway.gateway._keys import STORE
+from webhook_bot_gateway.gateway._web.attachments import UPLOADS
+from webhook_bot_gateway.gateway.app import build_app
+from webhook_bot_gateway.gateway.cli import main
 
 from .ingest_helpers import AUTH, rows, settings
 

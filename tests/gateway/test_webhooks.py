@@ -13,10 +13,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from gateway._keys import ADAPTERS, INTAKE_WAKE, METRICS, STORE, WRITER
-from gateway.app import build_app
 from tests.channels import telegram_fakes as tg
 from tests.channels import whatsapp_fakes as wa
+from webhook_bot_gateway.gateway._keys import ADAPTERS, INTAKE_WAKE, METRICS, STORE, WRITER
+from webhook_bot_gateway.gateway.app import build_app
 
 from .ingest_helpers import (
     counts,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway._writer import GroupCommitWriter, WriterClosed
-from store import DeliveryIn, IngestResult, QuarantineIn, SQLiteStore
+from webhook_bot_gateway.gateway._writer import GroupCommitWriter, WriterClosed
+from webhook_bot_gateway.store import DeliveryIn, IngestResult, QuarantineIn, SQLiteStore
 
 LONG = 30.0  # a window no test waits out: batches close because they are full or flushed
 

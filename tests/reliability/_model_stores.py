@@ -28,10 +28,10 @@ from typing import Any
 
 import asyncpg
 
-from store import SQLiteStore, Store, StoreError
-from store.postgres import PostgresStore
-from store.sqlite._conn import Connection
 from tests.store.conftest import Backend, FakeClock, Raw
+from webhook_bot_gateway.store import SQLiteStore, Store, StoreError
+from webhook_bot_gateway.store.postgres import PostgresStore
+from webhook_bot_gateway.store.sqlite._conn import Connection
 
 LEASE_SECONDS = 30.0
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from agents import Agent, ModelMessage, ModelResponse, ToolSpec
+from webhook_bot_gateway.agents import Agent, ModelMessage, ModelResponse, ToolSpec
 
 CALLS_LOG = "model-calls.log"
 POISON = "poison"

@@ -10,8 +10,8 @@ import statistics
 from contextlib import closing
 from pathlib import Path
 
-from gateway._purge import CHUNK
-from store import SQLiteStore
+from webhook_bot_gateway.gateway._purge import CHUNK
+from webhook_bot_gateway.store import SQLiteStore
 
 from .scale import pick
 

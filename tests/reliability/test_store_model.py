@@ -45,7 +45,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from store import (
+from tests.pg import fresh_schema_sync
+from tests.store.conftest import FakeClock
+from tests.store.pipeline import ACCOUNT, AGENT, CHANNEL, message, sid
+from webhook_bot_gateway.store import (
     Delivery,
     DeliveryIn,
     InboxItem,
@@ -57,9 +60,6 @@ from store import (
     Store,
     StoreError,
 )
-from tests.pg import fresh_schema_sync
-from tests.store.conftest import FakeClock
-from tests.store.pipeline import ACCOUNT, AGENT, CHANNEL, message, sid
 
 from ._model import MAX_ATTEMPTS, ChatView, Model, TurnView, View, answered_once
 from ._model_stores import Process, new_process

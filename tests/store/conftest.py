@@ -23,9 +23,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from store import SQLiteStore, Store
-from store.postgres import PostgresStore
 from tests.pg import fresh_schema
+from webhook_bot_gateway.store import SQLiteStore, Store
+from webhook_bot_gateway.store.postgres import PostgresStore
 
 START = 1_800_000_000.0
 

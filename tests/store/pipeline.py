@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from store import DeliveryIn, InboxIn, ParsedDelivery, SQLiteStore, Store
+from webhook_bot_gateway.store import DeliveryIn, InboxIn, ParsedDelivery, SQLiteStore, Store
 
 CHANNEL = "whatsapp"
 ACCOUNT = "15550001"

@@ -7,7 +7,13 @@ import uuid
 
 import pytest
 
-from store import AttachmentIn, AttachmentNotFound, InboxIn, SessionNotFound, Store
+from webhook_bot_gateway.store import (
+    AttachmentIn,
+    AttachmentNotFound,
+    InboxIn,
+    SessionNotFound,
+    Store,
+)
 
 from .conftest import FakeClock, Raw
 from .pipeline import ACCOUNT, AGENT, CHANNEL, inbox_of, sid

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from store import ParsedDelivery, QuarantineIn, Store
+from webhook_bot_gateway.store import ParsedDelivery, QuarantineIn, Store
 
 from .conftest import FakeClock
 from .pipeline import AGENT, CHANNEL, delivery, inbox_of, message

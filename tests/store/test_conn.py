@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from store import SQLiteStore
-from store.sqlite._conn import Connection
+from webhook_bot_gateway.store import SQLiteStore
+from webhook_bot_gateway.store.sqlite._conn import Connection
 
 from .conftest import raw_rows
 

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from store import Store
+from webhook_bot_gateway.store import Store
 
 from .conftest import SHARED, Backend, FakeClock, Raw
 

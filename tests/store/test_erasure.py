@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from store import InboxIn, NewMessage, OutboxIn, QuarantineIn, SQLiteStore, Store
+from webhook_bot_gateway.store import (
+    InboxIn,
+    NewMessage,
+    OutboxIn,
+    QuarantineIn,
+    SQLiteStore,
+    Store,
+)
 
 from .conftest import FakeClock, Raw
 from .pipeline import ACCOUNT, CHANNEL, inbox_of, sid

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from store import (
+from webhook_bot_gateway.store import (
     AttachmentIn,
     InboxIn,
     NewMessage,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from store import SessionExistsError, SQLiteStore
+from webhook_bot_gateway.store import SessionExistsError, SQLiteStore
 
 from .conftest import raw_rows
 
@@ -75,7 +75,7 @@ async def test_a_cancelled_callers_write_still_commits(db_path: Path) -> None:
 WRITER = textwrap.dedent(
     """
     import asyncio, sys
-    from store import SQLiteStore
+    from webhook_bot_gateway.store import SQLiteStore
 
     def pair(n):
         def write(conn):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from store import MessageNotFound, RunActive, SessionNotFound, Store
+from webhook_bot_gateway.store import MessageNotFound, RunActive, SessionNotFound, Store
 
 from .conftest import FakeClock
 

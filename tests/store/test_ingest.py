@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from store import DeliveryIn, IngestResult, QuarantineIn, SQLiteStore, Store
+from webhook_bot_gateway.store import DeliveryIn, IngestResult, QuarantineIn, SQLiteStore, Store
 
 from .conftest import SHARED, Backend, FakeClock, Raw
 from .pipeline import CHANNEL, PIPELINE_TABLES, delivery, statements_of

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from store import (
+from webhook_bot_gateway.store import (
     NewMessage,
     OutboxIn,
     OutboxItem,

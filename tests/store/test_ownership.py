@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from store import (
+from webhook_bot_gateway.store import (
     InboxNotFound,
     InboxNotPending,
     NewMessage,

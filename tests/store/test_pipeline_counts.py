@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from store import OutboxIn, PipelineCounts, Store
+from webhook_bot_gateway.store import OutboxIn, PipelineCounts, Store
 
 from .conftest import FakeClock, Raw
 from .pipeline import ACCOUNT, CHANNEL, inbox_of, message, sid

@@ -14,13 +14,13 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from store import NewMessage, OutboxIn, ParsedDelivery, StatusIn, TurnActive
-from store._copy import copy_store
-from store.postgres import PostgresStore
-from store.postgres._db import Database, holds_lock, noted_events
 from tests.pg import fresh_schema
 from tests.store.conftest import Backend, FakeClock
 from tests.store.pipeline import ACCOUNT, AGENT, CHANNEL, delivery, inbox_of, message, sid
+from webhook_bot_gateway.store import NewMessage, OutboxIn, ParsedDelivery, StatusIn, TurnActive
+from webhook_bot_gateway.store._copy import copy_store
+from webhook_bot_gateway.store.postgres import PostgresStore
+from webhook_bot_gateway.store.postgres._db import Database, holds_lock, noted_events
 
 POSTGRES = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 

@@ -13,12 +13,12 @@ from typing import Any
 import asyncpg
 import pytest
 
-from store import SchemaTooNewError, SQLiteStore, StoreError
-from store.postgres import PostgresStore
-from store.postgres._db import Database
-from store.postgres._schema import LATEST, MIGRATION_LOCK, MIGRATIONS
-from store.postgres._sql_sessions import log_event
 from tests.pg import fresh_schema
+from webhook_bot_gateway.store import SchemaTooNewError, SQLiteStore, StoreError
+from webhook_bot_gateway.store.postgres import PostgresStore
+from webhook_bot_gateway.store.postgres._db import Database
+from webhook_bot_gateway.store.postgres._schema import LATEST, MIGRATION_LOCK, MIGRATIONS
+from webhook_bot_gateway.store.postgres._sql_sessions import log_event
 
 SID = "telegram-support-1"
 

@@ -21,13 +21,13 @@ from typing import Any
 import asyncpg
 import pytest
 
-from store import NewMessage, OutboxIn, RunActive, StoreError, TurnActive
-from store.postgres import PostgresStore
-from store.postgres._db import StoreUnavailable
-from store.postgres._turn import TurnScope
 from tests.pg import server_url
 from tests.store.conftest import Backend, FakeClock, Raw
 from tests.store.pipeline import ACCOUNT, AGENT, CHANNEL, inbox_of, message, sid
+from webhook_bot_gateway.store import NewMessage, OutboxIn, RunActive, StoreError, TurnActive
+from webhook_bot_gateway.store.postgres import PostgresStore
+from webhook_bot_gateway.store.postgres._db import StoreUnavailable
+from webhook_bot_gateway.store.postgres._turn import TurnScope
 
 POSTGRES = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 WAIT = 10.0  # seconds a notification may take before the test fails

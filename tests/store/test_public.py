@@ -6,10 +6,10 @@ import inspect
 
 import pytest
 
-import store
-from store import SQLiteStore, SQLiteTurn, Store, Turn
-from store.postgres import PostgresStore
-from store.postgres._turn import PostgresTurn
+from webhook_bot_gateway import store
+from webhook_bot_gateway.store import SQLiteStore, SQLiteTurn, Store, Turn
+from webhook_bot_gateway.store.postgres import PostgresStore
+from webhook_bot_gateway.store.postgres._turn import PostgresTurn
 
 
 def test_store_exports_every_public_name() -> None:

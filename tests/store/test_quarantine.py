@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from store import ParsedDelivery, QuarantineIn, QuarantineNotFound, Store
+from webhook_bot_gateway.store import ParsedDelivery, QuarantineIn, QuarantineNotFound, Store
 
 from .conftest import FakeClock
 from .pipeline import AGENT, CHANNEL, delivery, message, sid

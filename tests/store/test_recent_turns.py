@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import Message, NewMessage, Role, SQLiteStore, Store
-from store.postgres import PostgresStore
-from store.sqlite._schema import migrate
-from store.sqlite._sql_sessions import select_branch, select_recent
 from tests.pg import fresh_schema_sync
+from webhook_bot_gateway.store import Message, NewMessage, Role, SQLiteStore, Store
+from webhook_bot_gateway.store.postgres import PostgresStore
+from webhook_bot_gateway.store.sqlite._schema import migrate
+from webhook_bot_gateway.store.sqlite._sql_sessions import select_branch, select_recent
 
 from .conftest import BACKENDS, Raw
 

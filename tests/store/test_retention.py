@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from store import NewMessage, OutboxIn, QuarantineIn, Store
+from webhook_bot_gateway.store import NewMessage, OutboxIn, QuarantineIn, Store
 
 from .conftest import FakeClock, Raw
 from .pipeline import ACCOUNT, AGENT, CHANNEL, inbox_of, message, sid

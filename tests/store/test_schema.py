@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from store import (
+from webhook_bot_gateway.store import (
     DeliveryIn,
     NewMessage,
     OutboxIn,
@@ -19,7 +19,7 @@ from store import (
     Store,
     StoreError,
 )
-from store.sqlite._schema import LATEST, MIGRATIONS
+from webhook_bot_gateway.store.sqlite._schema import LATEST, MIGRATIONS
 
 from .conftest import SHARED, START, Backend, FakeClock, Raw, raw_rows
 

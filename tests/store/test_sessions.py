@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from store import NewMessage, SessionExistsError, SessionNotFound, Store
+from webhook_bot_gateway.store import NewMessage, SessionExistsError, SessionNotFound, Store
 
 from .conftest import START, FakeClock
 

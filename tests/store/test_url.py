@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from store import SQLiteStore, check_url, open_store
-from store._url import sqlite_path
-from store.postgres import PostgresStore
 from tests.pg import fresh_schema
+from webhook_bot_gateway.store import SQLiteStore, check_url, open_store
+from webhook_bot_gateway.store._url import sqlite_path
+from webhook_bot_gateway.store.postgres import PostgresStore
 
 
 async def test_open_store_relative_path_creates_parent_dirs(

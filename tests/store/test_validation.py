@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from store import InvalidSessionId, SQLiteStore, Store
-from store.postgres import PostgresStore
+from webhook_bot_gateway.store import InvalidSessionId, SQLiteStore, Store
+from webhook_bot_gateway.store.postgres import PostgresStore
 
 BAD_IDS: list[Any] = ["", "x" * 129, "has space", "slash/id", "dot.id", "ünï", None, 42, b"id"]
 
