@@ -4,6 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?= config.example.toml
+# tests/test_packaging.py installs the built wheel beside the OpenAI Agents SDK in a fresh
+# environment without reaching the internet: the set-up downloads what that needs, once.
+WHEELHOUSE := $(VENV)/wheelhouse
+NEIGHBOURS := 'openai-agents>=0.24,<1' 'setuptools>=77'
 
 .PHONY: run test lint typecheck pytest soak bench clean
 
@@ -14,6 +18,10 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+$(WHEELHOUSE)/.complete: $(STAMP)
+	$(BIN)/python -m pip download --quiet --dest $(WHEELHOUSE) . $(NEIGHBOURS)
+	touch $@
 
 run: $(STAMP)
 	$(BIN)/gateway serve --config $(CONFIG)
@@ -27,7 +35,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) $(WHEELHOUSE)/.complete
 	$(BIN)/pytest
 
 # The long versions of tests/reliability (docs/reliability.md); `make test` runs the short ones.

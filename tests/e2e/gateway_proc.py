@@ -8,7 +8,7 @@ import signal
 import socket
 import sqlite3
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from inspect import isawaitable
 from pathlib import Path
 from typing import Any
@@ -125,7 +125,8 @@ class Gateway:
     """One gateway installation (config + database) that can be started, killed and restarted.
 
     The process gets this process's environment without the variables a config may read,
-    plus ``env``.
+    plus ``env``. ``command`` starts the gateway (default: this interpreter's
+    ``python -m webhook_bot_gateway``; an installed ``.../bin/gateway`` works the same).
     """
 
     def __init__(
@@ -135,8 +136,10 @@ class Gateway:
         port: int,
         db: Path,
         env: Mapping[str, str] | None = None,
+        command: Sequence[str] = (sys.executable, "-m", "webhook_bot_gateway"),
     ) -> None:
         self.directory = directory
+        self.command = tuple(command)
         self.env = dict(env or {})
         self.port = port
         self.db = db
@@ -148,15 +151,13 @@ class Gateway:
         self.starts = 0
 
     async def start(self) -> None:
-        """Start ``python -m gateway serve`` and wait until /readyz answers 200."""
+        """Start ``gateway serve`` and wait until /readyz answers 200."""
         assert self.process is None or self.process.returncode is not None
         self.starts += 1
         with self.log_path.open("ab") as log:
             log.write(f"--- start {self.starts} ---\n".encode())
             self.process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "webhook_bot_gateway",
+                *self.command,
                 "serve",
                 "--config",
                 str(self.config_path),
