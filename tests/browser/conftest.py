@@ -30,9 +30,9 @@ expect.set_options(timeout=10_000)
 
 
 class ConsoleGateway(Gateway):
-    """``python -m gateway serve --config config.example.toml`` as ``make run`` starts it, in
-    its own working directory, with a port of its own and no GATEWAY_ADMIN_TOKEN: the admin
-    token is the one its first start made in data/admin-token, as a newcomer finds it."""
+    """``python -m webhook_bot_gateway serve --config config.example.toml`` as ``make run``
+    starts it, in its own working directory, with a port of its own and no GATEWAY_ADMIN_TOKEN:
+    the admin token is the one its first start made in data/admin-token, as a newcomer finds it."""
 
     def __init__(self, directory: Path, config: Path = EXAMPLE_CONFIG) -> None:
         directory.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,10 @@
 """Agents for test_poison.py, loaded by the real gateway process through ``agents.module``.
 
 The test copies this file into the gateway's working directory as ``poison_agents.py`` (that
-directory is on the path of ``python -m gateway``). ``echo`` answers ``echo <tag>`` to a message
-tagged ``c<chat>-m<n>``; a message whose text contains ``poison`` makes its model raise, every
-time. Every model call appends one line to ``model-calls.log`` in the working directory:
+directory is on the path of ``python -m webhook_bot_gateway``). ``echo`` answers ``echo <tag>``
+to a message tagged ``c<chat>-m<n>``; a message whose text contains ``poison`` makes its model
+raise, every time. Every model call appends one line to ``model-calls.log`` in the working
+directory:
 ``<outcome> <time.monotonic()> <tag>[,<tag>...]`` (several tags when messages were merged), so
 the test can count the tries of each message. ``human`` is the queue a dead-lettered session
 is handed to.
