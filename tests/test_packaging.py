@@ -128,6 +128,18 @@ def test_every_file_of_the_checkouts_folders_is_in_the_wheel(wheel: Path, folder
     assert not missing, f"not in the wheel (add the package to pyproject.toml): {missing}"
 
 
+def test_the_installed_distribution_owns_one_top_level_name(environment: Path, site: Path) -> None:
+    """From the installed RECORD, as ``pip show -f`` lists it (outside the checkout, whose
+    egg-info would answer instead); scripts go to bin/."""
+    probe = (
+        "from importlib.metadata import distribution;"
+        "files = distribution('webhook-bot-gateway').files;"
+        "print(*sorted({f.parts[0] for f in files if not f.parts[0].startswith('..')}))"
+    )
+    tops = run(environment / "bin" / "python", "-c", probe, cwd=site).stdout.split()
+    assert [top for top in tops if not top.endswith(".dist-info")] == [IMPORT_PACKAGE]
+
+
 def test_agents_is_the_sdks_and_the_gateway_is_under_its_own_name(
     environment: Path, site: Path
 ) -> None:
