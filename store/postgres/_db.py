@@ -35,7 +35,7 @@ import asyncpg
 from .._errors import StoreError
 from ._schema import migrate
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("store.postgres")  # the names operators filter on stay short
 
 T = TypeVar("T")
 Fn = Callable[[asyncpg.Connection], Awaitable[T]]

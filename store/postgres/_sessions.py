@@ -28,7 +28,7 @@ from . import _sql_sessions as sql
 from ._db import Database, EventListener
 from ._turn import TurnScope
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("store.postgres")  # the names operators filter on stay short
 
 
 class SessionMethods:

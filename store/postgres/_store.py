@@ -21,7 +21,7 @@ from ._pipeline import PipelineMethods
 from ._sessions import SessionMethods
 from ._tables import TableMethods
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("store.postgres")  # the names operators filter on stay short
 
 DEFAULT_POOL_SIZE = 10
 CONNECT_TIMEOUT = 10.0

@@ -21,7 +21,7 @@ import asyncpg
 
 from ._db import CONNECTION_ERRORS, connect, unavailable
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("store.postgres")  # the names operators filter on stay short
 
 INBOX_CHANNEL = "gateway_inbox"  # payload: "<origin> <session id>"
 OUTBOX_CHANNEL = "gateway_outbox"  # payload: "<origin>"

@@ -33,7 +33,7 @@ from ._pipeline import PipelineMethods
 from ._tables import TableMethods
 from ._turn import SQLiteTurn, TurnScope
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("store.sqlite")  # the names operators filter on stay short
 
 
 class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods, OpenClose):

@@ -31,7 +31,7 @@ async def run_gateway(*args: str) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "gateway",
+        "webhook_bot_gateway",
         *args,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
