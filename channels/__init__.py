@@ -1,6 +1,12 @@
 """Platform adapters and the normalized model they translate webhooks and replies to."""
 
-from ._config import TelegramBotConfig, TelegramConfig, WhatsAppConfig, WhatsAppNumberConfig
+from ._config import (
+    TelegramBotConfig,
+    TelegramConfig,
+    WhatsAppConfig,
+    WhatsAppNumberConfig,
+    WhatsAppTemplateConfig,
+)
 from ._errors import (
     BadSecretToken,
     BadSignature,
@@ -31,6 +37,7 @@ from ._model import (
     OrderItem,
     OutboundMedia,
     OutboundMessage,
+    OutboundTemplate,
     ParseResult,
     PlatformError,
     Reaction,
@@ -67,6 +74,7 @@ __all__ = [
     "OrderItem",
     "OutboundMedia",
     "OutboundMessage",
+    "OutboundTemplate",
     "ParseResult",
     "PermanentSendError",
     "PlatformError",
@@ -84,4 +92,5 @@ __all__ = [
     "WhatsAppAdapter",
     "WhatsAppConfig",
     "WhatsAppNumberConfig",
+    "WhatsAppTemplateConfig",
 ]

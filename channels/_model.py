@@ -180,11 +180,20 @@ class OutboundMedia(_Model):
     file_name: str | None = None
 
 
+class OutboundTemplate(_Model):
+    """An approved WhatsApp template: its name, language code and body parameters in order."""
+
+    name: str = Field(min_length=1, max_length=512)
+    language: str = Field(min_length=1, max_length=32)
+    parameters: tuple[str, ...] = ()
+
+
 class OutboundMessage(_Model):
     channel: str
     account: str
     chat_id: str
     text: str | None = None
+    template: OutboundTemplate | None = None  # WhatsApp: sent instead of text, buttons, media
     buttons: tuple[Button, ...] = ()
     media: OutboundMedia | None = None
     reply_to: str | None = None
