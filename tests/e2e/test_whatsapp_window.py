@@ -59,7 +59,7 @@ async def user_wrote(
         rows = gateway.query(
             "SELECT count(*) FROM inbox WHERE session_id = ? AND state = 'done'", session_id
         )
-        return rows[0][0] == 1
+        return bool(rows[0][0] == 1)
 
     await eventually(answered, "the message's turn")
     return session_id
@@ -124,7 +124,7 @@ async def test_e2e_template_route_refuses_what_is_not_declared(
     gateway = await make_gateway(agents=TEMPLATE + OPERATORS_ONLY)
     session_id = await user_wrote(http, gateway, "15550002424", 25 * HOUR)
     path = f"/api/sessions/{session_id}/template"
-    cases = [
+    cases: list[tuple[dict[str, Any], int, str | None]] = [
         ({"name": "nope", "language": "en_US"}, 404, "unknown_template"),
         ({"name": "follow_up", "language": "pt_BR", "parameters": ["x"]}, 404, "unknown_template"),
         ({"name": "follow_up", "language": "en_US"}, 422, "template_parameters"),
