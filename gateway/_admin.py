@@ -73,7 +73,14 @@ from ._keys import AGENT_NAMES, AGENTS, METRICS, SENDER_WAKE, SETTINGS, STORE, A
 from ._media.files import erase_session
 from ._metrics import HANDOFFS
 from ._openapi import openapi_json
-from ._templates import TemplateRefused, checked, summary, template_data, template_outbox
+from ._templates import (
+    TemplateRefused,
+    builtin_tools,
+    checked,
+    summary,
+    template_data,
+    template_outbox,
+)
 from ._window import applies, free_text_refusal
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -525,7 +532,8 @@ async def unknown_route(request: web.Request) -> web.Response:
 
 async def agent_names_ctx(app: web.Application) -> AsyncIterator[None]:
     """The declared agents' names, for handoffs (the registry is built once and closed)."""
-    registry = build_registry(app[SETTINGS].agents)
+    settings = app[SETTINGS]
+    registry = build_registry(settings.agents, builtin_tools=builtin_tools(settings.whatsapp))
     try:
         app[AGENT_NAMES] = frozenset(registry.names)
         app[METRICS].allow_agents(registry.names)  # the only agent names /metrics labels with
