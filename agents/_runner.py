@@ -133,6 +133,24 @@ class Runner:
         ids = tuple(message.id for message in turn.committed)
         return TurnResult(session_id, tuple(replies), before, after, ids, cancelled)
 
+    async def record_turn(
+        self,
+        session_id: str,
+        inbound: UserInput,
+        *,
+        before_commit: BeforeCommit | None = None,
+        inbox_ids: Sequence[int] = (),
+    ) -> TurnResult:
+        """Keep ``inbound`` in the history and run no agent (a message that asks nothing, such
+        as a reaction): one commit, as ``run_turn``'s, with no replies."""
+        async with self._store.turn(session_id, recent_turns=1, inbox_ids=inbox_ids) as turn:
+            agent = turn.session.active_agent
+            turn.append(NewMessage("user", inbound.text, data=dict(inbound.data)))
+            if before_commit is not None:
+                before_commit(turn, [])
+        ids = tuple(message.id for message in turn.committed)
+        return TurnResult(session_id, (), agent, agent, ids)
+
     async def _work(
         self,
         turn: Turn,

@@ -27,6 +27,7 @@ from ._model import (
     Command,
     Contact,
     DeliveryStatus,
+    FlowReply,
     InboundEvent,
     InboundMessage,
     InteractiveReply,
@@ -43,6 +44,7 @@ from ._model import (
     Reaction,
     SendResult,
     SystemNotice,
+    TemplateUpdate,
 )
 from ._protocol import ChannelAdapter
 from ._registry import ADAPTERS, AdapterFactory
@@ -63,6 +65,7 @@ __all__ = [
     "Contact",
     "DeliveryStatus",
     "FatalSendError",
+    "FlowReply",
     "InboundEvent",
     "InboundMessage",
     "InteractiveReply",
@@ -86,6 +89,7 @@ __all__ = [
     "TelegramAdapter",
     "TelegramBotConfig",
     "TelegramConfig",
+    "TemplateUpdate",
     "UncertainDelivery",
     "UnknownAccount",
     "WebhookRejected",

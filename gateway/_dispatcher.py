@@ -241,17 +241,25 @@ class Dispatcher:
             typing.start()
             with_files = [row.dedup_key for row in batch if convert.has_files(row.event)]
             files = await self._media.settle(with_files) if with_files else []
-            inbound = convert.user_input([row.event for row in batch], files)
-            result = await self._runner.run_turn(
-                sid,
-                replace(inbound, images=await self._media.images(files)),
-                cancel=cancel,
-                before_commit=partial(
-                    _before_commit, [row.id for row in batch], convert.thread_of(batch), typing
-                ),
-                inbox_ids=[row.id for row in batch],
-                reply_guard=self._window_guard,
+            events = [row.event for row in batch]
+            inbound = convert.user_input(events, files)
+            commit = partial(
+                _before_commit, [row.id for row in batch], convert.thread_of(batch), typing
             )
+            ids = [row.id for row in batch]
+            if convert.only_reactions(events):
+                result = await self._runner.record_turn(
+                    sid, inbound, before_commit=commit, inbox_ids=ids
+                )
+            else:
+                result = await self._runner.run_turn(
+                    sid,
+                    replace(inbound, images=await self._media.images(files)),
+                    cancel=cancel,
+                    before_commit=commit,
+                    inbox_ids=ids,
+                    reply_guard=self._window_guard,
+                )
         except (SessionDeletedError, SessionNotFound):
             log.info("session %s was deleted during its turn; nothing written", sid)
             self._ended("deleted")
