@@ -28,10 +28,10 @@ class Window:
     def describe(self) -> str:
         """Why a free-text reply is refused, for operators and agents."""
         if self.closes_at is None:
-            return "the user has not written yet, so only a template can be sent"
+            return "WhatsApp's 24-hour window is closed: the user has not written yet"
         return (
-            "more than 24 hours have passed since the user's last message, so WhatsApp accepts"
-            " only an approved template until the user writes again"
+            "WhatsApp's 24-hour window is closed: more than 24 hours have passed since the"
+            " user's last message, so only an approved template is delivered until they write"
         )
 
 

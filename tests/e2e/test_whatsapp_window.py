@@ -7,13 +7,14 @@ sleeping and no clock inside the process to move.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import aiohttp
 
 from .conftest import MakeGateway, Platforms
-from .gateway_proc import ADMIN_TOKEN, NUMBER, Gateway, eventually
+from .gateway_proc import ADMIN_TOKEN, NUMBER, Gateway, demo_agents, eventually
 from .webhooks import post, whatsapp_messages
 
 HOUR = 3600
@@ -135,5 +136,21 @@ async def test_e2e_template_route_refuses_what_is_not_declared(
         answer_status, answer = await admin_post(http, gateway, path, body)
         assert answer_status == status, (body, answer)
         assert answer["error"]["code"] == (code or answer["error"]["code"])
+    assert platforms.graph.sent("message") == []
+    assert gateway.query("SELECT count(*) FROM outbox")[0][0] == 0
+
+
+async def test_e2e_agent_answer_25_hours_later_is_not_sent(
+    make_gateway: MakeGateway, platforms: Platforms, http: aiohttp.ClientSession
+) -> None:
+    """The demo triage agent answers a message replayed 25 hours late: its text is kept in the
+    history marked not_sent, and the fake Graph API records no message call."""
+    gateway = await make_gateway(agents=TEMPLATE + demo_agents())
+    session_id = await user_wrote(http, gateway, "15550002626", 25 * HOUR)
+    found = gateway.query(
+        "SELECT text, data FROM messages WHERE session_id = ? AND role = 'assistant'", session_id
+    )
+    assert found
+    assert all("window" in json.loads(data)["not_sent"] for _, data in found)
     assert platforms.graph.sent("message") == []
     assert gateway.query("SELECT count(*) FROM outbox")[0][0] == 0
