@@ -81,14 +81,14 @@ class TurnLoop:
         for _ in range(self.limits.max_steps):
             response = await self._ask()
             sent = self._record(response)
-            refused += not sent
+            if not sent:
+                refused += 1
             if response.tool_calls:
                 if await self._run_calls(response.tool_calls):
                     return self.replies
             elif sent or refused > 1:
                 return self.replies  # answered, or refused twice: nothing more to try
             # else: told why its text was refused, the model answers once more (a template)
-        raise StepLimitExceeded(self.turn.session.session_id, self.limits.max_steps)
         raise StepLimitExceeded(self.turn.session.session_id, self.limits.max_steps)
 
     async def _ask(self) -> ModelResponse:
