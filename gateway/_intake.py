@@ -210,27 +210,25 @@ class Intake:
                 self._template_update(event)
 
     def _template_update(self, update: TemplateUpdate) -> None:
-        """Meta's news about a template: a log line (WARNING unless good news) and a count."""
+        """Meta's news about a template: a log line (WARNING unless good news) and a count.
+
+        Everything is in the message: the log formatters write only the context fields."""
         state = update.event or update.new_quality or "unknown"
         self._metrics.inc(TEMPLATE_UPDATES, field=update.field, state=state[:32])
-        extra = {
-            "waba_id": update.account,
-            "template_id": update.template_id,
-            "template": update.name,
-            "language": update.language,
-            "field": update.field,
-            "state": state,
-            "reason": update.reason,
-            "previous_quality": update.previous_quality,
-        }
+        details = [f"{update.field}", f"template id {update.template_id}"]
+        details.append(f"business account {update.account or '?'}")
+        if update.reason:
+            details.append(f"reason {update.reason}")
+        if update.previous_quality:
+            details.append(f"quality was {update.previous_quality}")
         level = logging.INFO if state in GOOD_TEMPLATE_STATES else logging.WARNING
         log.log(
             level,
-            "whatsapp template %s (%s) is now %s",
+            "whatsapp template %s (%s) is now %s: %s",
             update.name,
             update.language,
             state,
-            extra=extra,
+            ", ".join(details),
         )
 
     def _parse(self, delivery: Delivery) -> ParseResult:

@@ -313,9 +313,12 @@ async def test_intake_records_template_status_and_quality_updates(
     with caplog.at_level("INFO", logger="gateway.intake"):
         assert await intake.step() == 1
     [record] = [r for r in caplog.records if "template" in r.getMessage()]
-    assert record.getMessage() == f"whatsapp template follow_up (en_US) is now {state}"
+    line = record.getMessage()
+    assert line.startswith(f"whatsapp template follow_up (en_US) is now {state}: {field},")
+    assert "template id 594425479261596, business account 1234567890987654321" in line
+    assert ("reason INVALID_FORMAT" in line) == (state == "REJECTED")
+    assert ("quality was GREEN" in line) == (state == "YELLOW")
     assert record.levelname == level
-    assert (record.__dict__["template_id"], record.__dict__["field"]) == ("594425479261596", field)
     assert metrics.value(TEMPLATE_UPDATES, field=field, state=state) == 1
     assert (woken.sessions, inbox(db)) == ([], [])
     assert rows(db, "SELECT count(*) FROM deliveries") == [(0,)]
