@@ -11,7 +11,7 @@ from ._errors import (
     TurnTimeout,
 )
 from ._loader import build_registry
-from ._loop import Reply
+from ._loop import NOT_SENT, Reply, ReplyGuard
 from ._model import ImagePart, ModelBackend, ModelMessage, ModelResponse, ToolCall, ToolSpec
 from ._observer import NO_OBSERVER, ModelOutcome, TurnObserver
 from ._openai import OpenAIModel
@@ -23,6 +23,7 @@ from ._runner import Runner, TurnResult, UserInput
 from ._tools import Tool, ToolContext, ToolResult, tool
 
 __all__ = [
+    "NOT_SENT",
     "NO_OBSERVER",
     "ModelOutcome",
     "TurnObserver",
@@ -42,6 +43,7 @@ __all__ = [
     "OpenAIModelConfig",
     "Registry",
     "Reply",
+    "ReplyGuard",
     "Rule",
     "RuleConfig",
     "RulesModel",

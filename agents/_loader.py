@@ -30,24 +30,30 @@ def build_registry(
     environ: Mapping[str, str] = os.environ,
     session: aiohttp.ClientSession | None = None,
     sleep: Sleep | None = None,
+    builtin_tools: Mapping[str, Tool] | None = None,
 ) -> Registry:
-    """Import tools and modules, build the backends, validate; errors name the agent."""
+    """Import tools and modules, build the backends, validate; errors name the agent.
+
+    ``builtin_tools``: tools an agent names without a dot (the gateway's, such as
+    ``whatsapp_template``), given rather than imported as they need the application's config.
+    """
     models = {name: _openai(name, config, environ, session, sleep) for name in config.models}
-    agents = [agent_from_config(spec) for spec in config.agents]
+    agents = [agent_from_config(spec, builtin_tools or {}) for spec in config.agents]
     if config.module:
         agents += module_agents(config.module)
     return Registry(agents, config.starting_agent, models=models)
 
 
-def agent_from_config(spec: AgentConfig) -> Agent:
+def agent_from_config(spec: AgentConfig, builtin_tools: Mapping[str, Tool] | None = None) -> Agent:
     """One ``[[agents.list]]`` entry as an ``Agent``; its tools imported by dotted path."""
+    builtin = builtin_tools or {}
     model: ModelBackend | str | None = spec.model
     if spec.model == RULES:
         model = RulesModel([rule.to_rule() for rule in spec.rules])
     return Agent(
         name=spec.name,
         instructions=spec.instructions,
-        tools=[import_tool(spec.name, path) for path in spec.tools],
+        tools=[builtin.get(path) or import_tool(spec.name, path) for path in spec.tools],
         handoffs=spec.handoffs,
         model=model,
         kind=spec.kind,

@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -15,7 +15,7 @@ from webhook_bot_gateway.store import NewMessage, Session, Turn
 from ._agent import Agent, handoff_target
 from ._context import StoredMessage, assistant_data, build_context, tool_data, with_images
 from ._errors import StepLimitExceeded
-from ._model import ImagePart, ModelResponse, ToolCall
+from ._model import ImagePart, ModelMessage, ModelResponse, ToolCall
 from ._observer import NO_OBSERVER, ModelOutcome, TurnObserver
 from ._registry import Registry
 from ._tools import ToolContext, ToolResult
@@ -23,6 +23,10 @@ from ._tools import ToolContext, ToolResult
 logger = logging.getLogger("agents.runner")
 
 HANDOFF_EVENT = "agent_changed"
+NOT_SENT = "not_sent"  # data of an assistant message whose text the reply guard refused
+
+# Why the session cannot take a text reply now (e.g. WhatsApp's window closed), or None.
+ReplyGuard = Callable[[Session], "str | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +57,11 @@ class TurnLoop:
         images: tuple[ImagePart, ...] = (),
         inbox_ids: Sequence[int] = (),
         observer: TurnObserver = NO_OBSERVER,
+        reply_guard: ReplyGuard | None = None,
     ) -> None:
         self.turn = turn
+        self.reply_guard = reply_guard
+        self.notes: list[ModelMessage] = []  # told to the model in this turn only, not stored
         self.observer = observer
         self.images = images
         self.registry = registry
@@ -70,11 +77,18 @@ class TurnLoop:
         """Ask the model until it answers without tool calls (or a human takes over)."""
         if self.agent.kind == "human":
             return self.replies  # operators answer
+        refused = 0
         for _ in range(self.limits.max_steps):
             response = await self._ask()
-            self._record(response)
-            if not response.tool_calls or await self._run_calls(response.tool_calls):
-                return self.replies
+            sent = self._record(response)
+            if not sent:
+                refused += 1
+            if response.tool_calls:
+                if await self._run_calls(response.tool_calls):
+                    return self.replies
+            elif sent or refused > 1:
+                return self.replies  # answered, or refused twice: nothing more to try
+            # else: told why its text was refused, the model answers once more (a template)
         raise StepLimitExceeded(self.turn.session.session_id, self.limits.max_steps)
 
     async def _ask(self) -> ModelResponse:
@@ -82,6 +96,7 @@ class TurnLoop:
         context = with_images(
             build_context(self.agent, history, self.limits.max_turns), self.images
         )
+        context += self.notes
         model = self.registry.model_for(self.agent)
         return await self._timed(model.complete(context, self.registry.tool_specs(self.agent)))
 
@@ -100,13 +115,24 @@ class TurnLoop:
             name = self.registry.model_name(self.agent)
             self.observer.model_call(name, time.perf_counter() - started, outcome)
 
-    def _record(self, response: ModelResponse) -> None:
+    def _record(self, response: ModelResponse) -> bool:
+        """Keep the response; False when its text was refused (the model is told why)."""
         if not (response.text or response.tool_calls):
-            return
+            return True
         data = assistant_data(response)
+        refusal = self._refusal() if response.text else None
+        if refusal is not None:
+            data[NOT_SENT] = refusal
         self.turn.append(NewMessage("assistant", response.text, agent=self.agent.name, data=data))
+        if refusal is not None:
+            self.notes.append(ModelMessage("system", f"error: your reply was not sent: {refusal}"))
+            return False
         if response.text:
             self.replies.append(Reply(response.text, self.agent.name, response.buttons))
+        return True
+
+    def _refusal(self) -> str | None:
+        return self.reply_guard(self.turn.session) if self.reply_guard else None
 
     async def _run_calls(self, calls: Sequence[ToolCall]) -> bool:
         """Answer every call; take the first handoff. True when a human takes over."""

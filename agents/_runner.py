@@ -11,7 +11,7 @@ from webhook_bot_gateway.store import NewMessage, Store, Turn
 
 from ._config import AgentsConfig
 from ._errors import TurnCancelled, TurnTimeout
-from ._loop import Limits, Reply, TurnLoop
+from ._loop import Limits, Reply, ReplyGuard, TurnLoop
 from ._model import ImagePart
 from ._observer import NO_OBSERVER, TurnObserver
 from ._registry import Registry
@@ -96,6 +96,7 @@ class Runner:
         cancel: asyncio.Event | None = None,
         before_commit: BeforeCommit | None = None,
         inbox_ids: Sequence[int] = (),
+        reply_guard: ReplyGuard | None = None,
     ) -> TurnResult:
         """Answer ``inbound`` in ``session_id``; commit history and active agent once.
 
@@ -108,6 +109,9 @@ class Runner:
         longer pending (another process answered it meanwhile), before any agent runs. They
         also name the turn for its tools' idempotency keys (``ToolContext``), which are then
         the same when the turn runs again (a retry, a re-run after a crash).
+        ``reply_guard(session)``: why a text reply cannot be sent now (None: it can); a refused
+        text is kept in the history marked ``not_sent``, and the model is told why and asked
+        once more, so that it can do what it can instead (send a template with a tool).
         """
         cancelled = False
         handoffs: list[tuple[str, str]] = []
@@ -116,7 +120,7 @@ class Runner:
         async with self._store.turn(session_id, recent_turns=recent, inbox_ids=inbox_ids) as turn:
             before = turn.session.active_agent
             try:
-                work = self._work(turn, inbound, inbox_ids)
+                work = self._work(turn, inbound, inbox_ids, reply_guard)
                 replies, handoffs = await self._guarded(session_id, work, cancel)
             except TurnCancelled:
                 _keep_only_the_message(turn, inbound)
@@ -129,14 +133,43 @@ class Runner:
         ids = tuple(message.id for message in turn.committed)
         return TurnResult(session_id, tuple(replies), before, after, ids, cancelled)
 
+    async def record_turn(
+        self,
+        session_id: str,
+        inbound: UserInput,
+        *,
+        before_commit: BeforeCommit | None = None,
+        inbox_ids: Sequence[int] = (),
+    ) -> TurnResult:
+        """Keep ``inbound`` in the history and run no agent (a message that asks nothing, such
+        as a reaction): one commit, as ``run_turn``'s, with no replies."""
+        async with self._store.turn(session_id, recent_turns=1, inbox_ids=inbox_ids) as turn:
+            agent = turn.session.active_agent
+            turn.append(NewMessage("user", inbound.text, data=dict(inbound.data)))
+            if before_commit is not None:
+                before_commit(turn, [])
+        ids = tuple(message.id for message in turn.committed)
+        return TurnResult(session_id, (), agent, agent, ids)
+
     async def _work(
-        self, turn: Turn, inbound: UserInput, inbox_ids: Sequence[int]
+        self,
+        turn: Turn,
+        inbound: UserInput,
+        inbox_ids: Sequence[int],
+        reply_guard: ReplyGuard | None,
     ) -> tuple[list[Reply], list[tuple[str, str]]]:
         """The agents' answers, and the handoffs made on the way as (from, to)."""
         agent = resolve_agent(turn, self._registry)
         turn.append(NewMessage("user", inbound.text, data=dict(inbound.data)))
         loop = TurnLoop(
-            turn, self._registry, self._limits, agent, inbound.images, inbox_ids, self._observer
+            turn,
+            self._registry,
+            self._limits,
+            agent,
+            inbound.images,
+            inbox_ids,
+            self._observer,
+            reply_guard,
         )
         return await loop.run(), loop.handoffs
 

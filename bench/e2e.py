@@ -166,7 +166,7 @@ def webhook(message: Message) -> tuple[str, bytes, dict[str, str]]:
             {
                 "from": user,
                 "id": f"wamid.{message.tag}",
-                "timestamp": "1735689600",
+                "timestamp": str(int(time.time())),  # inside WhatsApp's 24-hour window
                 "type": "text",
                 "text": {"body": message.tag},
             }

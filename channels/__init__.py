@@ -1,6 +1,12 @@
 """Platform adapters and the normalized model they translate webhooks and replies to."""
 
-from ._config import TelegramBotConfig, TelegramConfig, WhatsAppConfig, WhatsAppNumberConfig
+from ._config import (
+    TelegramBotConfig,
+    TelegramConfig,
+    WhatsAppConfig,
+    WhatsAppNumberConfig,
+    WhatsAppTemplateConfig,
+)
 from ._errors import (
     BadSecretToken,
     BadSignature,
@@ -21,6 +27,7 @@ from ._model import (
     Command,
     Contact,
     DeliveryStatus,
+    FlowReply,
     InboundEvent,
     InboundMessage,
     InteractiveReply,
@@ -31,11 +38,13 @@ from ._model import (
     OrderItem,
     OutboundMedia,
     OutboundMessage,
+    OutboundTemplate,
     ParseResult,
     PlatformError,
     Reaction,
     SendResult,
     SystemNotice,
+    TemplateUpdate,
 )
 from ._protocol import ChannelAdapter
 from ._registry import ADAPTERS, AdapterFactory
@@ -56,6 +65,7 @@ __all__ = [
     "Contact",
     "DeliveryStatus",
     "FatalSendError",
+    "FlowReply",
     "InboundEvent",
     "InboundMessage",
     "InteractiveReply",
@@ -67,6 +77,7 @@ __all__ = [
     "OrderItem",
     "OutboundMedia",
     "OutboundMessage",
+    "OutboundTemplate",
     "ParseResult",
     "PermanentSendError",
     "PlatformError",
@@ -78,10 +89,12 @@ __all__ = [
     "TelegramAdapter",
     "TelegramBotConfig",
     "TelegramConfig",
+    "TemplateUpdate",
     "UncertainDelivery",
     "UnknownAccount",
     "WebhookRejected",
     "WhatsAppAdapter",
     "WhatsAppConfig",
     "WhatsAppNumberConfig",
+    "WhatsAppTemplateConfig",
 ]

@@ -57,6 +57,15 @@ class WhatsAppNumberConfig(_Section):
     access_token: SecretStr
 
 
+class WhatsAppTemplateConfig(_Section):
+    """``[[whatsapp.templates]]``: an approved template operators and agents may send."""
+
+    name: str = Field(pattern=r"^[a-z0-9_]{1,512}$")  # Meta's rule for template names
+    language: str = Field(pattern=r"^[A-Za-z]{2,3}(_[A-Za-z0-9]{2,8})?$")  # e.g. en_US, pt_BR
+    parameters: tuple[str, ...] = ()  # the body's {{1}}, {{2}}, ... in order, named for people
+    description: str = ""  # when to use it: shown to agents and operators
+
+
 class WhatsAppConfig(_Section):
     graph_base_url: str = "https://graph.facebook.com"
     api_version: str = Field(default="v21.0", pattern=r"^v[0-9]+\.[0-9]+$")
@@ -64,6 +73,23 @@ class WhatsAppConfig(_Section):
     verify_token: SecretStr = SecretStr("")
     request_timeout: float = Field(default=15.0, gt=0)
     numbers: tuple[WhatsAppNumberConfig, ...] = ()
+    templates: tuple[WhatsAppTemplateConfig, ...] = ()
+
+    def template(self, name: str, language: str) -> WhatsAppTemplateConfig | None:
+        """The declared template of that name and language, if any."""
+        found = (t for t in self.templates if (t.name, t.language) == (name, language))
+        return next(found, None)
+
+    @field_validator("templates")
+    @classmethod
+    def _unique_templates(
+        cls, templates: tuple[WhatsAppTemplateConfig, ...]
+    ) -> tuple[WhatsAppTemplateConfig, ...]:
+        keys = [f"{t.name} ({t.language})" for t in templates]
+        duplicates = sorted({key for key in keys if keys.count(key) > 1})
+        if duplicates:
+            raise ValueError(f"template declared more than once: {', '.join(duplicates)}")
+        return templates
 
     @field_validator("numbers")
     @classmethod

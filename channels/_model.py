@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
@@ -18,6 +18,7 @@ MessageKind = Literal[
     "location",
     "contacts",
     "interactive",
+    "flow",
     "reaction",
     "edited",
     "order",
@@ -72,6 +73,15 @@ class InteractiveReply(_Model):
     description: str | None = None
 
 
+class FlowReply(_Model):
+    """A completed WhatsApp Flow (``interactive.nfm_reply``): ``response`` is its parsed JSON."""
+
+    name: str | None = None  # "flow" for Flows
+    body: str | None = None  # what the user's chat shows, e.g. "Sent"
+    flow_token: str | None = None  # the token we sent with the Flow, if it came back
+    response: dict[str, Any] = Field(default_factory=dict)
+
+
 class Reaction(_Model):
     message_id: str
     emoji: str | None = None  # None: the reaction was removed
@@ -122,6 +132,7 @@ class InboundMessage(_Model):
     location: Location | None = None
     contacts: tuple[Contact, ...] = ()
     interactive: InteractiveReply | None = None
+    flow: FlowReply | None = None
     reaction: Reaction | None = None
     order: Order | None = None
     system: SystemNotice | None = None
@@ -161,8 +172,27 @@ class MembershipEvent(_Model):
     state: MembershipState
 
 
+class TemplateUpdate(_Model):
+    """Meta's news about one of the account's message templates: a review or status change
+    (``message_template_status_update``) or a quality rating (``..._quality_update``)."""
+
+    type: Literal["template_update"] = "template_update"
+    channel: str
+    account: str  # the WhatsApp Business Account id (entry.id)
+    dedup_key: str
+    field: str  # the webhook field it came in
+    template_id: str | None = None
+    name: str | None = None
+    language: str | None = None
+    event: str | None = None  # status: APPROVED, REJECTED, PAUSED, DISABLED, ...
+    reason: str | None = None
+    previous_quality: str | None = None  # quality: GREEN, YELLOW, RED, UNKNOWN
+    new_quality: str | None = None
+
+
 InboundEvent = Annotated[
-    InboundMessage | DeliveryStatus | MembershipEvent, Field(discriminator="type")
+    InboundMessage | DeliveryStatus | MembershipEvent | TemplateUpdate,
+    Field(discriminator="type"),
 ]
 
 
@@ -180,11 +210,20 @@ class OutboundMedia(_Model):
     file_name: str | None = None
 
 
+class OutboundTemplate(_Model):
+    """An approved WhatsApp template: its name, language code and body parameters in order."""
+
+    name: str = Field(min_length=1, max_length=512)
+    language: str = Field(min_length=1, max_length=32)
+    parameters: tuple[str, ...] = ()
+
+
 class OutboundMessage(_Model):
     channel: str
     account: str
     chat_id: str
     text: str | None = None
+    template: OutboundTemplate | None = None  # WhatsApp: sent instead of text, buttons, media
     buttons: tuple[Button, ...] = ()
     media: OutboundMedia | None = None
     reply_to: str | None = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import wraps
 from pathlib import Path
@@ -33,6 +34,7 @@ from webhook_bot_gateway.store import (
     SessionDeletedError,
     SessionNotFound,
     Store,
+    Turn,
     TurnActive,
     validate_session_id,
 )
@@ -62,6 +64,7 @@ from ._api_models import (
     SessionOut,
     SessionsPage,
     SessionsQuery,
+    TemplateBody,
 )
 from ._convert import payload, reply_target, text_message
 from ._export import ExportQuery, SessionExport, build_export, write_zip
@@ -70,6 +73,15 @@ from ._keys import AGENT_NAMES, AGENTS, METRICS, SENDER_WAKE, SETTINGS, STORE, A
 from ._media.files import erase_session
 from ._metrics import HANDOFFS
 from ._openapi import openapi_json
+from ._templates import (
+    TemplateRefused,
+    builtin_tools,
+    checked,
+    summary,
+    template_data,
+    template_outbox,
+)
+from ._window import applies, free_text_refusal
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
@@ -352,6 +364,7 @@ async def operator_reply(request: web.Request) -> web.Response:
     sid = session.session_id
     try:
         async with request.app[STORE].turn(sid) as turn:
+            _window_open(turn.session)  # read in the turn: the session as it commits
             data = {"operator": body.operator} if body.operator else {}
             turn.append(NewMessage(role="assistant", text=body.text, agent=OPERATOR, data=data))
             if turn.session.channel != WEB:
@@ -360,11 +373,52 @@ async def operator_reply(request: web.Request) -> web.Response:
         raise _run_active(sid) from None
     except (SessionNotFound, SessionDeletedError):
         raise _unknown_session(sid) from None
+    return _queued(request, turn)
+
+
+def _queued(request: web.Request, turn: Turn) -> web.Response:
+    """202 with the operator's stored message and its outbox row; the sender is woken."""
     outbox_id = turn.committed_outbox[0].id if turn.committed_outbox else None
     if outbox_id is not None:
         request.app[SENDER_WAKE].set()
     answer = ReplyAnswer(message=MessageOut.of(turn.committed[0]), outbox_id=outbox_id)
     return respond(answer, 202)
+
+
+def _window_open(session: Session) -> None:
+    """409 window_closed when WhatsApp would refuse free text (error 131047)."""
+    closed = free_text_refusal(session, time.time())
+    if closed is not None:
+        message = f"{closed.describe()}: send a template (POST /api/sessions/{{id}}/template)"
+        raise ApiError(409, "window_closed", message)
+
+
+@admin_route
+async def send_template(request: web.Request) -> web.Response:
+    """POST /api/sessions/{id}/template {"name", "language", "parameters"}: a declared
+    WhatsApp template, sent whatever the window (it is what reopens the conversation)."""
+    session = await existing_session(request)
+    body = await json_body(request, TemplateBody)
+    if not applies(session):
+        message = f"templates are WhatsApp's; session {session.session_id!r} is {session.channel}"
+        raise ApiError(422, "not_whatsapp", message)
+    config = request.app[SETTINGS].whatsapp
+    try:
+        template = checked(config, body.name, body.language, body.parameters)
+    except TemplateRefused as exc:
+        raise ApiError(exc.status, exc.code, exc.message, exc.field) from None
+    sid = session.session_id
+    data = template_data(template) | ({"operator": body.operator} if body.operator else {})
+    try:
+        async with request.app[STORE].turn(sid) as turn:
+            text = summary(template)
+            turn.append(NewMessage(role="assistant", text=text, agent=OPERATOR, data=data))
+            turn.add_outbox(template_outbox(turn.session, template))
+    except (RunActive, TurnActive):
+        raise _run_active(sid) from None
+    except (SessionNotFound, SessionDeletedError):
+        raise _unknown_session(sid) from None
+    return _queued(request, turn)
 
 
 def _outbox(session: Session, text: str) -> OutboxIn:
@@ -478,7 +532,8 @@ async def unknown_route(request: web.Request) -> web.Response:
 
 async def agent_names_ctx(app: web.Application) -> AsyncIterator[None]:
     """The declared agents' names, for handoffs (the registry is built once and closed)."""
-    registry = build_registry(app[SETTINGS].agents)
+    settings = app[SETTINGS]
+    registry = build_registry(settings.agents, builtin_tools=builtin_tools(settings.whatsapp))
     try:
         app[AGENT_NAMES] = frozenset(registry.names)
         app[METRICS].allow_agents(registry.names)  # the only agent names /metrics labels with
@@ -503,6 +558,7 @@ def add_admin_routes(app: web.Application) -> None:
     add("DELETE", "/api/sessions/{id:[^/]*}", delete_session)
     add("GET", "/api/sessions/{id:[^/]*}/messages", session_messages)
     add("POST", "/api/sessions/{id:[^/]*}/reply", operator_reply)
+    add("POST", "/api/sessions/{id:[^/]*}/template", send_template)
     add("POST", "/api/sessions/{id:[^/]*}/handoff", handoff)
     add("POST", "/api/sessions/{id:[^/]*}/rewind", rewind)
     add("GET", "/api/sessions/{id:[^/]*}/events", session_events)

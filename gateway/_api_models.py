@@ -85,6 +85,19 @@ class ReplyBody(_Input):
     )
 
 
+class TemplateBody(_Input):
+    name: str = Field(min_length=1, max_length=512, description="a [[whatsapp.templates]] name")
+    language: str = Field(min_length=1, max_length=32, description="its language code, e.g. en_US")
+    parameters: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
+        default_factory=list,
+        max_length=100,
+        description="the body's parameters in order, as many as the template declares",
+    )
+    operator: str | None = Field(
+        default=None, min_length=1, max_length=64, description="the sending person's name"
+    )
+
+
 class HandoffBody(_Input):
     agent: str = Field(min_length=1, max_length=64)
 

@@ -19,6 +19,7 @@ from ._media.files import erase_session
 from ._purge import DAY, Purger, retention_of
 from ._sandbox import sandbox_warnings
 from ._summary import summarize
+from ._templates import builtin_tools
 from .config import Settings
 
 
@@ -48,7 +49,8 @@ def message_json(message: Message) -> dict[str, Any]:
 
 
 async def check_config(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
-    registry = build_registry(settings.agents)  # imports tools, checks handoffs and keys
+    # imports tools, checks handoffs and keys
+    registry = build_registry(settings.agents, builtin_tools=builtin_tools(settings.whatsapp))
     try:
         for line in summarize(settings):
             print(f"  {line}", file=out)

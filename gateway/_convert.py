@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook_bot_gateway.agents import Reply, UserInput
-from webhook_bot_gateway.channels import Button, InboundMessage, OutboundMessage
+from webhook_bot_gateway.channels import (
+    Button,
+    Contact,
+    InboundMessage,
+    Location,
+    Order,
+    OutboundMessage,
+    Reaction,
+)
 from webhook_bot_gateway.store import Attachment, InboxItem
 
 MIGRATED_CHAT = "migrated_to_chat_id"  # session metadata: where a Telegram group moved to
@@ -16,7 +25,7 @@ def message_text(event: InboundMessage) -> str:
     """What the agent reads for one inbound message; never empty."""
     if event.kind == "command" and event.command is not None:
         return f"/{event.command.name} {event.command.args}".rstrip()
-    text = event.text or _describe(event)
+    text = _describe(event) if event.kind == "order" or not event.text else event.text
     return f"[edited] {text}" if event.kind == "edited" else text
 
 
@@ -26,19 +35,50 @@ def _describe(event: InboundMessage) -> str:
     if event.media is not None:
         return event.media.caption or f"[{event.kind}]"
     if event.location is not None:
-        where = event.location
-        place = ", ".join(filter(None, [where.name, where.address]))
-        return f"[location {where.latitude},{where.longitude}{' ' + place if place else ''}]"
+        return _location(event.location)
     if event.contacts:
-        names = ", ".join(c.name or (c.phones[0] if c.phones else "?") for c in event.contacts)
-        return f"[contacts: {names}]"
+        return "[contacts: " + "; ".join(_contact(c) for c in event.contacts) + "]"
     if event.reaction is not None:
-        return f"[reaction {event.reaction.emoji or 'removed'}]"
+        return _reaction(event.reaction)
     if event.order is not None:
-        return f"[order of {len(event.order.items)} item(s)]"
+        return _order(event.order, event.text)
+    if event.flow is not None:
+        answers = json.dumps(event.flow.response, ensure_ascii=False, separators=(",", ":"))
+        return f"[form {event.flow.name or 'flow'} submitted: {answers}]"
     if event.system is not None:
         return f"[notice: {event.system.body or event.system.type or 'system'}]"
     return f"[{event.platform_type or event.kind}]"
+
+
+def _location(where: Location) -> str:
+    place = ", ".join(filter(None, [where.name, where.address]))
+    return f"[location {where.latitude},{where.longitude}{' ' + place if place else ''}]"
+
+
+def _contact(contact: Contact) -> str:
+    phones = ", ".join(contact.phones)
+    name = contact.name or "?"
+    return f"{name} ({phones})" if phones else name
+
+
+def _reaction(reaction: Reaction) -> str:
+    if reaction.emoji is None:
+        return f"[reaction removed from message {reaction.message_id}]"
+    return f"[reaction {reaction.emoji} to message {reaction.message_id}]"
+
+
+def _order(order: Order, text: str | None) -> str:
+    items = "; ".join(
+        f"{i.product_id} x{i.quantity or 1}"
+        + (f" at {i.item_price:g} {i.currency or ''}".rstrip() if i.item_price is not None else "")
+        for i in order.items
+    )
+    note = f" with note: {text}" if text else ""
+    return f"[order of {len(order.items)} item(s): {items}{note}]"
+
+
+# The structured part of a message the agent gets beside its text (UserInput.data).
+STRUCTURED = ("location", "contacts", "interactive", "flow", "reaction", "order", "system")
 
 
 def user_input(events: Sequence[Mapping[str, Any]], files: Sequence[Attachment] = ()) -> UserInput:
@@ -79,13 +119,22 @@ def _size(size: int) -> str:
 
 
 def _reference(message: InboundMessage) -> dict[str, Any]:
-    """What the stored user message keeps of each event: enough to find it again."""
-    return {
+    """What the stored user message keeps of each event: enough to find it again, and the
+    structured part of a location, contacts, choice, form, reaction or order."""
+    reference = {
         "message_id": message.message_id,
         "dedup_key": message.dedup_key,
         "kind": message.kind,
         "timestamp": message.timestamp.isoformat(),
     }
+    dumped = message.model_dump(mode="json", include=set(STRUCTURED))
+    return reference | {key: value for key, value in dumped.items() if value not in (None, [])}
+
+
+def only_reactions(events: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a turn's messages are all reactions: recorded, not answered (the agent sees
+    them in the history with the user's next message)."""
+    return bool(events) and all(event.get("kind") == "reaction" for event in events)
 
 
 def reply_target(chat_id: str, metadata: Mapping[str, Any]) -> str:

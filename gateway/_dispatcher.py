@@ -25,6 +25,7 @@ from webhook_bot_gateway.store import (
     InboxNotPending,
     OutboxIn,
     RunActive,
+    Session,
     SessionDeletedError,
     SessionNotFound,
     Store,
@@ -37,8 +38,10 @@ from . import _convert as convert
 from . import _log_context as log_context
 from ._media.wait import MediaWait, StoredFiles
 from ._metrics import HANDOFFS, STORE_ERRORS, TURN_SECONDS, TURNS, Metrics
+from ._templates import TEMPLATE_TOOL, queued_templates, template_outbox
 from ._typing import Typing
 from ._wait import wait_event
+from ._window import free_text_refusal
 from .config import DispatcherConfig
 
 log = logging.getLogger("gateway.dispatcher")
@@ -238,16 +241,25 @@ class Dispatcher:
             typing.start()
             with_files = [row.dedup_key for row in batch if convert.has_files(row.event)]
             files = await self._media.settle(with_files) if with_files else []
-            inbound = convert.user_input([row.event for row in batch], files)
-            result = await self._runner.run_turn(
-                sid,
-                replace(inbound, images=await self._media.images(files)),
-                cancel=cancel,
-                before_commit=partial(
-                    _before_commit, [row.id for row in batch], convert.thread_of(batch), typing
-                ),
-                inbox_ids=[row.id for row in batch],
+            events = [row.event for row in batch]
+            inbound = convert.user_input(events, files)
+            commit = partial(
+                _before_commit, [row.id for row in batch], convert.thread_of(batch), typing
             )
+            ids = [row.id for row in batch]
+            if convert.only_reactions(events):
+                result = await self._runner.record_turn(
+                    sid, inbound, before_commit=commit, inbox_ids=ids
+                )
+            else:
+                result = await self._runner.run_turn(
+                    sid,
+                    replace(inbound, images=await self._media.images(files)),
+                    cancel=cancel,
+                    before_commit=commit,
+                    inbox_ids=ids,
+                    reply_guard=self._window_guard,
+                )
         except (SessionDeletedError, SessionNotFound):
             log.info("session %s was deleted during its turn; nothing written", sid)
             self._ended("deleted")
@@ -276,6 +288,13 @@ class Dispatcher:
         self._busy.pop(sid, None)
         self._on_outbox()
         return None
+
+    def _window_guard(self, session: Session) -> str | None:
+        """Why an agent's text cannot go now: WhatsApp's window closed (error 131047)."""
+        closed = free_text_refusal(session, self._clock())
+        if closed is None:
+            return None
+        return f"{closed.describe()}; send one with the {TEMPLATE_TOOL} tool, if you have it"
 
     def _refused(self, sid: str) -> None:
         """Count a turn refused because one of the session runs; say so when it lasts."""
@@ -386,6 +405,8 @@ def _before_commit(
     session = turn.session
     if session.channel == WEB:
         return  # the commit writes the replies to the session's event log: that is the send
+    for template in queued_templates(turn):
+        turn.add_outbox(template_outbox(session, template))
     chat = convert.reply_target(session.chat_id, session.metadata)
     for reply in replies:
         message = convert.outbound(session.channel, session.account, chat, reply, thread)

@@ -21,6 +21,7 @@ from webhook_bot_gateway.channels import (
     MembershipEvent,
     ParseResult,
     TelegramAdapter,
+    TemplateUpdate,
 )
 from webhook_bot_gateway.store import (
     ATTACHMENT_SOURCES,
@@ -35,13 +36,14 @@ from webhook_bot_gateway.store import (
 )
 
 from ._media.files import clean_name
-from ._metrics import IGNORED, QUARANTINED, STORE_ERRORS, Metrics
+from ._metrics import IGNORED, QUARANTINED, STORE_ERRORS, TEMPLATE_UPDATES, Metrics
 from ._wait import wait_event
 
 log = logging.getLogger("gateway.intake")
 MEDIA_CHANNELS = frozenset(ATTACHMENT_SOURCES) - {"upload"}
 
 MAX_ERROR = 300
+GOOD_TEMPLATE_STATES = frozenset({"APPROVED", "GREEN"})  # other news needs an operator
 
 
 def to_parsed(delivery: Delivery, result: ParseResult) -> ParsedDelivery:
@@ -203,6 +205,31 @@ class Intake:
             )
         for kind in result.ignored:
             self._metrics.inc(IGNORED, channel=delivery.channel, type=kind)
+        for event in result.events:
+            if isinstance(event, TemplateUpdate) and event.dedup_key in delivery.keys:
+                self._template_update(event)
+
+    def _template_update(self, update: TemplateUpdate) -> None:
+        """Meta's news about a template: a log line (WARNING unless good news) and a count.
+
+        Everything is in the message: the log formatters write only the context fields."""
+        state = update.event or update.new_quality or "unknown"
+        self._metrics.inc(TEMPLATE_UPDATES, field=update.field, state=state[:32])
+        details = [f"{update.field}", f"template id {update.template_id}"]
+        details.append(f"business account {update.account or '?'}")
+        if update.reason:
+            details.append(f"reason {update.reason}")
+        if update.previous_quality:
+            details.append(f"quality was {update.previous_quality}")
+        level = logging.INFO if state in GOOD_TEMPLATE_STATES else logging.WARNING
+        log.log(
+            level,
+            "whatsapp template %s (%s) is now %s: %s",
+            update.name,
+            update.language,
+            state,
+            ", ".join(details),
+        )
 
     def _parse(self, delivery: Delivery) -> ParseResult:
         adapter = self._adapters.get(delivery.channel)

@@ -50,6 +50,7 @@ DUPLICATE = "gateway_webhooks_duplicate_total"
 REJECTED = "gateway_webhooks_rejected_total"
 QUARANTINED = "gateway_webhooks_quarantined_total"
 IGNORED = "gateway_updates_ignored_total"
+TEMPLATE_UPDATES = "gateway_whatsapp_template_updates_total"
 TURNS = "gateway_turns_total"
 OUTBOX = "gateway_outbox_total"
 ACK_SECONDS = "gateway_webhook_ack_seconds"
@@ -85,6 +86,11 @@ SERIES: dict[str, Series] = {
     ),
     QUARANTINED: Series(
         Counter, "Authenticated deliveries (or parts) that could not be parsed.", ("channel",)
+    ),
+    TEMPLATE_UPDATES: Series(
+        Counter,
+        "WhatsApp template status and quality webhooks, by field and new status or quality.",
+        ("field", "state"),
     ),
     IGNORED: Series(
         Counter,

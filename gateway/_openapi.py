@@ -42,6 +42,7 @@ from ._api_models import (
     SessionOut,
     SessionsPage,
     SessionsQuery,
+    TemplateBody,
     TicketAnswer,
 )
 from ._export import ExportQuery, SessionExport
@@ -167,8 +168,28 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST",
         "/api/sessions/{id}/reply",
         "A human operator's reply: appended to the history and sent to the user",
-        {202: ReplyAnswer, 400: BAD_BODY, 404: NO_SESSION, 409: "run_active"},
+        {
+            202: ReplyAnswer,
+            400: BAD_BODY,
+            404: NO_SESSION,
+            409: "run_active; window_closed: a WhatsApp session 24 hours or more after the"
+            " user's last message (send a template)",
+        },
         body=ReplyBody,
+    ),
+    Operation(
+        "POST",
+        "/api/sessions/{id}/template",
+        "Send a declared WhatsApp message template (it may go outside the 24-hour window)",
+        {
+            202: ReplyAnswer,
+            400: BAD_BODY,
+            404: f"{NO_SESSION}; unknown_template: no such name and language declared",
+            409: "run_active",
+            422: "not_whatsapp: not a WhatsApp session; template_parameters: not as many"
+            " parameters as the template declares",
+        },
+        body=TemplateBody,
     ),
     Operation(
         "POST",

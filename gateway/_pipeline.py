@@ -37,6 +37,7 @@ from ._media.worker import MediaWorker
 from ._metrics import HANDOFFS, MODEL_SECONDS, TURNS_IN_FLIGHT, Metrics
 from ._purge import Purger, retention_of
 from ._sender import Sender
+from ._templates import builtin_tools
 from .config import Settings
 
 log = logging.getLogger("gateway.pipeline")
@@ -195,7 +196,7 @@ def _handoff_agent(settings: Settings, registry: Registry) -> str | None:
 async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
     """Cleanup context: build and start the pipeline; on shutdown drain it, then close agents."""
     settings = app[SETTINGS]
-    registry = build_registry(settings.agents)
+    registry = build_registry(settings.agents, builtin_tools=builtin_tools(settings.whatsapp))
     http = aiohttp.ClientSession()  # media downloads; adapters keep their own
     try:
         pipeline = build_pipeline(

@@ -20,6 +20,7 @@ from ._errors import (
     TurnActive,
 )
 from ._ids import make_session_id, validate_session_id
+from ._intake_rows import LAST_USER_MESSAGE_AT
 from ._pipeline_types import (
     DELIVERY_STATES,
     INBOX_STATES,
@@ -59,6 +60,7 @@ from .sqlite._store import SQLiteStore
 from .sqlite._turn import CommitHook, SQLiteTurn
 
 __all__ = [
+    "LAST_USER_MESSAGE_AT",
     "CountMismatch",
     "TableAccess",
     "TargetNotEmpty",

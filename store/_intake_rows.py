@@ -6,6 +6,7 @@ Both backends' ``_sql_intake`` write these rows, each in its own transaction.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from ._checks import check_text, json_object, session_values
@@ -35,14 +36,29 @@ class Rows:
 
 @dataclass(frozen=True, slots=True)
 class Arrival:
-    """The rest of a new inbound message: its ``message`` event and its attachments."""
+    """The rest of a new inbound message: its ``message`` event, its attachments, and when the
+    user wrote it (``metadata.last_user_message_at``, the latest of them is kept)."""
 
     detail: dict[str, Any]
     attachments: list[dict[str, Any]]
     links: tuple[str, ...]
+    wrote_at: float
 
 
-def _arrival(item: InboxIn) -> Arrival:
+LAST_USER_MESSAGE_AT = "last_user_message_at"  # session metadata: Unix seconds
+
+
+def wrote_at(event: dict[str, Any], now: float) -> float:
+    """When the user wrote: the platform's timestamp, never later than the recording."""
+    stamp = event.get("timestamp")
+    try:
+        sent = datetime.fromisoformat(stamp).timestamp() if isinstance(stamp, str) else now
+    except ValueError:
+        sent = now
+    return min(sent, now)
+
+
+def _arrival(item: InboxIn, now: float) -> Arrival:
     event = item.event
     rows = []
     for attachment in item.attachments:
@@ -69,7 +85,7 @@ def _arrival(item: InboxIn) -> Arrival:
         "sender_name": event.get("sender_name"),
         "attachments": [*links, *(row["id"] for row in rows)],
     }
-    return Arrival(detail, rows, links)
+    return Arrival(detail, rows, links, wrote_at(event, now))
 
 
 def _inbox_row(item: InboxIn, now: float) -> tuple[object, ...]:
@@ -114,7 +130,7 @@ def prepare(parsed: ParsedDelivery, starting_agent: str, now: float) -> Rows:
     if parsed.failure is not None:
         check_text("parsed.failure", parsed.failure)
     inbox_rows = [_inbox_row(item, now) for item in parsed.inbox]
-    arrivals = [_arrival(item) for item in parsed.inbox]
+    arrivals = [_arrival(item, now) for item in parsed.inbox]
     membership_rows = [_membership_row(item, now) for item in parsed.memberships]
     sessions: dict[str, dict[str, Any]] = {}
     chats: list[InboxIn | MembershipIn] = [*parsed.inbox, *parsed.memberships]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .._model import (
     Contact,
+    FlowReply,
     InteractiveReply,
     Location,
     Media,
@@ -20,6 +22,7 @@ from .._model import (
 from ._wire import (
     WireButton,
     WireContactCard,
+    WireFlowReply,
     WireInteractive,
     WireLocation,
     WireMedia,
@@ -40,6 +43,7 @@ class Content:
     location: Location | None = None
     contacts: tuple[Contact, ...] = ()
     interactive: InteractiveReply | None = None
+    flow: FlowReply | None = None
     reaction: Reaction | None = None
     order: Order | None = None
     system: SystemNotice | None = None
@@ -108,11 +112,31 @@ def _contact(card: WireContactCard) -> Contact:
 
 def _interactive(type_: str, raw: object) -> Content:
     wire = WireInteractive.model_validate(raw)
+    if wire.type == "nfm_reply" and wire.nfm_reply is not None:
+        return _flow(type_, wire.nfm_reply)
     reply = {"button_reply": wire.button_reply, "list_reply": wire.list_reply}.get(wire.type)
     if reply is None:
         return Content(kind="unsupported", platform_type=f"{type_}.{wire.type}")
     choice = InteractiveReply(id=reply.id, title=reply.title, description=reply.description)
     return Content(kind="interactive", platform_type=type_, text=reply.title, interactive=choice)
+
+
+def _flow(type_: str, wire: WireFlowReply) -> Content:
+    """A Flow's answers: ``response_json`` is a JSON object in a string; not one, it fails."""
+    try:
+        response = json.loads(wire.response_json)
+    except (ValueError, RecursionError):
+        raise ValueError("nfm_reply.response_json is not JSON") from None
+    if not isinstance(response, dict):
+        raise ValueError("nfm_reply.response_json is not a JSON object")
+    token = response.get("flow_token")
+    flow = FlowReply(
+        name=wire.name,
+        body=wire.body,
+        flow_token=token if isinstance(token, str) else None,
+        response=response,
+    )
+    return Content(kind="flow", platform_type=f"{type_}.nfm_reply", text=None, flow=flow)
 
 
 def _button(type_: str, raw: object) -> Content:

@@ -14,7 +14,15 @@ from typing import Any
 
 from .._errors import ChannelError
 from ._content import CONVERTED_TYPES
-from ._parse import _MAX_TIMESTAMP, _STATES, CHANNEL, ENVELOPE_OBJECT, _load
+from ._parse import (
+    _MAX_TIMESTAMP,
+    _STATES,
+    CHANNEL,
+    ENVELOPE_OBJECT,
+    TEMPLATE_FIELDS,
+    _load,
+    template_key,
+)
 
 
 def delivery_keys(body: bytes, accounts: Collection[str]) -> list[str]:
@@ -57,9 +65,12 @@ class _Walk:
         if not isinstance(change, dict):
             self.broken.append("a change that is not an object")
             return
-        if change.get("field") != "messages":
+        field, value = change.get("field"), change.get("value")
+        if isinstance(field, str) and field in TEMPLATE_FIELDS:  # the account's, not a number's
+            self.add(template_key(field, value) if isinstance(value, dict) else None, field)
             return
-        value = change.get("value")
+        if field != "messages":
+            return
         metadata = value.get("metadata") if isinstance(value, dict) else None
         account = metadata.get("phone_number_id") if isinstance(metadata, dict) else None
         if not isinstance(value, dict) or not isinstance(account, str) or not account:

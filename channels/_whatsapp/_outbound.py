@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from .._errors import PermanentSendError
-from .._model import Button, OutboundMedia, OutboundMessage
+from .._model import Button, OutboundMedia, OutboundMessage, OutboundTemplate
 from .._split import split_text
 
 CHANNEL = "whatsapp"
@@ -31,10 +31,14 @@ def build_payloads(message: OutboundMessage) -> list[Payload]:
     """Every request body the message needs; raises PermanentSendError if it cannot be sent."""
     text = (message.text or "").strip()
     bodies: list[Payload] = []
-    if message.media is not None:
+    if message.template is not None:
+        bodies.append(_template(message.template))
+    elif message.media is not None:
         media_body, text = _media(message.media, text, text_as_caption=not message.buttons)
         bodies.append(media_body)
-    if message.buttons:
+    if message.template is not None:
+        pass  # a template carries its own text: the only body
+    elif message.buttons:
         bodies += _interactive(text, message.buttons)
     elif text:
         bodies += [_text(part) for part in split_text(text, TEXT_LIMIT)]
@@ -54,6 +58,15 @@ def recipient(chat_id: str) -> dict[str, str]:
 
 def _text(body: str) -> Payload:
     return {"type": "text", "text": {"body": body, "preview_url": False}}
+
+
+def _template(template: OutboundTemplate) -> Payload:
+    """The documented template body: name, language code, the body's text parameters."""
+    body: dict[str, Any] = {"name": template.name, "language": {"code": template.language}}
+    if template.parameters:
+        parameters = [{"type": "text", "text": value} for value in template.parameters]
+        body["components"] = [{"type": "body", "parameters": parameters}]
+    return {"type": "template", "template": body}
 
 
 def _media(media: OutboundMedia, text: str, *, text_as_caption: bool) -> tuple[Payload, str]:

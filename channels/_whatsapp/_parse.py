@@ -6,6 +6,7 @@ ones becomes a reason in ``ParseResult.failures`` and the good parts are kept.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,9 +24,10 @@ from .._model import (
     InboundMessage,
     ParseResult,
     PlatformError,
+    TemplateUpdate,
 )
 from ._content import content
-from ._wire import WireContact, WireError, WireMessage, WireStatus
+from ._wire import WireContact, WireError, WireMessage, WireStatus, WireTemplateUpdate
 
 CHANNEL = "whatsapp"
 ENVELOPE_OBJECT = "whatsapp_business_account"
@@ -35,6 +37,7 @@ _STATES: dict[str, DeliveryState] = {
     "read": "read",
     "failed": "failed",
 }
+TEMPLATE_FIELDS = frozenset({"message_template_status_update", "message_template_quality_update"})
 _MAX_TIMESTAMP = 253_402_300_799  # 9999-12-31T23:59:59Z
 _MAX_REASON = 300
 
@@ -86,15 +89,19 @@ def _entry(entry: object, where: str, result: _Result) -> None:
     if not isinstance(changes, list):
         result.failures.append(f"{where}: not an object with a changes list")
         return
+    waba = entry.get("id") if isinstance(entry, dict) else None
     for j, change in enumerate(changes):
-        _change(change, f"{where}.changes[{j}]", result)
+        _change(change, f"{where}.changes[{j}]", result, waba if isinstance(waba, str) else "")
 
 
-def _change(change: object, where: str, result: _Result) -> None:
+def _change(change: object, where: str, result: _Result, waba: str) -> None:
     if not isinstance(change, dict):
         result.failures.append(f"{where}: not an object")
         return
     name = change.get("field")
+    if isinstance(name, str) and name in TEMPLATE_FIELDS:
+        _guard(where, change.get("value"), result, partial(_template, field=name, waba=waba))
+        return
     if name != "messages":
         result.ignored.append(f"field:{_short(name)}")
         return
@@ -180,6 +187,7 @@ def _message(
         location=body.location,
         contacts=body.contacts,
         interactive=body.interactive,
+        flow=body.flow,
         reaction=body.reaction,
         order=body.order,
         system=body.system,
@@ -224,6 +232,32 @@ def _status(
         timestamp=_timestamp(wire.timestamp),
         state=state,
         errors=value_errors + _platform_errors(raw.get("errors")),
+    )
+
+
+def template_key(field: str, value: dict[str, Any]) -> str:
+    """A template update's dedup key: Meta gives it no id, so its content names it."""
+    digest = hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:32]
+    return f"{CHANNEL}:{field}:{digest}"
+
+
+def _template(raw: object, field: str, waba: str) -> TemplateUpdate:
+    if not isinstance(raw, dict):
+        raise _Bad("value is not an object")
+    wire = WireTemplateUpdate.model_validate(raw)
+    template_id = wire.message_template_id
+    return TemplateUpdate(
+        channel=CHANNEL,
+        account=waba,
+        dedup_key=template_key(field, raw),
+        field=field,
+        template_id=str(template_id) if template_id is not None else None,
+        name=wire.message_template_name,
+        language=wire.message_template_language,
+        event=wire.event,
+        reason=wire.reason,
+        previous_quality=wire.previous_quality_score,
+        new_quality=wire.new_quality_score,
     )
 
 

@@ -104,10 +104,29 @@ class WireReply(_Wire):
     description: str | None = None
 
 
+class WireFlowReply(_Wire):
+    name: str | None = None
+    body: str | None = None
+    response_json: str = "{}"
+
+
 class WireInteractive(_Wire):
     type: str
     button_reply: WireReply | None = None
     list_reply: WireReply | None = None
+    nfm_reply: WireFlowReply | None = None
+
+
+class WireTemplateUpdate(_Wire):
+    """The ``value`` of ``message_template_status_update`` / ``message_template_quality_update``."""
+
+    message_template_id: int | str | None = None
+    message_template_name: str | None = None
+    message_template_language: str | None = None
+    event: str | None = None
+    reason: str | None = None
+    previous_quality_score: str | None = None
+    new_quality_score: str | None = None
 
 
 class WireButton(_Wire):

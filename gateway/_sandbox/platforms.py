@@ -159,8 +159,28 @@ def _graph_text(body: dict[str, Any]) -> tuple[str | None, tuple[dict[str, str],
             {"id": str(b.get("id", "")), "title": str(b.get("title", ""))} for b in buttons + rows
         )
         return text, found
+    if kind == "template":
+        return _template_text(body.get("template", {})), ()
     media = body.get(str(kind), {})
     return (media.get("caption") if isinstance(media, dict) else None), ()
+
+
+def _template_text(template: Any) -> str:
+    """What the simulator shows of a template: the sandbox has no approved text, so its name
+    and parameters."""
+    if not isinstance(template, dict):
+        return "[template]"
+    language = template.get("language", {})
+    code = language.get("code", "") if isinstance(language, dict) else ""
+    values = [
+        str(parameter.get("text", ""))
+        for component in template.get("components", [])
+        if isinstance(component, dict)
+        for parameter in component.get("parameters", [])
+        if isinstance(parameter, dict)
+    ]
+    shown = f": {', '.join(values)}" if values else ""
+    return f"[template {template.get('name', '')} ({code}){shown}]"
 
 
 async def graph_messages(request: web.Request) -> web.Response:

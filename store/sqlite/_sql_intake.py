@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from .._errors import DeliveryNotFound
-from .._intake_rows import Arrival, Rows, prepare
+from .._intake_rows import LAST_USER_MESSAGE_AT, Arrival, Rows, prepare
 from . import _sql_attachments as attachments
 from . import _sql_inbox as inbox
 from . import _sql_outbox as outbox
@@ -58,6 +58,14 @@ def _arrived(
     for values in arrival.attachments:
         attachments.insert(conn, {**values, "session_id": sid}, now)
     add_event(conn, sid, "message", arrival.detail, now)
+    conn.execute(_WROTE_AT, (arrival.wrote_at, sid))
+
+
+_WROTE_AT = (
+    f"UPDATE sessions SET metadata = json_set(metadata, '$.{LAST_USER_MESSAGE_AT}',"
+    f" max(coalesce(json_extract(metadata, '$.{LAST_USER_MESSAGE_AT}'), 0), ?))"
+    " WHERE session_id = ?"
+)
 
 
 def record_many(

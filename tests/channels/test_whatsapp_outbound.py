@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook_bot_gateway.channels import Button, OutboundMedia, OutboundMessage, PermanentSendError
+from webhook_bot_gateway.channels import (
+    Button,
+    OutboundMedia,
+    OutboundMessage,
+    OutboundTemplate,
+    PermanentSendError,
+)
 from webhook_bot_gateway.channels.whatsapp import build_payloads, split_text
 
 ENVELOPE = {"messaging_product": "whatsapp", "recipient_type": "individual", "to": "15551234567"}
@@ -215,3 +221,33 @@ def test_split_text_parts_fit_and_keep_every_word(text: str, limit: int) -> None
     words = text.split()
     if all(len(word) <= limit for word in words):
         assert " ".join(parts).split() == words  # no word was cut
+
+
+def test_build_template_message_is_the_documented_shape() -> None:
+    template = OutboundTemplate(name="order_update", language="en_US", parameters=("Ana", "A-17"))
+    assert build_payloads(message(template=template, text="ignored")) == [
+        {
+            **ENVELOPE,
+            "type": "template",
+            "template": {
+                "name": "order_update",
+                "language": {"code": "en_US"},
+                "components": [
+                    {
+                        "type": "body",
+                        "parameters": [
+                            {"type": "text", "text": "Ana"},
+                            {"type": "text", "text": "A-17"},
+                        ],
+                    }
+                ],
+            },
+        }
+    ]
+
+
+def test_build_template_without_parameters_has_no_components() -> None:
+    template = OutboundTemplate(name="hello_world", language="en_US")
+    (payload,) = build_payloads(message(template=template, reply_to="wamid.in"))
+    assert payload["template"] == {"name": "hello_world", "language": {"code": "en_US"}}
+    assert payload["context"] == {"message_id": "wamid.in"}

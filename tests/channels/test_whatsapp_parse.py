@@ -12,6 +12,7 @@ from webhook_bot_gateway.channels import (
     ChannelError,
     Contact,
     DeliveryStatus,
+    FlowReply,
     InboundMessage,
     InteractiveReply,
     Location,
@@ -22,6 +23,7 @@ from webhook_bot_gateway.channels import (
     PlatformError,
     Reaction,
     SystemNotice,
+    TemplateUpdate,
 )
 from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter, parse_delivery
 
@@ -160,6 +162,27 @@ SINGLE_MESSAGE: dict[str, dict[str, Any]] = {
         "kind": "reaction",
         "reaction": Reaction(message_id="wamid.yzxyzx=", emoji=None),
     },
+    "interactive_nfm_reply.json": {
+        "kind": "flow",
+        "text": None,
+        "platform_type": "interactive.nfm_reply",
+        "reply_to": "wamid.flowinvite==",
+        "flow": FlowReply(
+            name="flow",
+            body="Sent",
+            flow_token="ticket-4711",
+            response={
+                "flow_token": "ticket-4711",
+                "issue": "damaged_item",
+                "order_number": "A-1017",
+                "contact_by_phone": True,
+            },
+        ),
+    },
+    "location_current.json": {
+        "kind": "location",
+        "location": Location(latitude=32.0853, longitude=34.7818),
+    },
     "order.json": {
         "kind": "order",
         "text": None,
@@ -214,6 +237,21 @@ SINGLE_STATUS: dict[str, dict[str, Any]] = {
     },
 }
 
+TEMPLATE_UPDATES = {
+    "template_status_update.json": {
+        "field": "message_template_status_update",
+        "event": "REJECTED",
+        "reason": "INVALID_FORMAT",
+        "new_quality": None,
+    },
+    "template_quality_update.json": {
+        "field": "message_template_quality_update",
+        "event": None,
+        "previous_quality": "GREEN",
+        "new_quality": "YELLOW",
+    },
+}
+
 MULTI = {"batch.json", "mixed_good_and_broken.json", "status_played.json", "value_errors_only.json"}
 
 
@@ -222,7 +260,7 @@ def parse(name: str) -> ParseResult:
 
 
 def test_fixture_tables_cover_every_fixture_file() -> None:
-    covered = set(SINGLE_MESSAGE) | set(SINGLE_STATUS) | MULTI
+    covered = set(SINGLE_MESSAGE) | set(SINGLE_STATUS) | set(TEMPLATE_UPDATES) | MULTI
     assert covered == set(fixture_names())
 
 
@@ -254,6 +292,34 @@ def test_parse_status_fixture_gives_one_delivery_status(name: str) -> None:
     expected.update(SINGLE_STATUS[name])
     assert event.dedup_key == f"whatsapp:wamid.xyzxyz:{event.state}"
     assert {key: getattr(event, key) for key in expected} == expected
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATE_UPDATES))
+def test_parse_template_update_fixture_gives_one_template_update(name: str) -> None:
+    result = parse(name)
+    assert (result.failures, result.ignored) == ((), ())
+    (event,) = result.events
+    assert isinstance(event, TemplateUpdate)
+    expected = {
+        "account": "1234567890987654321",
+        "template_id": "594425479261596",
+        "name": "follow_up",
+        "language": "en_US",
+        **TEMPLATE_UPDATES[name],
+    }
+    assert {key: getattr(event, key) for key in expected} == expected
+    assert parse(name).events[0].dedup_key == event.dedup_key  # the same delivery, the same key
+
+
+def test_parse_flow_reply_whose_response_json_is_not_an_object_fails() -> None:
+    raw = fixture_json("interactive_nfm_reply.json")
+    message = raw["entry"][0]["changes"][0]["value"]["messages"][0]
+    for broken, reason in (("{not json", "is not JSON"), ("[1, 2]", "is not a JSON object")):
+        message["interactive"]["nfm_reply"]["response_json"] = broken
+        result = parse_delivery(json.dumps(raw).encode())
+        assert result.events == ()
+        [failure] = result.failures
+        assert reason in failure
 
 
 def test_parse_batch_keeps_every_entry_change_message_and_status() -> None:
@@ -479,13 +545,13 @@ def test_parse_bad_entries_and_changes_become_failures(entry: Any, failure: str)
 
 
 def test_parse_other_fields_are_ignored_not_failed() -> None:
-    changes = [{"field": "message_template_status_update", "value": {}}, {"value": {}}]
+    changes = [{"field": "account_update", "value": {}}, {"value": {}}]
     body = json.dumps(
         {"object": "whatsapp_business_account", "entry": [{"id": "1", "changes": changes}]}
     ).encode()
     result = parse_delivery(body)
     assert (result.events, result.failures) == ((), ())
-    assert result.ignored == ("field:message_template_status_update", "field:None")
+    assert result.ignored == ("field:account_update", "field:None")
 
 
 def test_adapter_parse_is_the_parser() -> None:

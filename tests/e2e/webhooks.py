@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +91,11 @@ def _telegram_message(update_id: int, chat_id: int, fields: dict[str, Any]) -> D
     return Delivery(f"/webhooks/telegram/{BOT}", body, headers)
 
 
+def now() -> str:
+    """A WhatsApp ``timestamp`` of this moment: the user wrote within the 24-hour window."""
+    return str(int(time.time()))
+
+
 def _whatsapp(value: dict[str, Any]) -> Delivery:
     value = {
         "messaging_product": "whatsapp",
@@ -115,7 +121,7 @@ def whatsapp_texts(wa_id: str, *messages: tuple[str, str]) -> Delivery:
                 {
                     "from": wa_id,
                     "id": wamid,
-                    "timestamp": "1735689600",
+                    "timestamp": now(),
                     "type": "text",
                     "text": {"body": text},
                 }
@@ -132,7 +138,7 @@ def whatsapp_image(
     image = {"mime_type": mime_type, "sha256": "4654+8g=", "id": media_id}
     if caption is not None:
         image["caption"] = caption
-    return {"id": wamid, "timestamp": "1735689600", "type": "image", "image": image}
+    return {"id": wamid, "timestamp": now(), "type": "image", "image": image}
 
 
 def whatsapp_document(
@@ -142,7 +148,7 @@ def whatsapp_document(
     document = {"filename": filename, "mime_type": mime_type, "sha256": "grw=", "id": media_id}
     if caption is not None:
         document["caption"] = caption
-    return {"id": wamid, "timestamp": "1735689600", "type": "document", "document": document}
+    return {"id": wamid, "timestamp": now(), "type": "document", "document": document}
 
 
 def whatsapp_messages(wa_id: str, *messages: dict[str, Any]) -> Delivery:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ def wa_text(wamid: str, text: str = "hello", sender: str = "972987654321") -> di
     return {
         "from": sender,
         "id": wamid,
-        "timestamp": "1697043223",
+        "timestamp": str(int(time.time())),  # within WhatsApp's 24-hour window
         "type": "text",
         "text": {"body": text},
     }

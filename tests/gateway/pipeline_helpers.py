@@ -13,7 +13,8 @@ from webhook_bot_gateway.agents import Agent, ModelBackend, Registry
 from webhook_bot_gateway.channels import InboundMessage, OutboundMessage, SendResult
 from webhook_bot_gateway.store import InboxIn, ParsedDelivery, SQLiteStore
 
-T0 = datetime(2025, 1, 1, tzinfo=UTC)
+# Messages are stamped at the start of the run: WhatsApp's 24-hour window is open for them.
+T0 = datetime.now(UTC).replace(microsecond=0)
 
 
 class FakeClock:

@@ -467,3 +467,25 @@ async def test_admin_events_page_through_the_log_by_seq(client: Client) -> None:
     for query, field in [("after=-1", "after"), ("limit=0", "limit"), ("since=1", "since")]:
         error = await error_of(await client.get(f"{url}?{query}", headers=AUTH), 400)
         assert (error["code"], error["field"]) == ("invalid_field", field)
+
+
+async def test_admin_template_to_a_session_of_another_channel_is_refused_with_422(
+    client: Client, db_path: Path
+) -> None:
+    body = {"name": "follow_up", "language": "en_US", "parameters": ["x"]}
+    response = await client.post(f"/api/sessions/{SID}/template", headers=AUTH, json=body)
+    assert (await error_of(response, 422))["code"] == "not_whatsapp"
+    assert await store_of(client).list_outbox(SID) == []
+
+
+async def test_admin_reply_window_applies_to_whatsapp_only(client: Client, db_path: Path) -> None:
+    """A Telegram session has no window; a WhatsApp one whose user never wrote is closed."""
+    response = await client.post(f"/api/sessions/{SID}/reply", headers=AUTH, json={"text": "x"})
+    assert response.status == 202
+    wa = await store_of(client).create_session("whatsapp", "100", "15550001111", "triage")
+    response = await client.post(
+        f"/api/sessions/{wa.session_id}/reply", headers=AUTH, json={"text": "x"}
+    )
+    assert (await error_of(response, 409))["code"] == "window_closed"
+    assert await store_of(client).list_outbox(wa.session_id) == []
+    assert await store_of(client).get_branch(wa.session_id) == []

@@ -165,3 +165,20 @@ def test_config_path_prefers_flag_then_environment_then_default() -> None:
 def test_retention_days_default_keeps_forever_and_refuses_a_negative(tmp_path: Path) -> None:
     assert load_settings(write(tmp_path, ""), {}).store.retention_days == 0
     assert error_of(tmp_path, "[store]\nretention_days = -1\n").key == "store.retention_days"
+
+
+def test_whatsapp_templates_are_checked_and_each_name_and_language_declared_once(
+    tmp_path: Path,
+) -> None:
+    template = '[[whatsapp.templates]]\nname = "follow_up"\nlanguage = "en_US"\n'
+    assert error_of(tmp_path, template + template).key == "whatsapp.templates"
+    bad_name = '[[whatsapp.templates]]\nname = "Follow Up"\nlanguage = "en_US"\n'
+    assert error_of(tmp_path, bad_name).key == "whatsapp.templates[0].name"
+    bad_language = '[[whatsapp.templates]]\nname = "follow_up"\nlanguage = "english"\n'
+    assert error_of(tmp_path, bad_language).key == "whatsapp.templates[0].language"
+    other = template.replace("en_US", "pt_BR") + 'parameters = ["nome"]\n'
+    settings = load_settings(write(tmp_path, template + other), {})
+    found = settings.whatsapp.template("follow_up", "pt_BR")
+    assert found is not None
+    assert found.parameters == ("nome",)
+    assert settings.whatsapp.template("follow_up", "de_DE") is None

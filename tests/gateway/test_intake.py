@@ -18,7 +18,7 @@ from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.channels.telegram import TelegramAdapter
 from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 from webhook_bot_gateway.gateway._intake import IGNORED, QUARANTINED, Intake
-from webhook_bot_gateway.gateway._metrics import Metrics
+from webhook_bot_gateway.gateway._metrics import TEMPLATE_UPDATES, Metrics
 from webhook_bot_gateway.store import DeliveryIn, OutboxIn, SQLiteStore, make_session_id
 
 from .pipeline_helpers import rows
@@ -285,3 +285,40 @@ async def test_intake_quarantines_a_delivery_the_store_refuses_and_records_the_r
     assert "longer than 128" in reason
     assert await store.unparsed_deliveries() == []  # nothing left to stall the next pass
     assert metrics.value(QUARANTINED, channel="whatsapp") == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "field", "state", "level"),
+    [
+        ("template_status_update.json", "message_template_status_update", "REJECTED", "WARNING"),
+        ("template_quality_update.json", "message_template_quality_update", "YELLOW", "WARNING"),
+    ],
+)
+async def test_intake_records_template_status_and_quality_updates(
+    store: SQLiteStore,
+    db: Path,
+    adapters: dict[str, ChannelAdapter],
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    field: str,
+    state: str,
+    level: str,
+) -> None:
+    """Stored like any delivery (they claim a key, so a retry is dropped), then one log line
+    naming the template and its news, and a count; no session, no inbox row."""
+    body = wa.fixture_bytes(name)
+    assert len(await store_delivery(store, adapters["whatsapp"], body)) == 1
+    assert await store_delivery(store, adapters["whatsapp"], body) == frozenset()  # a retry
+    intake, woken, metrics = make_intake(store, adapters)
+    with caplog.at_level("INFO", logger="gateway.intake"):
+        assert await intake.step() == 1
+    [record] = [r for r in caplog.records if "template" in r.getMessage()]
+    line = record.getMessage()
+    assert line.startswith(f"whatsapp template follow_up (en_US) is now {state}: {field},")
+    assert "template id 594425479261596, business account 1234567890987654321" in line
+    assert ("reason INVALID_FORMAT" in line) == (state == "REJECTED")
+    assert ("quality was GREEN" in line) == (state == "YELLOW")
+    assert record.levelname == level
+    assert metrics.value(TEMPLATE_UPDATES, field=field, state=state) == 1
+    assert (woken.sessions, inbox(db)) == ([], [])
+    assert rows(db, "SELECT count(*) FROM deliveries") == [(0,)]

@@ -9,7 +9,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from tests.channels import whatsapp_fakes as wa
 from tests.e2e.gateway_proc import free_port
+from webhook_bot_gateway.channels import OutboundMessage, OutboundTemplate
+from webhook_bot_gateway.channels.whatsapp import build_payloads
 from webhook_bot_gateway.gateway._sandbox import simulate as simulate_module
 from webhook_bot_gateway.gateway.app import build_app
 
@@ -60,3 +63,22 @@ async def test_the_fake_graph_api_answers_undecodable_credentials_with_401_not_5
     answer = await raw.response()
     raw.close()
     assert answer.status == 401, answer
+
+
+async def test_the_fake_graph_api_shows_a_template_by_name_and_parameters(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    app = build_app(settings(tmp_path / "gateway.db", sandbox={"enabled": True}), ingest_only=True)
+    client: Client = await aiohttp_client(app)
+    template = OutboundTemplate(name="follow_up", language="en_US", parameters=("Bob",))
+    message = OutboundMessage(
+        channel="whatsapp", account=wa.NUMBER_A, chat_id="15550001111", template=template
+    )
+    [payload] = build_payloads(message)
+    path = f"/sandbox/graph/v21.0/{wa.NUMBER_A}/messages"
+    bearer = {"Authorization": f"Bearer {wa.TOKEN_A}"}
+    response = await client.post(path, json=payload, headers=bearer)
+    assert response.status == 200, await response.text()
+    sent = await client.get("/sandbox/api/sent?channel=whatsapp&chat_id=15550001111", headers=AUTH)
+    [item] = (await sent.json())["sent"]
+    assert item["text"] == "[template follow_up (en_US): Bob]"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from webhook_bot_gateway.store import (
+    LAST_USER_MESSAGE_AT,
     DeliveryNotFound,
     InboxIn,
     MembershipIn,
@@ -237,3 +240,30 @@ async def test_record_parsed_many_is_one_transaction(store: Store, raw: Raw) -> 
     with pytest.raises(raw.injected_error, match="injected failure"):
         await store.record_parsed_many(items, starting_agent=AGENT)
     assert await raw.dump(*PIPELINE_TABLES, "sessions") == before
+
+
+async def test_record_parsed_keeps_when_the_user_last_wrote(store: Store, clock: FakeClock) -> None:
+    """metadata.last_user_message_at: the latest message's own timestamp, never after the
+    recording (a clock ahead on the platform's side cannot open the window longer)."""
+
+    def written(key: str, at: float) -> InboxIn:
+        stamp = datetime.fromtimestamp(at, tz=UTC).isoformat()
+        return InboxIn(CHANNEL, ACCOUNT, "a", key, {"text": "hi", "timestamp": stamp})
+
+    hours_ago = clock.now - 5 * 3600
+    parsed = ParsedDelivery(inbox=(written("k1", hours_ago), written("k2", hours_ago - 60)))
+    await store.record_parsed(await stored(store, "k1", "k2"), parsed, starting_agent=AGENT)
+    session = await store.get_session(sid("a"))
+    assert session is not None
+    assert session.metadata[LAST_USER_MESSAGE_AT] == hours_ago
+    ahead = ParsedDelivery(inbox=(written("k3", clock.now + 3600),))
+    await store.record_parsed(await stored(store, "k3"), ahead, starting_agent=AGENT)
+    session = await store.get_session(sid("a"))
+    assert session is not None
+    assert session.metadata[LAST_USER_MESSAGE_AT] == clock.now
+    await store.update_session(sid("a"), metadata={"note": "kept"})
+    older = ParsedDelivery(inbox=(written("k4", hours_ago),))  # a late, older delivery
+    await store.record_parsed(await stored(store, "k4"), older, starting_agent=AGENT)
+    session = await store.get_session(sid("a"))
+    assert session is not None
+    assert session.metadata == {LAST_USER_MESSAGE_AT: clock.now, "note": "kept"}

@@ -5,6 +5,7 @@ import { api, describeError, query, sessionPath } from "./api.js";
 import { byTestId, debounce, h, showError } from "./dom.js";
 import { MessageView } from "./messages.js";
 import { buildTimeline, indexEvents } from "./timeline.js";
+import { windowState } from "./window.js";
 
 const PAGE = 500;
 // Events after which the session and its branch are read again (others only re-render).
@@ -207,6 +208,11 @@ export class Conversation {
     status.textContent = s.status === "running" ? "turn running" : s.status;
     status.className = `badge ${s.status}`;
     status.dataset.status = s.status;
+    const badge = byTestId("conv-window", this.root);
+    const state = windowState(s);
+    badge.hidden = state === null;
+    badge.textContent = state?.text ?? "";
+    badge.className = `badge ${state?.open ? "window-open" : "window-closed"}`;
   }
 
   // Actions: each through the admin API; each error shown in words.
