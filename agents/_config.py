@@ -95,6 +95,7 @@ class AgentsConfig(_Section):
     max_steps: int = Field(default=8, gt=0)  # model calls per turn
     max_handoffs: int = Field(default=3, ge=0)  # handoffs per turn
     turn_timeout: float = Field(default=60.0, gt=0)  # seconds
+    refusal_reply: str | None = Field(default=None, min_length=1)  # None: the model's refusal
     module: str | None = None  # a Python module whose AGENTS lists Agent objects
     models: dict[str, OpenAIModelConfig] = Field(default_factory=dict)
     agents: tuple[AgentConfig, ...] = Field(default=(), alias="list")

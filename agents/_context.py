@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from ._agent import Agent
 from ._model import ImagePart, ModelMessage, ModelResponse, ModelRole, ToolCall
+from ._normalize import CheckedCall, replayable_arguments
 from ._pruning import leading_messages, prune_to_turns
 from ._tools import ToolResult
 
@@ -79,7 +80,7 @@ def to_model_message(message: StoredMessage) -> ModelMessage:
     """A stored message as a model message (tool calls and results from ``data``)."""
     data = message.data
     calls = tuple(
-        ToolCall(str(c["id"]), str(c["name"]), str(c.get("arguments", "{}")))
+        ToolCall(str(c["id"]), str(c["name"]), replayable_arguments(str(c.get("arguments", ""))))
         for c in data.get("tool_calls") or ()
     )
     call_id = data.get("tool_call_id")
@@ -92,13 +93,18 @@ def to_model_message(message: StoredMessage) -> ModelMessage:
     )
 
 
-def assistant_data(response: ModelResponse) -> dict[str, Any]:
-    """``data`` of the assistant message recording ``response``."""
+def assistant_data(
+    response: ModelResponse, calls: Sequence[CheckedCall] | None = None
+) -> dict[str, Any]:
+    """``data`` of the assistant message recording ``response``, with its ``calls`` as
+    checked (see ``check_calls``; without them, the response's own)."""
     data: dict[str, Any] = {}
-    if response.tool_calls:
-        data["tool_calls"] = [
-            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls
-        ]
+    if calls is None:
+        calls = [CheckedCall(c, c) for c in response.tool_calls]
+    if calls:
+        data["tool_calls"] = [c.data() for c in calls]
+    if response.refusal and not response.text and not calls:
+        data["refusal"] = response.refusal
     if response.buttons:
         data["buttons"] = list(response.buttons)
     return data

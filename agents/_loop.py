@@ -16,6 +16,7 @@ from ._agent import Agent, handoff_target
 from ._context import StoredMessage, assistant_data, build_context, tool_data, with_images
 from ._errors import StepLimitExceeded
 from ._model import ImagePart, ModelResponse, ToolCall
+from ._normalize import CheckedCall, check_calls
 from ._observer import NO_OBSERVER, ModelOutcome, TurnObserver
 from ._registry import Registry
 from ._tools import ToolContext, ToolResult
@@ -39,6 +40,7 @@ class Limits:
     max_turns: int = 40
     max_steps: int = 8
     max_handoffs: int = 3
+    refusal_reply: str | None = None  # sent instead of a model's refusal; None: the refusal
 
 
 class TurnLoop:
@@ -71,9 +73,8 @@ class TurnLoop:
         if self.agent.kind == "human":
             return self.replies  # operators answer
         for _ in range(self.limits.max_steps):
-            response = await self._ask()
-            self._record(response)
-            if not response.tool_calls or await self._run_calls(response.tool_calls):
+            calls = self._record(await self._ask())
+            if not calls or await self._run_calls(calls):
                 return self.replies
         raise StepLimitExceeded(self.turn.session.session_id, self.limits.max_steps)
 
@@ -100,19 +101,42 @@ class TurnLoop:
             name = self.registry.model_name(self.agent)
             self.observer.model_call(name, time.perf_counter() - started, outcome)
 
-    def _record(self, response: ModelResponse) -> None:
-        if not (response.text or response.tool_calls):
-            return
-        data = assistant_data(response)
-        self.turn.append(NewMessage("assistant", response.text, agent=self.agent.name, data=data))
-        if response.text:
-            self.replies.append(Reply(response.text, self.agent.name, response.buttons))
+    def _record(self, response: ModelResponse) -> list[CheckedCall]:
+        """Store the answer, its calls made safe to replay (see ``check_calls``)."""
+        calls = check_calls(response.tool_calls, self._offered(), self._call_ids())
+        text = response.text
+        if not text and not calls and response.refusal:
+            text = self.limits.refusal_reply or response.refusal
+        if not (text or calls):
+            return []
+        data = assistant_data(response, calls)
+        self.turn.append(NewMessage("assistant", text, agent=self.agent.name, data=data))
+        if text:
+            self.replies.append(Reply(text, self.agent.name, response.buttons))
+        return calls
 
-    async def _run_calls(self, calls: Sequence[ToolCall]) -> bool:
+    def _offered(self) -> list[str]:
+        return [spec.name for spec in self.registry.tool_specs(self.agent)]
+
+    def _call_ids(self) -> set[str]:
+        """The tool-call ids of the history the model may see again."""
+        history: list[StoredMessage] = [*self.turn.history, *self.turn.pending]
+        return {
+            str(c.get("id"))
+            for m in history
+            for c in m.data.get("tool_calls") or ()
+            if isinstance(c, dict)
+        }
+
+    async def _run_calls(self, calls: Sequence[CheckedCall]) -> bool:
         """Answer every call; take the first handoff. True when a human takes over."""
         target: Agent | None = None
-        for call in calls:
-            result, wanted = await self._answer(call, taken=target is not None)
+        for checked in calls:
+            call = checked.call
+            if checked.problem is not None:
+                result, wanted = ToolResult.error(checked.problem), None
+            else:
+                result, wanted = await self._answer(call, taken=target is not None)
             data = tool_data(call, result)
             self.turn.append(NewMessage("tool", result.text, agent=self.agent.name, data=data))
             target = target or wanted

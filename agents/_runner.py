@@ -60,12 +60,13 @@ class Runner:
         max_handoffs: int = 3,
         turn_timeout: float | None = 60.0,
         observer: TurnObserver = NO_OBSERVER,
+        refusal_reply: str | None = None,
     ) -> None:
         if max_turns <= 0:
             raise ValueError(f"max_turns must be > 0, got {max_turns}")
         self._store = store
         self._registry = registry
-        self._limits = Limits(max_turns, max_steps, max_handoffs)
+        self._limits = Limits(max_turns, max_steps, max_handoffs, refusal_reply)
         self._turn_timeout = turn_timeout
         self._observer = observer
 
@@ -86,6 +87,7 @@ class Runner:
             max_handoffs=config.max_handoffs,
             turn_timeout=config.turn_timeout,
             observer=observer,
+            refusal_reply=config.refusal_reply,
         )
 
     async def run_turn(

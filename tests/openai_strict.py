@@ -111,9 +111,7 @@ def _schema_problems(where: str, schema: Any) -> Iterator[str]:
         yield f"{where}.function.parameters: invalid JSON Schema: {exc.message}"
 
 
-def _message_problems(
-    messages: list[Any], rules: Rules, offered: set[str] | None
-) -> Iterator[str]:
+def _message_problems(messages: list[Any], rules: Rules, offered: set[str] | None) -> Iterator[str]:
     seen_ids: set[str] = set()
     waiting: set[str] = set()  # calls of the last assistant message not answered yet
     for index, message in enumerate(messages):
