@@ -266,7 +266,11 @@ async def test_dispatcher_dead_letters_after_max_attempts_with_apology_and_hando
     [event] = [e for e in await store.list_events(sid) if e.kind == "agent_changed"]
     assert event.detail == {"from": "triage", "to": "human", "reason": "dead_letter"}
     assert (harness.turns("failed"), harness.turns("dead")) == (2, 1)
-    assert await harness.user_texts(sid) == []
+    branch = await store.get_branch(sid)  # the next agent sees what happened
+    assert [(m.role, m.text, m.data.get("dead_letter")) for m in branch] == [
+        ("user", "hello", True),
+        ("assistant", "Sorry!", {"handoff": "human"}),
+    ]
 
 
 async def test_dispatcher_with_a_human_agent_active_stores_the_message_without_a_reply(
