@@ -30,6 +30,14 @@ class StoredMessage(Protocol):
 
 
 LEADING_NOTE = "Before the user's first message, the user was sent:"
+OPERATOR = "operator"  # the ``agent`` of a message a person wrote (admin API, console)
+DEAD_LETTER = "dead_letter"  # data key of a dead-lettered message and of its apology
+OPERATOR_MARK = "[{who}, a person and not you, wrote this to the user:] "
+APOLOGY_MARK = (
+    "[The user's message above was not answered: the turn failed, and the user was sent "
+    "this apology:] "
+)
+HANDED_MARK = " [The session was then handed to {agent}.]"
 
 
 def build_context(
@@ -86,11 +94,28 @@ def to_model_message(message: StoredMessage) -> ModelMessage:
     call_id = data.get("tool_call_id")
     return ModelMessage(
         role=message.role,
-        text=message.text,
+        text=shown_text(message),
         tool_calls=calls,
         tool_call_id=str(call_id) if call_id is not None else None,
         name=data.get("name"),
     )
+
+
+def shown_text(message: StoredMessage) -> str | None:
+    """The text a model reads: an operator's words and a dead letter's apology say what they
+    are, so the model neither takes them for its own nor misses why the history has a gap."""
+    text = message.text
+    if message.role != "assistant" or not text:
+        return text
+    if message.agent == OPERATOR:
+        name = message.data.get(OPERATOR)
+        who = f"Operator {name}" if isinstance(name, str) and name else "An operator"
+        return OPERATOR_MARK.format(who=who) + text
+    mark = message.data.get(DEAD_LETTER)
+    if isinstance(mark, Mapping):
+        handed = HANDED_MARK.format(agent=mark["handoff"]) if mark.get("handoff") else ""
+        return APOLOGY_MARK + text + handed
+    return text
 
 
 def assistant_data(

@@ -7,7 +7,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from webhook_bot_gateway.store import NewMessage, Store, Turn
+from webhook_bot_gateway.store import OUTSIDE_TURNS, NewMessage, Store, Turn
 
 from ._config import AgentsConfig
 from ._errors import TurnCancelled, TurnTimeout
@@ -136,7 +136,10 @@ class Runner:
     ) -> tuple[list[Reply], list[tuple[str, str]]]:
         """The agents' answers, and the handoffs made on the way as (from, to)."""
         agent = resolve_agent(turn, self._registry)
-        turn.append(NewMessage("user", inbound.text, data=dict(inbound.data)))
+        data = dict(inbound.data)
+        if agent.kind == "human":  # a message to a person: not a turn of the model's context
+            data[OUTSIDE_TURNS] = True
+        turn.append(NewMessage("user", inbound.text, data=data))
         loop = TurnLoop(
             turn, self._registry, self._limits, agent, inbound.images, inbox_ids, self._observer
         )

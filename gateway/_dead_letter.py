@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook_bot_gateway.agents import DEAD_LETTER
 from webhook_bot_gateway.channels.web import CHANNEL as WEB
 from webhook_bot_gateway.store import NewMessage, OutboxIn, Store, Turn
 
 from . import _convert as convert
-
-DEAD_LETTER = "dead_letter"  # the reason of the handoff, and the key of the history's marks
 
 
 async def record_dead_letter(

@@ -16,7 +16,7 @@ from dataclasses import replace
 from functools import partial
 from itertools import takewhile
 
-from webhook_bot_gateway.agents import Reply, Runner
+from webhook_bot_gateway.agents import DEAD_LETTER, Reply, Runner
 from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.channels.web import CHANNEL as WEB
 from webhook_bot_gateway.store import (
@@ -35,7 +35,7 @@ from webhook_bot_gateway.store import (
 
 from . import _convert as convert
 from . import _log_context as log_context
-from ._dead_letter import DEAD_LETTER, record_dead_letter
+from ._dead_letter import record_dead_letter
 from ._media.wait import MediaWait, StoredFiles
 from ._metrics import HANDOFFS, STORE_ERRORS, TURN_SECONDS, TURNS, Metrics
 from ._typing import Typing
