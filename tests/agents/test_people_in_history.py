@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
+from tests.openai_strict import Rules, StrictOpenAI, call, completion
 from webhook_bot_gateway.agents import (
     OpenAIModel,
     OpenAIModelConfig,
@@ -17,8 +18,6 @@ from webhook_bot_gateway.agents import (
     prune_to_turns,
 )
 from webhook_bot_gateway.store import OUTSIDE_TURNS, SQLiteStore
-
-from tests.openai_strict import Rules, StrictOpenAI, call, completion
 
 from .conftest import make_registry
 
