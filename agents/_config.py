@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ._agent import DEFAULT_HUMAN_REPLY
 from ._errors import AgentConfigError
+from ._handoff_history import HandoffHistory
 from ._rules import Rule
 
 AGENT_NAME = r"^[A-Za-z0-9_-]{1,52}$"  # transfer_to_<name> must fit OpenAI's 64 characters
@@ -79,6 +80,7 @@ class AgentConfig(_Section):
     ] = ()  # dotted import paths: "webhook_bot_gateway.agents.demo.lookup_invoice"
     rules: tuple[RuleConfig, ...] = ()
     handoff_reply: str = DEFAULT_HUMAN_REPLY  # human agents: told to the user on handoff
+    handoff_history: HandoffHistory = "full"  # what it sees of earlier agents' tool calls
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

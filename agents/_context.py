@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
 from ._agent import Agent
+from ._handoff_history import view
 from ._model import ImagePart, ModelMessage, ModelResponse, ModelRole, ToolCall
 from ._normalize import CheckedCall, replayable_arguments
 from ._pruning import leading_messages, prune_to_turns
@@ -41,9 +42,13 @@ HANDED_MARK = " [The session was then handed to {agent}.]"
 
 
 def build_context(
-    agent: Agent, history: Sequence[StoredMessage], max_turns: int
+    agent: Agent,
+    history: Sequence[StoredMessage],
+    max_turns: int,
+    offered: Collection[str] = (),
 ) -> list[ModelMessage]:
-    """Instructions as the first system message, then the last ``max_turns`` whole turns.
+    """Instructions as the first system message, then the last ``max_turns`` whole turns,
+    as the agent's ``handoff_history`` shows them (``offered``: the names of its tools).
 
     What was sent before the user's first message (an operator who wrote first, a greeting)
     is kept while that start is within the last turns, but not as assistant messages: the
@@ -51,7 +56,8 @@ def build_context(
     Its text goes in one system note after the other system messages (see ``leading_note``).
     """
     head = [ModelMessage("system", agent.instructions)] if agent.instructions else []
-    kept = [to_model_message(m) for m in prune_to_turns(history, max_turns)]
+    pruned = [(to_model_message(m), m.agent) for m in prune_to_turns(history, max_turns)]
+    kept = view(pruned, agent.name, offered, agent.handoff_history)
     note = leading_note(leading_messages(history, max_turns))
     if note is None:
         return head + kept

@@ -53,6 +53,7 @@ def agent_from_config(spec: AgentConfig) -> Agent:
         kind=spec.kind,
         description=spec.description,
         handoff_reply=spec.handoff_reply,
+        handoff_history=spec.handoff_history,
     )
 
 

@@ -81,7 +81,8 @@ class TurnLoop:
     async def _ask(self) -> ModelResponse:
         history: list[StoredMessage] = [*self.turn.history, *self.turn.pending]
         context = with_images(
-            build_context(self.agent, history, self.limits.max_turns), self.images
+            build_context(self.agent, history, self.limits.max_turns, self._offered()),
+            self.images,
         )
         model = self.registry.model_for(self.agent)
         return await self._timed(model.complete(context, self.registry.tool_specs(self.agent)))
