@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
+from tests.openai_strict import Rules, StrictOpenAI, call, check_request, completion, tool_calls_in
 from webhook_bot_gateway.agents import (
     Agent,
     OpenAIModel,
@@ -18,8 +19,6 @@ from webhook_bot_gateway.agents import (
     UserInput,
 )
 from webhook_bot_gateway.store import SQLiteStore
-
-from tests.openai_strict import Rules, StrictOpenAI, call, check_request, completion, tool_calls_in
 
 from .conftest import lookup_invoice
 
