@@ -156,7 +156,7 @@ class Gateway:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "gateway",
+                "webhook_bot_gateway",
                 "serve",
                 "--config",
                 str(self.config_path),
