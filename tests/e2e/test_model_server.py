@@ -39,7 +39,7 @@ def agents(base_url: str, history: str) -> str:
     return f"""
 [agents]
 starting_agent = "triage"
-max_turns = 6
+max_turns = 3  # fewer than the human phase has messages: its reason must survive
 turn_timeout = 30
 
 [agents.models.strict]
