@@ -21,6 +21,7 @@ from ._model import ModelMessage
 HandoffHistory = Literal["full", "messages", "summary"]
 HANDOFF_HISTORIES: tuple[HandoffHistory, ...] = ("full", "messages", "summary")
 SUMMARY_HEAD = "[Earlier, {agent} used tools:"
+SUMMARY_CHARS = 300  # of each call's arguments and result: a line, not a copy
 
 
 @dataclass
@@ -53,7 +54,8 @@ def view(
     for message, author in messages:
         if message.role == "tool" and message.tool_call_id in left_out:
             call = digest.calls.get(message.tool_call_id or "", "a tool")
-            digest.lines.append(f"{call} answered {message.text or ''!r}")
+            answer = (message.text or "")[:SUMMARY_CHARS]
+            digest.lines.append(f"{call} answered {answer!r}")
             continue
         if message.role != "tool":
             _flush(out, digest, mode)
@@ -65,7 +67,9 @@ def view(
         ):
             left_out.update(call.id for call in message.tool_calls)
             digest = _Digest(author or "another agent")
-            digest.calls = {c.id: f"{c.name}({c.arguments})" for c in message.tool_calls}
+            digest.calls = {
+                c.id: f"{c.name}({c.arguments[:SUMMARY_CHARS]})" for c in message.tool_calls
+            }
             if message.text:
                 out.append(replace(message, tool_calls=()))
             continue
