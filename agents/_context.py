@@ -6,6 +6,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
+from webhook_bot_gateway.store import Role
+
 from ._agent import Agent
 from ._handoff_history import view
 from ._model import ImagePart, ModelMessage, ModelResponse, ModelRole, ToolCall
@@ -18,7 +20,7 @@ class StoredMessage(Protocol):
     """The part of a store ``Message`` or ``NewMessage`` a context needs."""
 
     @property
-    def role(self) -> ModelRole: ...
+    def role(self) -> Role: ...
 
     @property
     def text(self) -> str | None: ...
@@ -31,7 +33,7 @@ class StoredMessage(Protocol):
 
 
 LEADING_NOTE = "Before the user's first message, the user was sent:"
-OPERATOR = "operator"  # the ``agent`` of a message a person wrote (admin API, console)
+OPERATOR = "operator"  # data key of the name of the person who wrote an operator message
 DEAD_LETTER = "dead_letter"  # data key of a dead-lettered message and of its apology
 OPERATOR_MARK = "[{who}, a person and not you, wrote this to the user:] "
 APOLOGY_MARK = (
@@ -71,8 +73,18 @@ def leading_note(messages: Sequence[StoredMessage]) -> ModelMessage | None:
 
     Their tool calls and results are left out: a result's call must come before it.
     """
-    lines = [f"[{_sender(m)}] {m.text}" for m in messages if m.role == "assistant" and m.text]
+    lines = [f"[{_sender(m)}] {m.text}" for m in messages if _said(m) and m.text]
     return ModelMessage("system", "\n".join([LEADING_NOTE, *lines])) if lines else None
+
+
+def _said(message: StoredMessage) -> bool:
+    """Whether the user was sent ``message`` (an agent's or an operator's)."""
+    return message.role in ("assistant", "operator")
+
+
+def _model_role(role: Role) -> ModelRole:
+    """An operator's reply reaches a model as an assistant message (see ``shown_text``)."""
+    return "assistant" if role == "operator" else role
 
 
 def _sender(message: StoredMessage) -> str:
@@ -99,7 +111,7 @@ def to_model_message(message: StoredMessage) -> ModelMessage:
     )
     call_id = data.get("tool_call_id")
     return ModelMessage(
-        role=message.role,
+        role=_model_role(message.role),
         text=shown_text(message),
         tool_calls=calls,
         tool_call_id=str(call_id) if call_id is not None else None,
@@ -111,9 +123,9 @@ def shown_text(message: StoredMessage) -> str | None:
     """The text a model reads: an operator's words and a dead letter's apology say what they
     are, so the model neither takes them for its own nor misses why the history has a gap."""
     text = message.text
-    if message.role != "assistant" or not text:
+    if not _said(message) or not text:
         return text
-    if message.agent == OPERATOR:
+    if message.role == "operator":
         name = message.data.get(OPERATOR)
         who = f"Operator {name}" if isinstance(name, str) and name else "An operator"
         return OPERATOR_MARK.format(who=who) + text

@@ -45,11 +45,11 @@ async def test_after_a_handback_the_bot_sees_the_request_and_the_operators_repli
     for index in range(6):  # a long human phase: more messages than max_turns
         await runner.run_turn(session_id, UserInput(f"user to person {index}"))
         await store.append_message(
-            session_id, "assistant", f"reply {index}", agent="operator", data={"operator": "Alice"}
+            session_id, "operator", f"reply {index}", agent="operator", data={"operator": "Alice"}
         )
     await store.append_message(
         session_id,
-        "assistant",
+        "operator",
         "I'm handing you back.",
         agent="operator",
         data={"operator": "Alice"},
@@ -76,7 +76,7 @@ async def test_pruning_counts_a_human_phase_with_the_turn_that_asked_for_a_perso
     for index in range(4):
         data = {OUTSIDE_TURNS: True}
         await store.append_message(session_id, "user", f"to person {index}", data=data)
-        await store.append_message(session_id, "assistant", "op", agent="operator")
+        await store.append_message(session_id, "operator", "op", agent="operator")
     await store.append_message(session_id, "user", "back with the bot")
     branch = await store.get_branch(session_id)
     kept = prune_to_turns(branch, 2)
