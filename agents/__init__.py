@@ -2,6 +2,7 @@
 
 from ._agent import Agent, AgentKind, handoff_tool_name
 from ._config import AgentConfig, AgentsConfig, OpenAIModelConfig, RuleConfig
+from ._context import DEAD_LETTER
 from ._errors import (
     AgentConfigError,
     AgentError,
@@ -23,6 +24,7 @@ from ._runner import Runner, TurnResult, UserInput
 from ._tools import Tool, ToolContext, ToolResult, tool
 
 __all__ = [
+    "DEAD_LETTER",
     "NOT_SENT",
     "NO_OBSERVER",
     "ModelOutcome",

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ._handoff_history import HandoffHistory
 from ._model import ModelBackend, ToolSpec
 from ._tools import HANDOFF_PREFIX, Tool
 
@@ -30,6 +31,7 @@ class Agent:
     kind: AgentKind = "bot"
     description: str = ""
     handoff_reply: str = field(default=DEFAULT_HUMAN_REPLY)
+    handoff_history: HandoffHistory = "full"  # see _handoff_history
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tools", tuple(self.tools))

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ._agent import DEFAULT_HUMAN_REPLY
 from ._errors import AgentConfigError
+from ._handoff_history import HandoffHistory
 from ._rules import Rule
 
 AGENT_NAME = r"^[A-Za-z0-9_-]{1,52}$"  # transfer_to_<name> must fit OpenAI's 64 characters
@@ -79,6 +80,7 @@ class AgentConfig(_Section):
     ] = ()  # dotted import paths: "webhook_bot_gateway.agents.demo.lookup_invoice"
     rules: tuple[RuleConfig, ...] = ()
     handoff_reply: str = DEFAULT_HUMAN_REPLY  # human agents: told to the user on handoff
+    handoff_history: HandoffHistory = "full"  # what it sees of earlier agents' tool calls
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -95,6 +97,7 @@ class AgentsConfig(_Section):
     max_steps: int = Field(default=8, gt=0)  # model calls per turn
     max_handoffs: int = Field(default=3, ge=0)  # handoffs per turn
     turn_timeout: float = Field(default=60.0, gt=0)  # seconds
+    refusal_reply: str | None = Field(default=None, min_length=1)  # None: the model's refusal
     module: str | None = None  # a Python module whose AGENTS lists Agent objects
     models: dict[str, OpenAIModelConfig] = Field(default_factory=dict)
     agents: tuple[AgentConfig, ...] = Field(default=(), alias="list")

@@ -59,6 +59,7 @@ def agent_from_config(spec: AgentConfig, builtin_tools: Mapping[str, Tool] | Non
         kind=spec.kind,
         description=spec.description,
         handoff_reply=spec.handoff_reply,
+        handoff_history=spec.handoff_history,
     )
 
 

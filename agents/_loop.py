@@ -16,6 +16,7 @@ from ._agent import Agent, handoff_target
 from ._context import StoredMessage, assistant_data, build_context, tool_data, with_images
 from ._errors import StepLimitExceeded
 from ._model import ImagePart, ModelMessage, ModelResponse, ToolCall
+from ._normalize import CheckedCall, check_calls
 from ._observer import NO_OBSERVER, ModelOutcome, TurnObserver
 from ._registry import Registry
 from ._tools import ToolContext, ToolResult
@@ -43,6 +44,7 @@ class Limits:
     max_turns: int = 40
     max_steps: int = 8
     max_handoffs: int = 3
+    refusal_reply: str | None = None  # sent instead of a model's refusal; None: the refusal
 
 
 class TurnLoop:
@@ -79,12 +81,11 @@ class TurnLoop:
             return self.replies  # operators answer
         refused = 0
         for _ in range(self.limits.max_steps):
-            response = await self._ask()
-            sent = self._record(response)
+            calls, sent = self._record(await self._ask())
             if not sent:
                 refused += 1
-            if response.tool_calls:
-                if await self._run_calls(response.tool_calls):
+            if calls:
+                if await self._run_calls(calls):
                     return self.replies
             elif sent or refused > 1:
                 return self.replies  # answered, or refused twice: nothing more to try
@@ -94,7 +95,8 @@ class TurnLoop:
     async def _ask(self) -> ModelResponse:
         history: list[StoredMessage] = [*self.turn.history, *self.turn.pending]
         context = with_images(
-            build_context(self.agent, history, self.limits.max_turns), self.images
+            build_context(self.agent, history, self.limits.max_turns, self._offered()),
+            self.images,
         )
         context += self.notes
         model = self.registry.model_for(self.agent)
@@ -115,30 +117,52 @@ class TurnLoop:
             name = self.registry.model_name(self.agent)
             self.observer.model_call(name, time.perf_counter() - started, outcome)
 
-    def _record(self, response: ModelResponse) -> bool:
-        """Keep the response; False when its text was refused (the model is told why)."""
-        if not (response.text or response.tool_calls):
-            return True
-        data = assistant_data(response)
-        refusal = self._refusal() if response.text else None
+    def _record(self, response: ModelResponse) -> tuple[list[CheckedCall], bool]:
+        """Store the answer, its calls made safe to replay (see ``check_calls``); False when
+        its text was refused by the reply guard (the model is told why)."""
+        calls = check_calls(response.tool_calls, self._offered(), self._call_ids())
+        text = response.text
+        if not text and not calls and response.refusal:
+            text = self.limits.refusal_reply or response.refusal
+        if not (text or calls):
+            return [], True
+        data = assistant_data(response, calls)
+        refusal = self._refusal() if text else None
         if refusal is not None:
             data[NOT_SENT] = refusal
-        self.turn.append(NewMessage("assistant", response.text, agent=self.agent.name, data=data))
+        self.turn.append(NewMessage("assistant", text, agent=self.agent.name, data=data))
         if refusal is not None:
             self.notes.append(ModelMessage("system", f"error: your reply was not sent: {refusal}"))
-            return False
-        if response.text:
-            self.replies.append(Reply(response.text, self.agent.name, response.buttons))
-        return True
+            return calls, False
+        if text:
+            self.replies.append(Reply(text, self.agent.name, response.buttons))
+        return calls, True
 
     def _refusal(self) -> str | None:
         return self.reply_guard(self.turn.session) if self.reply_guard else None
 
-    async def _run_calls(self, calls: Sequence[ToolCall]) -> bool:
+    def _offered(self) -> list[str]:
+        return [spec.name for spec in self.registry.tool_specs(self.agent)]
+
+    def _call_ids(self) -> set[str]:
+        """The tool-call ids of the history the model may see again."""
+        history: list[StoredMessage] = [*self.turn.history, *self.turn.pending]
+        return {
+            str(c.get("id"))
+            for m in history
+            for c in m.data.get("tool_calls") or ()
+            if isinstance(c, dict)
+        }
+
+    async def _run_calls(self, calls: Sequence[CheckedCall]) -> bool:
         """Answer every call; take the first handoff. True when a human takes over."""
         target: Agent | None = None
-        for call in calls:
-            result, wanted = await self._answer(call, taken=target is not None)
+        for checked in calls:
+            call = checked.call
+            if checked.problem is not None:
+                result, wanted = ToolResult.error(checked.problem), None
+            else:
+                result, wanted = await self._answer(call, taken=target is not None)
             data = tool_data(call, result)
             self.turn.append(NewMessage("tool", result.text, agent=self.agent.name, data=data))
             target = target or wanted

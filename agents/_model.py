@@ -52,11 +52,12 @@ class ModelMessage:
 
 @dataclass(frozen=True, slots=True)
 class ModelResponse:
-    """A model's answer: text for the user, tool calls, or both."""
+    """A model's answer: text for the user, tool calls, or both; or the model's refusal."""
 
     text: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     buttons: tuple[str, ...] = field(default=())
+    refusal: str | None = None  # OpenAI's ``refusal``, sent with ``content: null``
 
 
 class ModelBackend(Protocol):

@@ -16,19 +16,23 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+EMPTY_RESULT = "(the tool returned nothing)"  # Anthropic-backed servers refuse an empty one
+
+
 class _Function(_Wire):
-    name: str
+    name: str = ""  # checked, with the id, before the call is stored (see _normalize)
     arguments: str | dict[str, Any] | None = None  # some servers send an object
 
 
 class _ToolCall(_Wire):
-    id: str
+    id: str | None = None
     function: _Function
 
 
 class _Message(_Wire):
     content: str | None = None
     tool_calls: list[_ToolCall] | None = None
+    refusal: str | None = None
 
 
 class _Choice(_Wire):
@@ -66,7 +70,8 @@ def parse_completion(payload: bytes) -> ModelResponse:
         raise ValueError("a chat completion without choices")
     message = completion.choices[0].message
     calls = tuple(_call(call) for call in message.tool_calls or ())
-    return ModelResponse(text=message.content or None, tool_calls=calls)
+    refusal = message.refusal or None
+    return ModelResponse(text=message.content or None, tool_calls=calls, refusal=refusal)
 
 
 def _call(call: _ToolCall) -> ToolCall:
@@ -75,7 +80,7 @@ def _call(call: _ToolCall) -> ToolCall:
         arguments = "{}"
     elif not isinstance(arguments, str):
         arguments = json.dumps(arguments)
-    return ToolCall(call.id, call.function.name, arguments)
+    return ToolCall(call.id or "", call.function.name, arguments)
 
 
 def _message(message: ModelMessage, *, vision: bool = False) -> dict[str, Any]:
@@ -96,6 +101,7 @@ def _message(message: ModelMessage, *, vision: bool = False) -> dict[str, Any]:
             for call in message.tool_calls
         ]
     if message.role == "tool":
+        out["content"] = message.text or EMPTY_RESULT
         out["tool_call_id"] = message.tool_call_id
     return out
 

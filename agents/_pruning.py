@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
+from webhook_bot_gateway.store import OUTSIDE_TURNS
+
 
 class ChatMessage(Protocol):
     """Anything with a role and a data mapping (store ``Message`` and ``NewMessage`` fit)."""
@@ -22,7 +24,10 @@ M = TypeVar("M", bound=ChatMessage)
 def prune_to_turns(messages: Sequence[M], max_turns: int) -> list[M]:
     """Return the system messages, then the last ``max_turns`` whole turns.
 
-    A turn starts at a user message. Messages before the first kept user message are
+    A turn starts at a user message, except one written while a person answered the session
+    (``OUTSIDE_TURNS``: it belongs to the turn that handed the session over, so a long human
+    phase never pushes the reason for the handoff out), and the branch's first user message
+    always starts one. Messages before the first kept user message are
     dropped, so the result never starts with an assistant or tool message, and a tool
     result whose call was not kept before it is dropped as well.
     """
@@ -30,7 +35,7 @@ def prune_to_turns(messages: Sequence[M], max_turns: int) -> list[M]:
         raise ValueError(f"max_turns must be > 0, got {max_turns}")
     system = [m for m in messages if m.role == "system"]
     rest = [m for m in messages if m.role != "system"]
-    starts = [i for i, m in enumerate(rest) if m.role == "user"]
+    starts = turn_starts(rest)
     kept = rest[starts[-max_turns] :] if len(starts) >= max_turns else _from_first(rest, starts)
     return system + _without_orphans(kept)
 
@@ -47,10 +52,20 @@ def leading_messages(messages: Sequence[M], max_turns: int) -> list[M]:
     if max_turns <= 0:
         raise ValueError(f"max_turns must be > 0, got {max_turns}")
     rest = [m for m in messages if m.role != "system"]
-    starts = [i for i, m in enumerate(rest) if m.role == "user"]
+    starts = turn_starts(rest)
     if len(starts) >= max_turns:
         return []
     return rest[: starts[0]] if starts else rest
+
+
+def turn_starts(messages: Sequence[ChatMessage]) -> list[int]:
+    """The indexes of the messages that start a turn (see ``prune_to_turns``)."""
+    users = [i for i, m in enumerate(messages) if m.role == "user"]
+    return [i for i in users if i == users[0] or _starts_turn(messages[i])]
+
+
+def _starts_turn(message: ChatMessage) -> bool:
+    return message.data.get(OUTSIDE_TURNS) is not True
 
 
 def _from_first(rest: list[M], starts: list[int]) -> list[M]:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from webhook_bot_gateway.store import NewMessage, Store, Turn
+from webhook_bot_gateway.store import OUTSIDE_TURNS, NewMessage, Store, Turn
 
 from ._config import AgentsConfig
 from ._errors import TurnCancelled, TurnTimeout
@@ -60,12 +60,13 @@ class Runner:
         max_handoffs: int = 3,
         turn_timeout: float | None = 60.0,
         observer: TurnObserver = NO_OBSERVER,
+        refusal_reply: str | None = None,
     ) -> None:
         if max_turns <= 0:
             raise ValueError(f"max_turns must be > 0, got {max_turns}")
         self._store = store
         self._registry = registry
-        self._limits = Limits(max_turns, max_steps, max_handoffs)
+        self._limits = Limits(max_turns, max_steps, max_handoffs, refusal_reply)
         self._turn_timeout = turn_timeout
         self._observer = observer
 
@@ -86,6 +87,7 @@ class Runner:
             max_handoffs=config.max_handoffs,
             turn_timeout=config.turn_timeout,
             observer=observer,
+            refusal_reply=config.refusal_reply,
         )
 
     async def run_turn(
@@ -160,7 +162,10 @@ class Runner:
     ) -> tuple[list[Reply], list[tuple[str, str]]]:
         """The agents' answers, and the handoffs made on the way as (from, to)."""
         agent = resolve_agent(turn, self._registry)
-        turn.append(NewMessage("user", inbound.text, data=dict(inbound.data)))
+        data = dict(inbound.data)
+        if agent.kind == "human":  # a message to a person: not a turn of the model's context
+            data[OUTSIDE_TURNS] = True
+        turn.append(NewMessage("user", inbound.text, data=data))
         loop = TurnLoop(
             turn,
             self._registry,

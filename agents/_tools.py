@@ -51,7 +51,7 @@ class ToolContext:
     idempotency_key: str  # the same on every run of this turn for this call; see turn_key
     turn_key: str  # the same on every run of this turn: from its inbox rows (or the head)
     inbox_ids: tuple[int, ...]  # the inbox rows the turn answers; () when started without
-    call_id: str  # the model's id of the call: differs between runs, unlike the keys
+    call_id: str  # the id of the call (the model's, or one made unique): differs between runs
 
 
 @dataclass(frozen=True, eq=False)

@@ -366,7 +366,7 @@ async def operator_reply(request: web.Request) -> web.Response:
         async with request.app[STORE].turn(sid) as turn:
             _window_open(turn.session)  # read in the turn: the session as it commits
             data = {"operator": body.operator} if body.operator else {}
-            turn.append(NewMessage(role="assistant", text=body.text, agent=OPERATOR, data=data))
+            turn.append(NewMessage(role="operator", text=body.text, agent=OPERATOR, data=data))
             if turn.session.channel != WEB:
                 turn.add_outbox(_outbox(turn.session, body.text))
     except (RunActive, TurnActive):

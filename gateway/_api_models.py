@@ -136,9 +136,7 @@ class MessageOut(_Output):
 
     id: int
     parent_id: int | None
-    role: ShownRole = Field(
-        description="an operator's reply (assistant, agent operator) is shown as operator"
-    )
+    role: ShownRole = Field(description="operator: a person's reply (admin API, console)")
     text: str | None
     agent: str | None
     data: dict[str, Any] = Field(description="tool calls, references of the inbound messages")
@@ -148,12 +146,9 @@ class MessageOut(_Output):
     @classmethod
     def of(cls, message: Message) -> MessageOut:
         """The API's view of a stored message."""
-        role = (
-            OPERATOR if message.role == "assistant" and message.agent == OPERATOR else message.role
-        )
         fields = {name: getattr(message, name) for name in _MESSAGE_FIELDS}
         return cls.model_validate(
-            {**fields, "role": role, "attachments": attachment_ids(message.data)}
+            {**fields, "role": message.role, "attachments": attachment_ids(message.data)}
         )
 
 

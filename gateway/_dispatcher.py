@@ -16,7 +16,7 @@ from dataclasses import replace
 from functools import partial
 from itertools import takewhile
 
-from webhook_bot_gateway.agents import Reply, Runner
+from webhook_bot_gateway.agents import DEAD_LETTER, Reply, Runner
 from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.channels.web import CHANNEL as WEB
 from webhook_bot_gateway.store import (
@@ -36,6 +36,7 @@ from webhook_bot_gateway.store import (
 
 from . import _convert as convert
 from . import _log_context as log_context
+from ._dead_letter import record_dead_letter
 from ._media.wait import MediaWait, StoredFiles
 from ._metrics import HANDOFFS, STORE_ERRORS, TURN_SECONDS, TURNS, Metrics
 from ._templates import TEMPLATE_TOOL, queued_templates, template_outbox
@@ -46,7 +47,6 @@ from .config import DispatcherConfig
 
 log = logging.getLogger("gateway.dispatcher")
 
-DEAD_LETTER = "dead_letter"  # the reason of the handoff after max_attempts
 BUSY_RETRY_SECONDS = 0.5  # a session whose turn runs elsewhere is tried again this soon
 BUSY_WARN_SECONDS = 30.0  # a session refused this long is logged (and again each such period)
 PENDING_PAGE = 100  # pending rows read per turn
@@ -343,35 +343,30 @@ class Dispatcher:
             )
             self._ended("dead" if dead else "failed")
             if dead:
-                await self._dead_letter(sid)
+                await self._dead_letter(sid, batch)
         except StoreError as store_exc:
             # The rows stay pending and the lane tries again; the attempt is not counted.
             self._metrics.inc(STORE_ERRORS, component="dispatcher")
             log.error("could not record the failed turn of %s: %s", sid, store_exc)
 
-    async def _dead_letter(self, sid: str) -> None:
-        """Apologise to the user and, if configured, hand the session to a person."""
-        session = await self._store.get_session(sid)
-        if session is None:
+    async def _dead_letter(self, sid: str, batch: Sequence[InboxItem]) -> None:
+        """Apologise to the user and, if configured, hand the session to a person; the
+        message, the apology and the handoff go in the history (see ``record_dead_letter``)."""
+        events = [row.event for row in batch]
+        try:
+            handoff = await record_dead_letter(
+                self._store, sid, events, self._config.apology, self._handoff
+            )
+        except (SessionDeletedError, SessionNotFound):
             return
-        if self._config.apology and session.channel == WEB:
-            apology = {"role": "assistant", "text": self._config.apology, "agent": None}
-            await self._store.record_event(sid, "message", {**apology, "attachments": []})
-        elif self._config.apology:
-            chat = convert.reply_target(session.chat_id, session.metadata)
-            message = convert.text_message(
-                session.channel, session.account, chat, self._config.apology
-            )
-            await self._store.enqueue_outbox(
-                OutboxIn(sid, session.channel, session.account, chat, convert.payload(message))
-            )
+        except (RunActive, TurnActive):  # a new turn of the session started meanwhile
+            log.warning("session %s: the dead letter could not be recorded (a turn runs)", sid)
+            return
+        if self._config.apology:
             self._on_outbox()
-        target = self._handoff
-        if target and session.active_agent != target:
-            await self._store.set_agent(sid, target, reason=DEAD_LETTER)
-            self._metrics.inc(
-                HANDOFFS, from_agent=session.active_agent, to_agent=target, reason=DEAD_LETTER
-            )
+        if handoff is not None:
+            source, target = handoff
+            self._metrics.inc(HANDOFFS, from_agent=source, to_agent=target, reason=DEAD_LETTER)
 
 
 def _log_turn_end(outcome: str | None, seconds: float) -> None:

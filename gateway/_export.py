@@ -38,7 +38,7 @@ class ExportedMessage(_Output):
 
     id: int
     parent_id: int | None = Field(description="the message it follows; null for a root")
-    role: Literal["system", "user", "assistant", "tool"]
+    role: Literal["system", "user", "assistant", "tool", "operator"]
     text: str | None
     agent: str | None = Field(description="the agent (or 'operator') that wrote it")
     data: dict[str, Any] = Field(description="tool calls, references of inbound messages, media")

@@ -46,6 +46,7 @@ from ._retention import HistoryPurged
 from ._types import (
     ATTACHMENT_SOURCES,
     ATTACHMENT_STATES,
+    OUTSIDE_TURNS,
     ROLES,
     SESSION_STATUSES,
     Attachment,
@@ -74,6 +75,7 @@ __all__ = [
     "INBOX_STATES",
     "OUTBOX_FAILED_STATES",
     "OUTBOX_STATES",
+    "OUTSIDE_TURNS",
     "ROLES",
     "SESSION_STATUSES",
     "CommitHook",

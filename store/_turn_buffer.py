@@ -33,10 +33,10 @@ SnapshotT = TypeVar("SnapshotT")
 
 def message_event(message: Message) -> dict[str, Any]:
     """The ``message`` event of an answer: what /ws shows the user and the console."""
-    operator = message.role == "assistant" and message.agent == "operator"
+    operator = message.role == "operator"
     detail: dict[str, Any] = {
         "message_id": message.id,
-        "role": "operator" if operator else message.role,
+        "role": message.role,
         "text": message.text,
         "agent": message.agent,
         "attachments": [],
@@ -186,7 +186,7 @@ class TurnBuffer(Generic[Hook]):
     ) -> list[tuple[str, dict[str, Any]]]:
         """The ``message`` event of each answer, then ``turn_finished`` or ``turn_cancelled``:
         ``(kind, detail)``, logged by the commit after everything else."""
-        answers = [m for m in committed if m.role == "assistant" and m.text]
+        answers = [m for m in committed if m.role in ("assistant", "operator") and m.text]
         # One outbox row per answer, in order (the dispatcher and the operator reply add them
         # so): the event names the row, so its delivery statuses can be shown beside it.
         sending = [row.id for row in outbox] if len(outbox) == len(answers) else []

@@ -8,8 +8,12 @@ from typing import Any, Literal
 
 SessionStatus = Literal["idle", "running", "interrupted"]
 SESSION_STATUSES: tuple[SessionStatus, ...] = ("idle", "running", "interrupted")
-Role = Literal["system", "user", "assistant", "tool"]
-ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
+Role = Literal["system", "user", "assistant", "tool", "operator"]  # operator: a person's reply
+ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool", "operator")
+# A user message whose data has this key set to true (one written while a person, not a model,
+# answered the session) does not start a turn: the turns kept in a model's context, and the
+# store's ``recent_turns`` window, count it with the turn before it.
+OUTSIDE_TURNS = "outside_turns"
 
 
 @dataclass(frozen=True, slots=True)

@@ -234,7 +234,15 @@ _V3 = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+# An operator's reply has its own role (it was an assistant message of agent "operator").
+_V4 = (
+    "ALTER TABLE messages DROP CONSTRAINT messages_role_check",
+    "ALTER TABLE messages ADD CONSTRAINT messages_role_check"
+    " CHECK (role IN ('system', 'user', 'assistant', 'tool', 'operator'))",
+    "UPDATE messages SET role = 'operator' WHERE role = 'assistant' AND agent = 'operator'",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 LATEST = len(MIGRATIONS)
 
 _VERSION_TABLE = (

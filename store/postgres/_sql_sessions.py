@@ -295,11 +295,15 @@ async def select_branch(conn: asyncpg.Connection, head_id: int | None) -> list[M
 # each step is one probe of the primary key. ``lowest`` (the same on every row) is the oldest
 # system message of the session before the window, when the window does not reach the root:
 # the ``messages_system`` index (session_id, id) answers it.
+# A turn starts at a user message that is not OUTSIDE_TURNS (see store/_types.py).
+_STARTS = (
+    "({t}role = 'user' AND NOT coalesce({t}data::jsonb -> 'outside_turns' = 'true', false))::int"
+)
 _RECENT = f"""
 WITH RECURSIVE recent ({MESSAGE_COLUMNS}, depth, users) AS (
-    SELECT {MESSAGE_COLUMNS}, 0, (role = 'user')::int FROM messages WHERE id = $1::bigint
+    SELECT {MESSAGE_COLUMNS}, 0, {_STARTS.format(t="")} FROM messages WHERE id = $1::bigint
     UNION ALL
-    SELECT {_M_COLUMNS}, r.depth + 1, r.users + (m.role = 'user')::int
+    SELECT {_M_COLUMNS}, r.depth + 1, r.users + {_STARTS.format(t="m.")}
     FROM recent AS r JOIN messages AS m ON m.id = r.parent_id
     WHERE r.users < $2::int
 ), oldest AS (

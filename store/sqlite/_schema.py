@@ -198,7 +198,25 @@ _V7 = (
     "ALTER TABLE outbox ADD COLUMN claimed_until REAL",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+# An operator's reply has its own role (it was an assistant message of agent "operator"). SQLite
+# cannot alter a CHECK constraint: the documented way for a change that leaves every stored row
+# valid is to edit the table's SQL in sqlite_schema (https://sqlite.org/lang_altertable.html,
+# "otherwise"), then bump the schema cookie so that every connection parses it again.
+SCHEMA_CHANGED = "-- bump the schema cookie"  # _step runs PRAGMA schema_version = cookie + 1
+_ROLES_V1 = "CHECK (role IN ('system', 'user', 'assistant', 'tool'))"
+_ROLES_V8 = "CHECK (role IN ('system', 'user', 'assistant', 'tool', 'operator'))"
+_V8 = (
+    "PRAGMA writable_schema = ON",
+    "UPDATE sqlite_schema SET sql = replace(sql, '{old}', '{new}')"
+    " WHERE type = 'table' AND name = 'messages'".format(
+        old=_ROLES_V1.replace("'", "''"), new=_ROLES_V8.replace("'", "''")
+    ),
+    SCHEMA_CHANGED,
+    "PRAGMA writable_schema = RESET",
+    "UPDATE messages SET role = 'operator' WHERE role = 'assistant' AND agent = 'operator'",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 LATEST = len(MIGRATIONS)
 
 
@@ -236,5 +254,9 @@ def _step(conn: sqlite3.Connection) -> None:
     if version == LATEST:
         return
     for statement in MIGRATIONS[version]:
-        conn.execute(statement)
+        if statement == SCHEMA_CHANGED:
+            cookie: int = conn.execute("PRAGMA schema_version").fetchone()[0]
+            conn.execute(f"PRAGMA schema_version = {cookie + 1}")
+        else:
+            conn.execute(statement)
     conn.execute(f"PRAGMA user_version = {version + 1}")

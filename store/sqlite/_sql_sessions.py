@@ -215,11 +215,13 @@ def select_branch(conn: sqlite3.Connection, head_id: int | None) -> list[Message
     return [to_message(row) for row in rows]
 
 
+# A turn starts at a user message that is not OUTSIDE_TURNS (see store/_types.py).
+_STARTS = "({t}role = 'user' AND json_extract({t}data, '$.outside_turns') IS NOT 1)"
 _RECENT = f"""
 WITH RECURSIVE recent (id, parent_id, depth, users) AS (
-    SELECT id, parent_id, 0, role = 'user' FROM messages WHERE id = :head
+    SELECT id, parent_id, 0, {_STARTS.format(t="")} FROM messages WHERE id = :head
     UNION ALL
-    SELECT m.id, m.parent_id, r.depth + 1, r.users + (m.role = 'user')
+    SELECT m.id, m.parent_id, r.depth + 1, r.users + {_STARTS.format(t="m.")}
     FROM recent AS r JOIN messages AS m ON m.id = r.parent_id
     WHERE r.users < :turns
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -14,6 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from pydantic import ValidationError
 
+from tests.openai_strict import Rules, StrictOpenAI, call, completion
 from webhook_bot_gateway.agents import (
     AgentsConfig,
     ImagePart,
@@ -61,17 +62,7 @@ LOOKUP_TOOL = {
 }
 
 
-def completion(content: str | None = None, *calls: dict[str, Any]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if calls:
-        message["tool_calls"] = list(calls)
-    finish = "tool_calls" if calls else "stop"
-    choice = {"index": 0, "message": message, "finish_reason": finish}
-    return {"id": "chatcmpl-1", "object": "chat.completion", "model": "m", "choices": [choice]}
-
-
-def wire_call(call_id: str, name: str, arguments: str = "{}") -> dict[str, Any]:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+wire_call = call
 
 
 def assistant_call(call_id: str, name: str, arguments: str = "{}") -> dict[str, Any]:
@@ -86,27 +77,6 @@ def tool_result(call_id: str, content: str) -> dict[str, Any]:
     return {"role": "tool", "content": content, "tool_call_id": call_id}
 
 
-class FakeOpenAI:
-    """Records every request; answers from a queue of (status, json, headers)."""
-
-    def __init__(self) -> None:
-        self.bodies: list[Any] = []
-        self.headers: list[dict[str, str]] = []
-        self.answers: deque[tuple[int, Any, dict[str, str]]] = deque()
-        self.hang = asyncio.Event()
-
-    def answer(self, body: Any, status: int = 200, **headers: str) -> None:
-        self.answers.append((status, body, headers))
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.bodies.append(await request.json())
-        self.headers.append(dict(request.headers))
-        status, body, headers = self.answers.popleft()
-        if body == "hang":
-            await self.hang.wait()
-        return web.json_response(body, status=status, headers=headers)
-
-
 class Sleeps:
     """An injectable sleep that records delays and returns at once."""
 
@@ -117,12 +87,13 @@ class Sleeps:
         self.delays.append(seconds)
 
 
-@pytest.fixture
-async def fake(aiohttp_server: Any) -> tuple[FakeOpenAI, TestServer]:
-    fake = FakeOpenAI()
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", fake.handle)
-    return fake, await aiohttp_server(app)
+@pytest.fixture(params=[Rules(), Rules(vllm=True)], ids=["strict", "vllm-strict"])
+async def fake(
+    request: pytest.FixtureRequest, aiohttp_server: Any
+) -> AsyncIterator[tuple[StrictOpenAI, TestServer]]:
+    fake = StrictOpenAI(request.param)
+    yield fake, await aiohttp_server(fake.app())
+    assert fake.violations == []
 
 
 @pytest.fixture
@@ -131,7 +102,9 @@ def sleeps() -> Sleeps:
 
 
 @pytest.fixture
-async def model(fake: tuple[FakeOpenAI, TestServer], sleeps: Sleeps) -> AsyncIterator[OpenAIModel]:
+async def model(
+    fake: tuple[StrictOpenAI, TestServer], sleeps: Sleeps
+) -> AsyncIterator[OpenAIModel]:
     _, test_server = fake
     config = OpenAIModelConfig(base_url=str(test_server.make_url("/v1")), model="gpt-test")
     backend = OpenAIModel("fake", config, api_key=KEY, sleep=sleeps)
@@ -140,7 +113,7 @@ async def model(fake: tuple[FakeOpenAI, TestServer], sleeps: Sleeps) -> AsyncIte
 
 
 async def test_openai_plain_answer_exact_request(
-    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel, store: SQLiteStore, session_id: str
+    fake: tuple[StrictOpenAI, TestServer], model: OpenAIModel, store: SQLiteStore, session_id: str
 ) -> None:
     api, _ = fake
     api.answer(completion("Hello from the model."))
@@ -162,7 +135,7 @@ async def test_openai_plain_answer_exact_request(
 
 
 async def test_openai_tool_call_then_answer(
-    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel, store: SQLiteStore, session_id: str
+    fake: tuple[StrictOpenAI, TestServer], model: OpenAIModel, store: SQLiteStore, session_id: str
 ) -> None:
     api, _ = fake
     api.answer(completion(None, wire_call("call_1", "lookup_invoice", '{"number":"INV-9"}')))
@@ -189,7 +162,7 @@ async def test_openai_tool_call_then_answer(
 
 
 async def test_openai_transfer_to_billing(
-    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel, store: SQLiteStore, session_id: str
+    fake: tuple[StrictOpenAI, TestServer], model: OpenAIModel, store: SQLiteStore, session_id: str
 ) -> None:
     api, _ = fake
     api.answer(completion(None, wire_call("call_t", "transfer_to_billing")))
@@ -211,7 +184,7 @@ async def test_openai_transfer_to_billing(
 
 
 async def test_openai_malformed_tool_calls_answered_as_tool_errors(
-    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel, store: SQLiteStore, session_id: str
+    fake: tuple[StrictOpenAI, TestServer], model: OpenAIModel, store: SQLiteStore, session_id: str
 ) -> None:
     api, _ = fake
     bad_json = wire_call("c1", "lookup_invoice", '{"number": "INV-1"')
@@ -223,16 +196,18 @@ async def test_openai_malformed_tool_calls_answered_as_tool_errors(
     result = await runner.run_turn(session_id, UserInput("INV-1"))
     assert [r.text for r in result.replies] == ["Sorry, let me try again later."]
     sent = api.bodies[1]["messages"]
-    assert sent[2] == {"role": "assistant", "content": None, "tool_calls": [bad_json, unknown]}
+    replayed = [wire_call("c1", "lookup_invoice", "{}"), unknown]  # never the broken JSON
+    assert sent[2] == {"role": "assistant", "content": None, "tool_calls": replayed}
     assert sent[3]["tool_call_id"] == "c1"
     assert sent[3]["content"].startswith(
-        "error: invalid arguments for lookup_invoice: Expecting ',' delimiter"
+        "error: the arguments are not valid JSON (Expecting ',' delimiter"
     )
-    assert sent[4] == tool_result("c2", "error: unknown tool 'delete_everything'")
+    assert sent[4]["tool_call_id"] == "c2"
+    assert sent[4]["content"].startswith("error: unknown tool 'delete_everything'; the tools")
 
 
 async def test_openai_429_then_success_honours_retry_after(
-    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel, sleeps: Sleeps
+    fake: tuple[StrictOpenAI, TestServer], model: OpenAIModel, sleeps: Sleeps
 ) -> None:
     api, _ = fake
     rate_limited = {"error": {"message": "slow down", "type": "rate_limit"}}
@@ -247,7 +222,7 @@ async def test_openai_429_then_success_honours_retry_after(
 
 
 async def test_openai_gives_up_after_retries_without_leaking_the_key(
-    fake: tuple[FakeOpenAI, TestServer],
+    fake: tuple[StrictOpenAI, TestServer],
     model: OpenAIModel,
     sleeps: Sleeps,
     caplog: pytest.LogCaptureFixture,
@@ -264,7 +239,7 @@ async def test_openai_gives_up_after_retries_without_leaking_the_key(
 
 
 async def test_openai_client_error_is_not_retried(
-    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel, sleeps: Sleeps
+    fake: tuple[StrictOpenAI, TestServer], model: OpenAIModel, sleeps: Sleeps
 ) -> None:
     api, _ = fake
     api.answer({"error": {"message": "model not found"}}, status=404)
@@ -275,7 +250,7 @@ async def test_openai_client_error_is_not_retried(
 
 
 async def test_openai_not_a_completion_is_an_error(
-    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel
+    fake: tuple[StrictOpenAI, TestServer], model: OpenAIModel
 ) -> None:
     api, _ = fake
     api.answer({"choices": []})
@@ -284,7 +259,7 @@ async def test_openai_not_a_completion_is_an_error(
 
 
 async def test_openai_request_timeout_is_retried_then_fails(
-    fake: tuple[FakeOpenAI, TestServer], sleeps: Sleeps
+    fake: tuple[StrictOpenAI, TestServer], sleeps: Sleeps
 ) -> None:
     api, test_server = fake
     api.answer("hang")
@@ -302,7 +277,7 @@ async def test_openai_request_timeout_is_retried_then_fails(
 
 
 async def test_openai_arguments_sent_as_object_are_accepted(
-    fake: tuple[FakeOpenAI, TestServer], model: OpenAIModel
+    fake: tuple[StrictOpenAI, TestServer], model: OpenAIModel
 ) -> None:
     api, _ = fake
     call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
@@ -312,7 +287,7 @@ async def test_openai_arguments_sent_as_object_are_accepted(
 
 
 async def test_openai_registry_reads_key_from_named_variable(
-    fake: tuple[FakeOpenAI, TestServer],
+    fake: tuple[StrictOpenAI, TestServer],
 ) -> None:
     api, test_server = fake
     api.answer(completion("ok"))
@@ -350,7 +325,7 @@ async def _vision_model(test_server: TestServer, *, vision: bool) -> OpenAIModel
 
 
 async def test_openai_vision_model_gets_this_turns_images_as_image_parts(
-    fake: tuple[FakeOpenAI, TestServer], store: SQLiteStore, session_id: str
+    fake: tuple[StrictOpenAI, TestServer], store: SQLiteStore, session_id: str
 ) -> None:
     api, test_server = fake
     backend = await _vision_model(test_server, vision=True)
@@ -380,7 +355,7 @@ async def test_openai_vision_model_gets_this_turns_images_as_image_parts(
 
 
 async def test_openai_model_without_vision_gets_text_only(
-    fake: tuple[FakeOpenAI, TestServer], store: SQLiteStore, session_id: str
+    fake: tuple[StrictOpenAI, TestServer], store: SQLiteStore, session_id: str
 ) -> None:
     api, test_server = fake
     backend = await _vision_model(test_server, vision=False)

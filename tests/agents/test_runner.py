@@ -179,6 +179,9 @@ async def test_runner_handoff_to_human_tells_user_once_then_stays_silent(
     ]
 
 
+OFFERED = "lookup_invoice, transfer_to_triage"
+
+
 async def test_runner_unknown_tool_and_bad_arguments_are_tool_errors(
     store: SQLiteStore, session_id: str
 ) -> None:
@@ -195,12 +198,12 @@ async def test_runner_unknown_tool_and_bad_arguments_are_tool_errors(
     await runner.run_turn(session_id, UserInput("x"))
     results = [m for m in billing.calls[1].messages if m.role == "tool"]
     assert [(m.tool_call_id, m.text) for m in results] == [
-        ("a", "error: unknown tool 'no_such_tool'"),
+        ("a", f"error: unknown tool 'no_such_tool'; the tools offered are: {OFFERED}"),
         ("b", results[1].text),
-        ("c", "error: unknown tool 'transfer_to_nowhere'"),
+        ("c", f"error: unknown tool 'transfer_to_nowhere'; the tools offered are: {OFFERED}"),
     ]
     assert results[1].text is not None
-    assert results[1].text.startswith("error: invalid arguments for lookup_invoice")
+    assert results[1].text.startswith("error: the arguments are not valid JSON")
     stored = [m for m in await store.get_branch(session_id) if m.role == "tool"]
     assert all(m.data.get("is_error") for m in stored)
 

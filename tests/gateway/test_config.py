@@ -109,6 +109,17 @@ def test_bad_double_texting_value_names_the_key(tmp_path: Path) -> None:
     assert error.key == "dispatcher.double_texting"
 
 
+def test_bad_handoff_history_names_the_key(tmp_path: Path) -> None:
+    agent = "[[agents.list]]\nname = 'a'\nmodel = 'rules'\nhandoff_history = 'some'\n"
+    error = error_of(tmp_path, "[agents]\nstarting_agent = 'a'\n" + agent)
+    assert error.key == "agents.list[0].handoff_history"
+
+
+def test_empty_refusal_reply_names_the_key(tmp_path: Path) -> None:
+    error = error_of(tmp_path, "[agents]\nrefusal_reply = ''\n")
+    assert error.key == "agents.refusal_reply"
+
+
 def test_duplicate_bot_names_are_rejected(tmp_path: Path) -> None:
     bot = '[[telegram.bots]]\nname = "a"\ntoken = "t"\nsecret_token = "s"\n'
     assert error_of(tmp_path, bot + bot).key == "telegram.bots"

@@ -266,7 +266,30 @@ async def test_dispatcher_dead_letters_after_max_attempts_with_apology_and_hando
     [event] = [e for e in await store.list_events(sid) if e.kind == "agent_changed"]
     assert event.detail == {"from": "triage", "to": "human", "reason": "dead_letter"}
     assert (harness.turns("failed"), harness.turns("dead")) == (2, 1)
-    assert await harness.user_texts(sid) == []
+    branch = await store.get_branch(sid)  # the next agent sees what happened
+    assert [(m.role, m.text, m.data.get("dead_letter")) for m in branch] == [
+        ("user", "hello", True),
+        ("assistant", "Sorry!", {"handoff": "human"}),
+    ]
+
+
+async def test_dispatcher_after_a_dead_letter_the_next_agent_sees_the_message_and_apology(
+    store: SQLiteStore, db: Path
+) -> None:
+    boom = ModelBackendError("scripted", "HTTP 500")
+    harness = Harness(store, ScriptedModel(boom, boom, reply("Back.")), max_attempts=2)
+    sid = await harness.run("my order is lost")
+    await store.set_agent(sid, "triage", reason="operator")  # a person hands it back
+    await harness.feed("hello again", first=2)
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    seen = [(m.role, m.text) for m in harness.model.calls[-1].messages]
+    apology = harness.config.apology
+    assert ("user", "my order is lost") in seen
+    assert (
+        "assistant",
+        "[The user's message above was not answered: the turn failed, and the user was sent "
+        f"this apology:] {apology} [The session was then handed to human.]",
+    ) in seen
 
 
 async def test_dispatcher_with_a_human_agent_active_stores_the_message_without_a_reply(

@@ -307,10 +307,15 @@ async def follow_ups_stored(
     victims: Sequence[Chat],
     sent: dict[Chat, list[int]],
 ) -> bool:
-    """Every poisoned session holds its answered messages and then the follow-up, no more."""
+    """Every poisoned session holds its answered messages, the poison message (kept in the
+    history by the dead letter), then the follow-up, no more."""
     for chat in victims:
-        expected = [chat.tag(n) for n in sent[chat]] + [follow_up(chat)]
-        if await user_texts(gateway, http, chat) != expected:
+        answered = [chat.tag(n) for n in sent[chat]]
+        texts = await user_texts(gateway, http, chat)
+        rest = texts[len(answered) :]
+        if texts[: len(answered)] != answered or len(rest) != 2:
+            return False
+        if not rest[0].endswith(f" {POISON}") or rest[1] != follow_up(chat):
             return False
     return True
 

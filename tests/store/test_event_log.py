@@ -134,7 +134,7 @@ async def test_turn_logs_start_answers_and_finish(store: Store) -> None:
         turn.append(NewMessage("assistant", None, data={"tool_calls": []}))
         turn.append(NewMessage("tool", "result"))
         turn.append(NewMessage("assistant", "hello", agent=AGENT, data={"buttons": ["ok"]}))
-        turn.append(NewMessage("assistant", "from a person", agent="operator"))
+        turn.append(NewMessage("operator", "from a person", agent="operator"))
     events = await store.list_events(SID)
     assert [e.kind for e in events] == ["turn_started", "message", "message", "turn_finished"]
     assert events[1].detail["buttons"] == ["ok"]

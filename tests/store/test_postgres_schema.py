@@ -462,3 +462,43 @@ async def test_closed_database_refuses_calls(database: Database) -> None:
     await database.close()  # idempotent
     with pytest.raises(StoreError, match="closed"):
         await database.call(lambda conn: conn.fetchval("SELECT 1"))
+
+
+async def test_v3_schema_migrates_operator_replies_to_their_own_role(
+    url: str, admin: asyncpg.Connection
+) -> None:
+    """V4: an operator's reply stored as an assistant message of agent operator becomes role
+    operator; the CHECK accepts operator and still refuses an unknown role."""
+    async with admin.transaction():
+        await admin.execute(
+            "CREATE TABLE gateway_schema (one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),"
+            " version INTEGER NOT NULL)"
+        )
+        for migration in MIGRATIONS[:3]:
+            for statement in migration:
+                await admin.execute(statement)
+        await admin.execute("INSERT INTO gateway_schema (version) VALUES (3)")
+    await admin.execute(
+        "INSERT INTO sessions (session_id, channel, account, chat_id, active_agent,"
+        " created_at, updated_at) VALUES ($1, 'telegram', 'support', '1', 'human', 1, 1)",
+        SID,
+    )
+    await admin.execute(
+        "INSERT INTO messages (session_id, role, text, agent, created_at) VALUES"
+        " ($1, 'assistant', 'from a person', 'operator', 1),"
+        " ($1, 'assistant', 'from a bot', 'triage', 2)",
+        SID,
+    )
+    async with PostgresStore(url) as store:
+        assert await version_rows(admin) == [(True, LATEST)]
+        rows = await admin.fetch("SELECT role, text FROM messages ORDER BY id")
+        assert [tuple(row) for row in rows] == [
+            ("operator", "from a person"),
+            ("assistant", "from a bot"),
+        ]
+        added = await store.append_message(SID, "operator", "again", agent="operator")
+        assert added.role == "operator"
+    with pytest.raises(asyncpg.CheckViolationError):
+        await admin.execute(
+            "INSERT INTO messages (session_id, role, created_at) VALUES ($1, 'robot', 1)", SID
+        )

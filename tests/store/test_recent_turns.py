@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.pg import fresh_schema_sync
-from webhook_bot_gateway.store import Message, NewMessage, Role, SQLiteStore, Store
+from webhook_bot_gateway.store import OUTSIDE_TURNS, Message, NewMessage, Role, SQLiteStore, Store
 from webhook_bot_gateway.store.postgres import PostgresStore
 from webhook_bot_gateway.store.sqlite._schema import migrate
 from webhook_bot_gateway.store.sqlite._sql_sessions import select_branch, select_recent
@@ -220,3 +220,21 @@ def test_turn_recent_turns_matches_specification(
     database: str, script: list[Op], turns: int
 ) -> None:
     asyncio.run(_check(database, script, turns))
+
+
+async def test_turn_recent_turns_counts_messages_to_a_person_with_the_turn_before(
+    store: Store, sid: str
+) -> None:
+    """A user message marked OUTSIDE_TURNS (written while a person answered) starts no turn:
+    the window reaches back to the turn that handed the session over, as pruning does."""
+    before = await add(store, sid, "ua")
+    asked = await store.append_message(sid, "user", "a person, please")
+    human_phase = [asked, await store.append_message(sid, "assistant", "A person will answer.")]
+    for index in range(5):
+        marked = {OUTSIDE_TURNS: True}
+        human_phase.append(await store.append_message(sid, "user", f"u{index}", data=marked))
+        human_phase.append(await store.append_message(sid, "assistant", f"op{index}"))
+    back = await add(store, sid, "ua")
+    window = await recent(store, sid, 2)
+    assert window == human_phase + back
+    assert await recent(store, sid, 3) == before + human_phase + back

@@ -304,3 +304,47 @@ async def test_migration_6_to_7_keeps_rows_and_adds_ownership(
         assert await store.claim_outbox(outbox.id, 60)
     assert raw_rows(db_path, "SELECT status, owner FROM sessions") == [("idle", None)]
     assert raw_rows(db_path, "SELECT owner FROM leases") == [(store.owner,)]
+
+
+async def test_migration_7_to_8_gives_operator_replies_their_own_role(
+    db_path: Path, clock: FakeClock
+) -> None:
+    """SQLite backend: an operator's reply stored as an assistant message of agent operator
+    (schema 7) becomes role operator; new ones are accepted, other roles still refused."""
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        for migration in MIGRATIONS[:7]:
+            for statement in migration:
+                conn.execute(statement)
+        conn.execute(
+            "INSERT INTO sessions (session_id, channel, account, chat_id, active_agent,"
+            " created_at, updated_at) VALUES (?, 'telegram', 'support', '1', 'human', 1, 1)",
+            (SID,),
+        )
+        conn.execute(
+            "INSERT INTO messages (session_id, role, text, agent, data, created_at) VALUES"
+            " (?, 'assistant', 'from a person', 'operator', '{\"operator\": \"Alice\"}', 1),"
+            " (?, 'assistant', 'from a bot', 'triage', '{}', 2)",
+            (SID, SID),
+        )
+        conn.execute("PRAGMA user_version = 7")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    async with SQLiteStore(db_path, clock=clock) as store:
+        assert raw_rows(db_path, "PRAGMA user_version") == [(LATEST,)]
+        rows = raw_rows(db_path, "SELECT role, text FROM messages ORDER BY id")
+        assert rows == [("operator", "from a person"), ("assistant", "from a bot")]
+        added = await store.append_message(SID, "operator", "again", agent="operator")
+        assert added.role == "operator"
+    assert raw_rows(db_path, "PRAGMA integrity_check") == [("ok",)]
+    conn = sqlite3.connect(db_path)
+    try:
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute(
+                "INSERT INTO messages (session_id, role, created_at) VALUES (?, 'robot', 1)",
+                (SID,),
+            )
+    finally:
+        conn.close()

@@ -1,0 +1,175 @@
+"""What a model answers is made safe before it is stored (agents/_normalize.py), so the next
+requests pass the strict fake in both modes, whatever the server sent."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from tests.openai_strict import Rules, StrictOpenAI, call, completion
+from webhook_bot_gateway.agents import (
+    OpenAIModel,
+    OpenAIModelConfig,
+    Reply,
+    Runner,
+    UserInput,
+    tool,
+)
+from webhook_bot_gateway.store import SQLiteStore
+
+from .conftest import lookup_invoice, make_registry
+
+Fake = tuple[StrictOpenAI, OpenAIModel]
+
+
+async def _no_sleep(seconds: float) -> None:
+    return None
+
+
+@pytest.fixture(params=[Rules(), Rules(vllm=True)], ids=["strict", "vllm-strict"])
+async def strict(request: pytest.FixtureRequest, aiohttp_server: Any) -> AsyncIterator[Fake]:
+    api = StrictOpenAI(request.param)
+    server: TestServer = await aiohttp_server(api.app())
+    config = OpenAIModelConfig(base_url=str(server.make_url("/v1")), model="m", max_retries=0)
+    backend = OpenAIModel("strict", config, sleep=_no_sleep)
+    yield api, backend
+    await backend.aclose()
+    assert api.violations == []
+
+
+async def _billing_turns(
+    store: SQLiteStore, session_id: str, backend: OpenAIModel, *texts: str, **kw: Any
+) -> list[tuple[Reply, ...]]:
+    await store.update_session(session_id, active_agent="billing")
+    runner = Runner(store, make_registry(backend, backend, **kw))
+    return [(await runner.run_turn(session_id, UserInput(text))).replies for text in texts]
+
+
+def _calls(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        c for m in body["messages"] if m["role"] == "assistant" for c in m.get("tool_calls", [])
+    ]
+
+
+async def test_repeated_and_empty_call_ids_get_unique_ones_paired_with_their_results(
+    strict: Fake, store: SQLiteStore, session_id: str
+) -> None:
+    api, backend = strict
+    invoice = '{"number": "INV-1"}'
+    api.answer(
+        completion(
+            None,
+            call("call_0", "lookup_invoice", invoice),
+            call("call_0", "lookup_invoice", invoice),
+        )
+    )
+    api.answer(completion(None, call("", "lookup_invoice", invoice)))
+    api.answer(completion("Both paid."))
+    api.answer(completion(None, call("call_0", "lookup_invoice", invoice)))  # next turn, same id
+    api.answer(completion("Still paid."))
+    replies = await _billing_turns(store, session_id, backend, "INV-1 twice?", "again?")
+    assert [r.text for turn in replies for r in turn] == ["Both paid.", "Still paid."]
+    ids = [c["id"] for c in _calls(api.bodies[-1])]
+    assert len(set(ids)) == 4
+    assert all(ids)
+    assert ids[0] == "call_0"  # the server's id is kept where it is usable
+    results = [m["tool_call_id"] for m in api.bodies[-1]["messages"] if m["role"] == "tool"]
+    assert results == ids
+
+
+async def test_invalid_or_unknown_function_names_are_tool_errors_stored_under_safe_names(
+    strict: Fake, store: SQLiteStore, session_id: str
+) -> None:
+    api, backend = strict
+    api.answer(
+        completion(
+            None,
+            call("a", "functions.lookup_invoice", '{"number": "INV-1"}'),
+            call("b", "x" * 70),
+            call("c", "delete_everything"),
+        )
+    )
+    api.answer(completion("Let me try again."))
+    await _billing_turns(store, session_id, backend, "INV-1?")
+    names = [c["function"]["name"] for c in _calls(api.bodies[1])]
+    assert names == ["functions_lookup_invoice", "x" * 64, "delete_everything"]
+    results = [m["content"] for m in api.bodies[1]["messages"] if m["role"] == "tool"]
+    assert [r.split(";")[0] for r in results] == [
+        "error: unknown tool 'functions.lookup_invoice'",
+        f"error: unknown tool '{'x' * 70}'",
+        "error: unknown tool 'delete_everything'",
+    ]
+    branch = await store.get_branch(session_id)
+    stored = next(m for m in branch if m.data.get("tool_calls")).data["tool_calls"][0]
+    assert stored["model_call"]["name"] == "functions.lookup_invoice"
+
+
+@pytest.mark.parametrize("broken", ['{"number": "INV-1004', "[1, 2]", '"INV-1"'])
+async def test_arguments_that_are_not_an_object_are_replayed_as_empty_with_the_error(
+    strict: Fake, store: SQLiteStore, session_id: str, broken: str
+) -> None:
+    api, backend = strict
+    ran: list[str] = []
+
+    @tool
+    def lookup_invoice_logged(number: str) -> str:
+        """Look up an invoice."""
+        ran.append(number)
+        return "paid"
+
+    api.answer(completion(None, call("a", "lookup_invoice_logged", broken)))
+    api.answer(completion("Which invoice?"))
+    api.answer(completion("Thanks."))
+    tools = (lookup_invoice_logged,)
+    await _billing_turns(store, session_id, backend, "INV-1004", "later", billing_tools=tools)
+    for body in api.bodies[1:]:
+        assert [c["function"]["arguments"] for c in _calls(body)] == ["{}"]
+    result = next(m for m in api.bodies[2]["messages"] if m["role"] == "tool")
+    assert result["content"].startswith("error: the arguments ")
+    assert "not run" in result["content"]
+    assert ran == []  # a call with broken arguments never reaches the tool
+
+
+async def test_a_refusal_becomes_the_reply_and_is_recorded(
+    strict: Fake, store: SQLiteStore, session_id: str
+) -> None:
+    api, backend = strict
+    api.answer(completion(None, refusal="I can't help with that."))
+    api.answer(completion("Sure."))
+    replies = await _billing_turns(store, session_id, backend, "do something bad", "ok then")
+    assert replies[0] == (Reply("I can't help with that.", "billing"),)
+    roles = [m["role"] for m in api.bodies[1]["messages"]]
+    assert roles == ["system", "user", "assistant", "user"]  # never two user messages in a row
+    refused = next(m for m in await store.get_branch(session_id) if m.role == "assistant")
+    assert refused.data["refusal"] == "I can't help with that."
+
+
+async def test_a_refusal_is_answered_with_the_configured_reply(
+    strict: Fake, store: SQLiteStore, session_id: str
+) -> None:
+    api, backend = strict
+    api.answer(completion(None, refusal="No."))
+    await store.update_session(session_id, active_agent="billing")
+    runner = Runner(store, make_registry(backend, backend), refusal_reply="Sorry, I can't.")
+    result = await runner.run_turn(session_id, UserInput("x"))
+    assert result.replies == (Reply("Sorry, I can't.", "billing"),)
+
+
+async def test_an_empty_tool_result_is_sent_as_a_placeholder(
+    strict: Fake, store: SQLiteStore, session_id: str
+) -> None:
+    api, backend = strict
+
+    @tool
+    def silent() -> str:
+        """Return nothing."""
+        return ""
+
+    api.answer(completion(None, call("a", "silent")))
+    api.answer(completion("Done."))
+    await _billing_turns(store, session_id, backend, "go", billing_tools=(silent, lookup_invoice))
+    result = next(m for m in api.bodies[1]["messages"] if m["role"] == "tool")
+    assert result["content"] == "(the tool returned nothing)"
