@@ -22,6 +22,7 @@ class Registry:
         starting_agent: str,
         *,
         models: Mapping[str, ModelBackend] | None = None,
+        account_agents: Mapping[tuple[str, str], str] | None = None,
     ) -> None:
         listed = list(agents)
         check_agent_names([(a.name, tuple(a.handoffs)) for a in listed], starting_agent)
@@ -30,6 +31,16 @@ class Registry:
         for agent in listed:
             _check_agent(agent, self._models)
         self.starting_agent = self._agents[starting_agent]
+        self._account_agents: dict[tuple[str, str], Agent] = {}
+        self.bind_accounts(account_agents or {})
+
+    def bind_accounts(self, names: Mapping[tuple[str, str], str]) -> None:
+        """Give (channel, account) pairs their own starting agent; an undeclared one is refused."""
+        self._account_agents = _account_agents(self._agents, names)
+
+    def starting_for(self, channel: str, account: str) -> Agent:
+        """The agent a session of this account starts at: the account's own, else the global."""
+        return self._account_agents.get((channel, account), self.starting_agent)
 
     @property
     def names(self) -> list[str]:
@@ -70,6 +81,19 @@ class Registry:
                 backends[id(agent.model)] = agent.model
         for backend in backends.values():
             await backend.aclose()
+
+
+def _account_agents(
+    agents: Mapping[str, Agent], names: Mapping[tuple[str, str], str]
+) -> dict[tuple[str, str], Agent]:
+    """Each (channel, account)'s own starting agent; a name not declared is refused."""
+    chosen: dict[tuple[str, str], Agent] = {}
+    for (channel, account), name in names.items():
+        agent = agents.get(name)
+        if agent is None:
+            raise AgentConfigError(name, f"named by {channel} account {account!r} but not declared")
+        chosen[channel, account] = agent
+    return chosen
 
 
 def _check_agent(agent: Agent, models: Mapping[str, ModelBackend]) -> None:

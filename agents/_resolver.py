@@ -15,7 +15,8 @@ FALLBACK_EVENT = "agent_changed"
 
 
 def resolve_agent(turn: Turn, registry: Registry) -> Agent:
-    """The turn's active agent; an undeclared name falls back to the starting agent.
+    """The turn's active agent; an undeclared name falls back to the starting agent of the
+    session's account (its bot's or number's own, else ``agents.starting_agent``).
 
     The fallback is logged, recorded as a session event and made the session's active
     agent, all in the turn's transaction. It is never a placeholder without tools.
@@ -24,10 +25,11 @@ def resolve_agent(turn: Turn, registry: Registry) -> Agent:
     agent = registry.get(name)
     if agent is not None:
         return agent
-    fallback = registry.starting_agent
+    session = turn.session
+    fallback = registry.starting_for(session.channel, session.account)
     logger.warning(
         "session %s: agent %r is not declared any more; falling back to %r",
-        turn.session.session_id,
+        session.session_id,
         name,
         fallback.name,
     )

@@ -7,6 +7,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 ACCOUNT_NAME = r"^[A-Za-z0-9_]{1,64}$"
+AGENT_NAME = r"^[A-Za-z0-9_-]{1,52}$"  # as agents' own rule; the gateway checks it is declared
 
 
 class _Section(BaseModel):
@@ -20,6 +21,7 @@ class TelegramBotConfig(_Section):
     name: str = Field(pattern=ACCOUNT_NAME)
     token: SecretStr
     secret_token: SecretStr
+    starting_agent: str | None = Field(default=None, pattern=AGENT_NAME)  # else agents'
 
     @field_validator("token", "secret_token")
     @classmethod
@@ -55,6 +57,7 @@ class TelegramConfig(_Section):
 class WhatsAppNumberConfig(_Section):
     phone_number_id: str = Field(pattern=r"^[0-9]{1,32}$")
     access_token: SecretStr
+    starting_agent: str | None = Field(default=None, pattern=AGENT_NAME)  # else agents'
 
 
 class WhatsAppConfig(_Section):

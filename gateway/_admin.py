@@ -22,7 +22,6 @@ from typing import TypeVar
 from aiohttp import hdrs, web
 from pydantic import BaseModel, ValidationError
 
-from webhook_bot_gateway.agents import build_registry
 from webhook_bot_gateway.store import (
     InvalidSessionId,
     MessageNotFound,
@@ -37,6 +36,7 @@ from webhook_bot_gateway.store import (
     validate_session_id,
 )
 
+from ._accounts import gateway_registry
 from ._api_models import (
     MAX_JSON_DEPTH,
     MAX_ROW_ID,
@@ -478,7 +478,7 @@ async def unknown_route(request: web.Request) -> web.Response:
 
 async def agent_names_ctx(app: web.Application) -> AsyncIterator[None]:
     """The declared agents' names, for handoffs (the registry is built once and closed)."""
-    registry = build_registry(app[SETTINGS].agents)
+    registry = await gateway_registry(app[SETTINGS])
     try:
         app[AGENT_NAMES] = frozenset(registry.names)
         app[METRICS].allow_agents(registry.names)  # the only agent names /metrics labels with

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from webhook_bot_gateway.channels import (
@@ -44,8 +45,15 @@ MEDIA_CHANNELS = frozenset(ATTACHMENT_SOURCES) - {"upload"}
 MAX_ERROR = 300
 
 
-def to_parsed(delivery: Delivery, result: ParseResult) -> ParsedDelivery:
-    """The parts of ``result`` this delivery owns: events whose keys it claimed first."""
+AccountAgents = Mapping[tuple[str, str], str]  # (channel, account) -> its starting agent
+
+
+def to_parsed(
+    delivery: Delivery, result: ParseResult, account_agents: AccountAgents | None = None
+) -> ParsedDelivery:
+    """The parts of ``result`` this delivery owns: events whose keys it claimed first; a
+    session they create starts at its account's own agent where ``account_agents`` names one."""
+    agents = account_agents or {}
     inbox: list[InboxIn] = []
     statuses: list[StatusIn] = []
     memberships: list[MembershipIn] = []
@@ -53,12 +61,16 @@ def to_parsed(delivery: Delivery, result: ParseResult) -> ParsedDelivery:
         if event.dedup_key not in delivery.keys:
             continue  # a duplicate of an event another delivery carried
         if isinstance(event, InboundMessage):
-            inbox.append(_inbox_item(event))
+            agent = agents.get((event.channel, event.account))
+            inbox.append(replace(_inbox_item(event), starting_agent=agent))
         elif isinstance(event, DeliveryStatus):
             statuses.append(_status(event))
         elif isinstance(event, MembershipEvent):
             blocked = event.state == "blocked"
-            memberships.append(MembershipIn(event.channel, event.account, event.chat_id, blocked))
+            agent = agents.get((event.channel, event.account))
+            memberships.append(
+                MembershipIn(event.channel, event.account, event.chat_id, blocked, agent)
+            )
     failure = "; ".join(result.failures)[: MAX_ERROR * 10] or None
     return ParsedDelivery(tuple(inbox), tuple(statuses), tuple(memberships), failure)
 
@@ -105,6 +117,7 @@ class Intake:
         adapters: Mapping[str, ChannelAdapter],
         *,
         starting_agent: str,
+        account_agents: AccountAgents | None = None,
         metrics: Metrics,
         on_sessions: Callable[[Sequence[str]], None] = lambda ids: None,
         batch: int = 100,
@@ -113,6 +126,7 @@ class Intake:
         self._store = store
         self._adapters = adapters
         self._starting_agent = starting_agent
+        self._account_agents = dict(account_agents or {})
         self._metrics = metrics
         self._on_sessions = on_sessions
         self._batch = batch
@@ -158,7 +172,10 @@ class Intake:
         return len(deliveries)
 
     async def _record(self, chunk: Sequence[tuple[Delivery, ParseResult]]) -> None:
-        parsed = [(delivery, to_parsed(delivery, result)) for delivery, result in chunk]
+        parsed = [
+            (delivery, to_parsed(delivery, result, self._account_agents))
+            for delivery, result in chunk
+        ]
         try:
             sessions = await self._store.record_parsed_many(
                 [(delivery.id, item) for delivery, item in parsed],

@@ -76,6 +76,7 @@ class InboxIn:
     event: dict[str, Any]  # InboundMessage.model_dump(mode="json")
     attachments: tuple[AttachmentIn, ...] = ()  # platform files to fetch
     links: tuple[str, ...] = ()  # ids of uploaded attachments this message references
+    starting_agent: str | None = None  # a new session's agent; None: record_parsed's
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,7 @@ class MembershipIn:
     account: str
     chat_id: str
     blocked: bool
+    starting_agent: str | None = None  # a new session's agent; None: record_parsed's
 
 
 @dataclass(frozen=True, slots=True)

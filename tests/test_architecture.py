@@ -60,7 +60,8 @@ def test_no_code_imports_the_old_top_level_names(folder: str) -> None:
 def test_the_checkout_links_each_folder_into_the_import_package() -> None:
     for package in PACKAGES:
         link = ROOT / ROOT_PACKAGE / package
-        assert link.is_symlink() and link.resolve() == ROOT / package, link
+        assert link.is_symlink(), link
+        assert link.resolve() == ROOT / package, link
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -8,7 +8,7 @@ import signal
 import socket
 import sqlite3
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from inspect import isawaitable
 from pathlib import Path
 from typing import Any
@@ -64,8 +64,11 @@ def config_text(
     graph_url: str,
     agents: str,
     sections: Mapping[str, Mapping[str, Any]] | None = None,
+    bots: Sequence[Mapping[str, Any]] | None = None,
+    numbers: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
-    """A complete config: fakes for both platforms, a SQLite file, and ``sections`` on top."""
+    """A complete config: fakes for both platforms, a SQLite file, and ``sections`` on top;
+    ``bots`` and ``numbers`` replace the one default bot and number."""
     base: dict[str, dict[str, Any]] = {
         "server": {"host": "127.0.0.1", "port": port, "shutdown_timeout": 5},
         # A killed process's running turns move on after its lease: short, to keep tests quick.
@@ -94,9 +97,11 @@ def config_text(
         base[name] = {**base.get(name, {}), **values}
     parts = [_table(name, values) for name, values in base.items()]
     bot = {"name": BOT, "token": BOT_TOKEN, "secret_token": BOT_SECRET}
-    parts.append(_table("telegram.bots", bot, array=True))
+    for values in bots if bots is not None else [bot]:
+        parts.append(_table("telegram.bots", values, array=True))
     number = {"phone_number_id": NUMBER, "access_token": "e2e-access-token"}
-    parts.append(_table("whatsapp.numbers", number, array=True))
+    for values in numbers if numbers is not None else [number]:
+        parts.append(_table("whatsapp.numbers", values, array=True))
     return "\n".join(parts) + agents
 
 
@@ -148,7 +153,7 @@ class Gateway:
         self.starts = 0
 
     async def start(self) -> None:
-        """Start ``python -m gateway serve`` and wait until /readyz answers 200."""
+        """Start ``python -m webhook_bot_gateway serve`` and wait until /readyz answers 200."""
         assert self.process is None or self.process.returncode is not None
         self.starts += 1
         with self.log_path.open("ab") as log:
@@ -156,7 +161,7 @@ class Gateway:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "gateway",
+                "webhook_bot_gateway",
                 "serve",
                 "--config",
                 str(self.config_path),

@@ -165,3 +165,45 @@ def test_config_path_prefers_flag_then_environment_then_default() -> None:
 def test_retention_days_default_keeps_forever_and_refuses_a_negative(tmp_path: Path) -> None:
     assert load_settings(write(tmp_path, ""), {}).store.retention_days == 0
     assert error_of(tmp_path, "[store]\nretention_days = -1\n").key == "store.retention_days"
+
+
+AGENTS = """
+[agents]
+starting_agent = "triage"
+[[agents.list]]
+name = "triage"
+kind = "human"
+[[agents.list]]
+name = "sales"
+kind = "human"
+"""
+
+
+def test_account_starting_agents_are_read(tmp_path: Path) -> None:
+    bots = (
+        '[[telegram.bots]]\nname = "a"\ntoken = "t"\nsecret_token = "s"\n'
+        '[[telegram.bots]]\nname = "b"\ntoken = "t2"\nsecret_token = "s2"\n'
+        'starting_agent = "sales"\n'
+        '[[whatsapp.numbers]]\nphone_number_id = "1"\naccess_token = "t"\n'
+        'starting_agent = "sales"\n'
+    )
+    settings = load_settings(write(tmp_path, bots + AGENTS), {})
+    assert [bot.starting_agent for bot in settings.telegram.bots] == [None, "sales"]
+    assert settings.whatsapp.numbers[0].starting_agent == "sales"
+
+
+def test_undeclared_bot_starting_agent_names_the_key(tmp_path: Path) -> None:
+    bots = (
+        '[[telegram.bots]]\nname = "a"\ntoken = "t"\nsecret_token = "s"\n'
+        '[[telegram.bots]]\nname = "b"\ntoken = "t2"\nsecret_token = "s2"\n'
+        'starting_agent = "nobody"\n'
+    )
+    error = error_of(tmp_path, bots + AGENTS)
+    assert error.key == "telegram.bots[1].starting_agent"
+    assert "nobody" in str(error)
+
+
+def test_undeclared_number_starting_agent_names_the_key(tmp_path: Path) -> None:
+    number = '[[whatsapp.numbers]]\nphone_number_id = "1"\naccess_token = "t"\n'
+    error = error_of(tmp_path, number + 'starting_agent = "nobody"\n' + AGENTS)
+    assert error.key == "whatsapp.numbers[0].starting_agent"
