@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -22,6 +23,8 @@ class TelegramBotConfig(_Section):
     token: SecretStr
     secret_token: SecretStr
     starting_agent: str | None = Field(default=None, pattern=AGENT_NAME)  # else agents'
+    groups: Literal["addressed", "all"] = "addressed"  # which group messages are answered
+    edited_messages: Literal["ignore", "new_turn"] = "ignore"
 
     @field_validator("token", "secret_token")
     @classmethod

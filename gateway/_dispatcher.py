@@ -243,9 +243,7 @@ class Dispatcher:
                 sid,
                 replace(inbound, images=await self._media.images(files)),
                 cancel=cancel,
-                before_commit=partial(
-                    _before_commit, [row.id for row in batch], convert.thread_of(batch), typing
-                ),
+                before_commit=partial(_before_commit, batch, typing),
                 inbox_ids=[row.id for row in batch],
             )
         except (SessionDeletedError, SessionNotFound):
@@ -378,11 +376,16 @@ def _next_batch(rows: Sequence[InboxItem], double_texting: str) -> Sequence[Inbo
 
 
 def _before_commit(
-    ids: list[int], thread: str | None, typing: Typing, turn: Turn, replies: Sequence[Reply]
+    batch: Sequence[InboxItem], typing: Typing, turn: Turn, replies: Sequence[Reply]
 ) -> None:
-    """Inside the turn's transaction: finish the inbox rows, queue one outbox row per reply."""
+    """Inside the turn's transaction: finish the inbox rows, keep a deep link's payload in the
+    session's metadata, queue one outbox row per reply."""
     typing.stop()
-    turn.complete_inbox(ids)
+    turn.complete_inbox([row.id for row in batch])
+    payload = convert.last_start_payload([row.event for row in batch])
+    if payload is not None:
+        turn.update_metadata({convert.START_PAYLOAD: payload})
+    thread = convert.thread_of(batch)
     session = turn.session
     if session.channel == WEB:
         return  # the commit writes the replies to the session's event log: that is the send

@@ -184,7 +184,15 @@ def _is_send(method: str) -> bool:
 
 
 class FakeTelegram(FakePlatform):
-    """``POST /bot<token>/<method>``; sendMessage answers a Message with a fresh id."""
+    """``POST /bot<token>/<method>``; sendMessage answers a Message with a fresh id; getMe the
+    bot whose id is the token's number and whose username is ``usernames[token]`` (else
+    ``e2e_bot``), unrecorded."""
+
+    usernames: dict[str, str]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.usernames = {}
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -195,6 +203,8 @@ class FakeTelegram(FakePlatform):
     async def _call(self, request: web.Request) -> web.StreamResponse:
         method = request.match_info["method"]
         fields = await _fields(request)
+        if method == "getMe":
+            return _ok(self.bot_user(request.match_info["token"]))
         if method == "getFile":
             return self._get_file(request, str(fields.get("file_id", "")))
         chat_id = str(fields.get("chat_id", ""))
@@ -205,6 +215,16 @@ class FakeTelegram(FakePlatform):
         if method == "sendMessage":
             return _ok(self._message(chat_id, fields.get("text")))
         return _ok(True)
+
+    def bot_user(self, token: str) -> dict[str, Any]:
+        """The bot ``token`` belongs to, as getMe describes it."""
+        username = self.usernames.get(token, "e2e_bot")
+        return {
+            "id": int(token.split(":")[0]),
+            "is_bot": True,
+            "first_name": username,
+            "username": username,
+        }
 
     def _message(self, chat_id: str, text: str | None) -> dict[str, Any]:
         chat = int(chat_id) if chat_id.lstrip("-").isdigit() else 1

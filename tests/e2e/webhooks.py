@@ -26,11 +26,19 @@ class Delivery:
 
 
 def telegram_text(
-    update_id: int, chat_id: int, text: str, *, bot: str = BOT, secret: str = BOT_SECRET
+    update_id: int,
+    chat_id: int,
+    text: str,
+    *,
+    bot: str = BOT,
+    secret: str = BOT_SECRET,
+    **fields: Any,
 ) -> Delivery:
-    """An Update carrying a private text message (to ``bot``, the default one unless given)."""
+    """An Update carrying a private text message (to ``bot``, the default one unless given;
+    ``fields`` added to the message, e.g. ``entities``)."""
+    message = {**_private(update_id, chat_id, text), **fields}
     return telegram_update(
-        {"update_id": update_id, "message": _private(update_id, chat_id, text)},
+        {"update_id": update_id, "message": message},
         bot=bot,
         secret=secret,
     )

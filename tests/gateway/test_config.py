@@ -207,3 +207,15 @@ def test_undeclared_number_starting_agent_names_the_key(tmp_path: Path) -> None:
     number = '[[whatsapp.numbers]]\nphone_number_id = "1"\naccess_token = "t"\n'
     error = error_of(tmp_path, number + 'starting_agent = "nobody"\n' + AGENTS)
     assert error.key == "whatsapp.numbers[0].starting_agent"
+
+
+def test_bot_group_and_edit_policies_name_the_key(tmp_path: Path) -> None:
+    bot = '[[telegram.bots]]\nname = "a"\ntoken = "t"\nsecret_token = "s"\n'
+    assert error_of(tmp_path, bot + 'groups = "some"\n').key == "telegram.bots[0].groups"
+    edited = error_of(tmp_path, bot + 'edited_messages = "merge"\n')
+    assert edited.key == "telegram.bots[0].edited_messages"
+    settings = load_settings(write(tmp_path, bot + 'groups = "all"\n'), {})
+    assert (settings.telegram.bots[0].groups, settings.telegram.bots[0].edited_messages) == (
+        "all",
+        "ignore",
+    )
