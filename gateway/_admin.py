@@ -23,6 +23,7 @@ from aiohttp import hdrs, web
 from pydantic import BaseModel, ValidationError
 
 from webhook_bot_gateway.store import (
+    PARKED_ERROR,
     InvalidSessionId,
     MessageNotFound,
     NewMessage,
@@ -70,6 +71,7 @@ from ._keys import AGENT_NAMES, AGENTS, METRICS, SENDER_WAKE, SETTINGS, STORE, A
 from ._media.files import erase_session
 from ._metrics import HANDOFFS
 from ._openapi import openapi_json
+from ._reachability import is_blocked
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
@@ -360,17 +362,25 @@ async def operator_reply(request: web.Request) -> web.Response:
         raise _run_active(sid) from None
     except (SessionNotFound, SessionDeletedError):
         raise _unknown_session(sid) from None
-    outbox_id = turn.committed_outbox[0].id if turn.committed_outbox else None
-    if outbox_id is not None:
+    queued = turn.committed_outbox[0] if turn.committed_outbox else None
+    if queued is not None:
         request.app[SENDER_WAKE].set()
-    answer = ReplyAnswer(message=MessageOut.of(turn.committed[0]), outbox_id=outbox_id)
+    answer = ReplyAnswer(
+        message=MessageOut.of(turn.committed[0]),
+        outbox_id=queued.id if queued else None,
+        parked=queued is not None and queued.error == PARKED_ERROR,
+    )
     return respond(answer, 202)
 
 
 def _outbox(session: Session, text: str) -> OutboxIn:
+    """The operator's reply; parked, not sent, while the user has blocked the bot."""
     chat = reply_target(session.chat_id, session.metadata)
     message = text_message(session.channel, session.account, chat, text)
-    return OutboxIn(session.session_id, session.channel, session.account, chat, payload(message))
+    parked = is_blocked(session.metadata)
+    return OutboxIn(
+        session.session_id, session.channel, session.account, chat, payload(message), parked
+    )
 
 
 @admin_route

@@ -166,6 +166,11 @@ class ReplyAnswer(_Output):
 
     message: MessageOut
     outbox_id: int | None = Field(description="the queued send; null for a web session")
+    parked: bool = Field(
+        default=False,
+        description="true: the user has blocked the bot or cannot be reached; the reply is kept"
+        " and sent once the user is back",
+    )
 
 
 class QueuedSession(SessionOut):

@@ -37,6 +37,7 @@ from webhook_bot_gateway.store import (
 
 from ._media.files import clean_name
 from ._metrics import IGNORED, QUARANTINED, STORE_ERRORS, Metrics
+from ._reachability import is_undeliverable
 from ._wait import wait_event
 
 log = logging.getLogger("gateway.intake")
@@ -65,6 +66,10 @@ def to_parsed(
             inbox.append(replace(_inbox_item(event), starting_agent=agent))
         elif isinstance(event, DeliveryStatus):
             statuses.append(_status(event))
+            if _undeliverable(event):  # the user cannot be reached: park what is queued
+                agent = agents.get((event.channel, event.account))
+                gone = MembershipIn(event.channel, event.account, event.chat_id, True, agent)
+                memberships.append(gone)
         elif isinstance(event, MembershipEvent):
             blocked = event.state == "blocked"
             agent = agents.get((event.channel, event.account))
@@ -73,6 +78,12 @@ def to_parsed(
             )
     failure = "; ".join(result.failures)[: MAX_ERROR * 10] or None
     return ParsedDelivery(tuple(inbox), tuple(statuses), tuple(memberships), failure)
+
+
+def _undeliverable(event: DeliveryStatus) -> bool:
+    return event.state == "failed" and any(
+        is_undeliverable(event.channel, error.code) for error in event.errors
+    )
 
 
 MEDIA_KINDS = frozenset({"image", "document", "audio", "video", "voice", "sticker"})
