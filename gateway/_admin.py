@@ -265,8 +265,11 @@ async def list_sessions(request: web.Request) -> web.Response:
 
 @admin_route
 async def show_session(request: web.Request) -> web.Response:
-    """GET /api/sessions/{id}"""
-    return respond(_session(await existing_session(request)))
+    """GET /api/sessions/{id}, with the replies parked while the user is blocked."""
+    session = await existing_session(request)
+    rows = await request.app[STORE].list_outbox(session.session_id)
+    parked = sum(1 for row in rows if row.state == "pending" and row.error == PARKED_ERROR)
+    return respond(_session(session).model_copy(update={"parked_replies": parked}))
 
 
 def _session(session: Session) -> SessionOut:

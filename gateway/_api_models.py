@@ -109,6 +109,11 @@ class SessionOut(_Output):
     metadata: dict[str, Any]
     created_at: Timestamp
     updated_at: Timestamp
+    parked_replies: int | None = Field(
+        default=None,
+        description="GET /api/sessions/{id} only: replies kept unsent while the user has"
+        " blocked the bot or cannot be reached (metadata.blocked); null in lists",
+    )
 
 
 class SessionsPage(_Output):

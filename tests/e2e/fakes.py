@@ -2,9 +2,10 @@
 
 They run in the test process on 127.0.0.1 (port 0); the gateway under test is a subprocess
 that talks to them over loopback. Every request is recorded with the time it arrived, and a
-chat can be given faults for its next sends: ``429:<seconds>``, ``500``, ``hang``, or ``drop``
+chat can be given faults for its next sends: ``429:<seconds>``, ``500``, ``hang``, ``drop``
 (the message is taken, then the connection is closed without an answer: the sender cannot know
-it arrived). ``Chaos`` draws such faults for a share of all sends, from a seed.
+it arrived), or ``gone`` (the user blocked the bot or cannot be reached). ``Chaos`` draws
+such faults for a share of all sends, from a seed.
 
 Media: a fake serves the files a test registers (``add_media``): Graph's ``GET /<version>/<id>``
 and ``/media-bytes/<id>``, Telegram's ``getFile`` and ``/file/bot<token>/<path>``. A file's
@@ -29,6 +30,7 @@ from aiohttp import web
 
 HANG = "hang"
 DROP = "drop"
+GONE = "gone"  # Telegram 403 "blocked by the user", Graph 131026 "undeliverable"
 ACCEPTED = ("ok", DROP)  # outcomes of a send the platform took (the user sees the message)
 SINK_BODY = b"sink bytes, not the file"
 MediaAnswer = Literal["serve", "redirect", "hang", "announce", "stream"]
@@ -327,11 +329,26 @@ async def _fault(
         return web.json_response(
             {"error": error}, status=429, headers={"Retry-After": str(seconds)}
         )
+    if outcome == GONE:
+        return _gone(telegram)
     if telegram:
         body = {"ok": False, "error_code": 500, "description": "Internal Server Error"}
         return web.json_response(body, status=500)
     error = {"message": "An unknown error occurred", "code": 1, "type": "OAuthException"}
     return web.json_response({"error": error}, status=500)
+
+
+def _gone(telegram: bool) -> web.Response:
+    """The user blocked the bot (Telegram) or cannot be reached (Graph's 131026)."""
+    if telegram:
+        body = {
+            "ok": False,
+            "error_code": 403,
+            "description": "Forbidden: bot was blocked by the user",
+        }
+        return web.json_response(body, status=403)
+    error = {"message": "(#131026) Message undeliverable", "code": 131026, "type": "OAuthException"}
+    return web.json_response({"error": error}, status=400)
 
 
 async def _serve_media(
