@@ -238,10 +238,9 @@ def test_check_config_names_an_undeclared_bot_starting_agent_of_module_agents(
 ) -> None:
     """With agents.module the names are known only once the registry is built: check-config
     still refuses, naming the key."""
-    bots = (
-        '[[telegram.bots]]\nname = "a"\ntoken = "1:t"\nsecret_token = "s"\nstarting_agent = "coder"\n'
-        '[[telegram.bots]]\nname = "b"\ntoken = "2:t"\nsecret_token = "s"\nstarting_agent = "nobody"\n'
-    )
+    bot = '[[telegram.bots]]\nname = "{}"\ntoken = "1:t"\nsecret_token = "s"\n'
+    bot += 'starting_agent = "{}"\n'
+    bots = bot.format("a", "coder") + bot.format("b", "nobody")
     agents = '[agents]\nstarting_agent = "coder"\nmodule = "tests.agents.sample_module"\n'
     path = config_with_store(tmp_path, bots + agents)
     code, _ = cli("check-config", "--config", str(path))
