@@ -60,6 +60,7 @@ from ._api_models import (
     ReplyAnswer,
     ReplyBody,
     RewindBody,
+    SessionDetail,
     SessionOut,
     SessionsPage,
     SessionsQuery,
@@ -269,7 +270,8 @@ async def show_session(request: web.Request) -> web.Response:
     session = await existing_session(request)
     rows = await request.app[STORE].list_outbox(session.session_id)
     parked = sum(1 for row in rows if row.state == "pending" and row.error == PARKED_ERROR)
-    return respond(_session(session).model_copy(update={"parked_replies": parked}))
+    detail = SessionDetail(**_session(session).model_dump(), parked_replies=parked)
+    return respond(detail)
 
 
 def _session(session: Session) -> SessionOut:

@@ -109,10 +109,14 @@ class SessionOut(_Output):
     metadata: dict[str, Any]
     created_at: Timestamp
     updated_at: Timestamp
-    parked_replies: int | None = Field(
-        default=None,
-        description="GET /api/sessions/{id} only: replies kept unsent while the user has"
-        " blocked the bot or cannot be reached (metadata.blocked); null in lists",
+
+
+class SessionDetail(SessionOut):
+    """A session, with what only its own page shows."""
+
+    parked_replies: int = Field(
+        description="replies kept unsent while the user has blocked the bot or cannot be"
+        " reached (metadata.blocked); sent once the user is back",
     )
 
 

@@ -39,6 +39,7 @@ from ._api_models import (
     ReplyAnswer,
     ReplyBody,
     RewindBody,
+    SessionDetail,
     SessionOut,
     SessionsPage,
     SessionsQuery,
@@ -131,7 +132,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "GET",
         "/api/sessions/{id}",
         "One session",
-        {200: SessionOut, 400: BAD_ID, 404: NO_SESSION},
+        {200: SessionDetail, 400: BAD_ID, 404: NO_SESSION},
     ),
     Operation(
         "DELETE",
