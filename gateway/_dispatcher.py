@@ -353,8 +353,16 @@ class Dispatcher:
             message = convert.text_message(
                 session.channel, session.account, chat, self._config.apology
             )
+            parked = reachability.is_blocked(session.metadata)
             await self._store.enqueue_outbox(
-                OutboxIn(sid, session.channel, session.account, chat, convert.payload(message))
+                OutboxIn(
+                    sid,
+                    session.channel,
+                    session.account,
+                    chat,
+                    convert.payload(message),
+                    parked=parked,
+                )
             )
             self._on_outbox()
         target = self._handoff
