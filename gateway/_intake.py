@@ -11,7 +11,6 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from webhook_bot_gateway.channels import (
@@ -62,8 +61,7 @@ def to_parsed(
         if event.dedup_key not in delivery.keys:
             continue  # a duplicate of an event another delivery carried
         if isinstance(event, InboundMessage):
-            agent = agents.get((event.channel, event.account))
-            inbox.append(replace(_inbox_item(event), starting_agent=agent))
+            inbox.append(_inbox_item(event, agents.get((event.channel, event.account))))
         elif isinstance(event, DeliveryStatus):
             statuses.append(_status(event))
             if _undeliverable(event):  # the user cannot be reached: park what is queued
@@ -90,7 +88,7 @@ MEDIA_KINDS = frozenset({"image", "document", "audio", "video", "voice", "sticke
 DEFAULT_TYPES = {"image": "image/jpeg", "sticker": "image/webp", "voice": "audio/ogg"}
 
 
-def _inbox_item(event: InboundMessage) -> InboxIn:
+def _inbox_item(event: InboundMessage, starting_agent: str | None = None) -> InboxIn:
     """The inbox row of a message, with its platform file to fetch and its uploads to link."""
     files: tuple[AttachmentIn, ...] = ()
     media = event.media
@@ -107,6 +105,7 @@ def _inbox_item(event: InboundMessage) -> InboxIn:
         event.model_dump(mode="json"),
         attachments=files,
         links=event.attachments,
+        starting_agent=starting_agent,
     )
 
 
