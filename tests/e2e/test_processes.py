@@ -298,7 +298,7 @@ async def test_a_sqlite_deployment_moved_to_postgresql_carries_on(
         migrate = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "gateway",
+            "webhook_bot_gateway",
             "migrate-store",
             "--from",
             sqlite_url,

@@ -440,7 +440,7 @@ async def serve_until_exit(gateway: Gateway) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "gateway",
+        "webhook_bot_gateway",
         "serve",
         "--config",
         str(gateway.config_path),
