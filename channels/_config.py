@@ -23,6 +23,7 @@ class TelegramBotConfig(_Section):
     token: SecretStr
     secret_token: SecretStr
     starting_agent: str | None = Field(default=None, pattern=AGENT_NAME)  # else agents'
+    agents: tuple[str, ...] = ()  # the agents its sessions may have; empty: every agent
     groups: Literal["addressed", "all"] = "addressed"  # which group messages are answered
     edited_messages: Literal["ignore", "new_turn"] = "ignore"
 
@@ -61,6 +62,7 @@ class WhatsAppNumberConfig(_Section):
     phone_number_id: str = Field(pattern=r"^[0-9]{1,32}$")
     access_token: SecretStr
     starting_agent: str | None = Field(default=None, pattern=AGENT_NAME)  # else agents'
+    agents: tuple[str, ...] = ()  # the agents its sessions may have; empty: every agent
 
 
 class WhatsAppConfig(_Section):

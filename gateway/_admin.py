@@ -37,7 +37,7 @@ from webhook_bot_gateway.store import (
     validate_session_id,
 )
 
-from ._accounts import gateway_registry
+from ._accounts import account_allowed, gateway_registry
 from ._api_models import (
     MAX_JSON_DEPTH,
     MAX_ROW_ID,
@@ -395,6 +395,10 @@ async def handoff(request: web.Request) -> web.Response:
     body = await json_body(request, HandoffBody)
     if body.agent not in request.app[AGENT_NAMES]:
         raise ApiError(400, "unknown_agent", f"no agent named {body.agent!r}", "agent")
+    allowed = account_allowed(request.app[SETTINGS]).get((session.channel, session.account))
+    if allowed and body.agent not in allowed:
+        message = f"agent {body.agent!r} does not serve this session's account"
+        raise ApiError(400, "agent_not_allowed", message, "agent")
     sid = session.session_id
     try:  # refused while a turn runs: it would commit its own agent over ours
         updated = await request.app[STORE].set_agent(sid, body.agent, reason=OPERATOR)

@@ -177,7 +177,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Make another agent answer from now on",
         {
             200: SessionOut,
-            400: f"{BAD_BODY}; unknown_agent",
+            400: f"{BAD_BODY}; unknown_agent; agent_not_allowed",
             404: NO_SESSION,
             409: "run_active",
         },

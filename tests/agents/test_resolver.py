@@ -110,3 +110,25 @@ def test_registry_refuses_an_account_agent_that_is_not_declared() -> None:
     with pytest.raises(AgentConfigError, match="sales"):
         registry.bind_accounts({("telegram", "sales"): "billing"})
     assert registry.starting_for("telegram", "sales").name == "triage"
+
+
+async def test_an_account_limited_to_some_agents_offers_and_takes_only_those(
+    db_path: Path,
+) -> None:
+    """On an account that lists its agents, handoffs to others are neither offered nor taken,
+    and a session whose agent is not listed falls back to the account's starting agent."""
+    async with SQLiteStore(db_path) as store:
+        session = await store.create_session("telegram", "sales", "7", "human")
+        triage = ScriptedModel(transfer("human"), reply("Still me."))
+        registry = make_registry(triage, ScriptedModel())
+        registry.bind_accounts({}, {("telegram", "sales"): ["triage", "billing"]})
+        result = await Runner(store, registry).run_turn(session.session_id, UserInput("person?"))
+    triage.assert_done()
+    assert (result.agent_before, result.agent_after) == ("human", "triage")
+    assert triage.calls[0].tool_names == ["transfer_to_billing"]
+    refused = triage.calls[1].messages[-1]
+    assert refused.role == "tool"
+    assert "does not serve this account" in (refused.text or "")
+    assert registry.tool_specs(registry.starting_agent) != registry.tool_specs(
+        registry.starting_agent, ("telegram", "sales")
+    )

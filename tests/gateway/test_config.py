@@ -219,3 +219,16 @@ def test_bot_group_and_edit_policies_name_the_key(tmp_path: Path) -> None:
         "all",
         "ignore",
     )
+
+
+def test_account_agents_must_be_declared_and_hold_its_starting_agent(tmp_path: Path) -> None:
+    bot = '[[telegram.bots]]\nname = "a"\ntoken = "t"\nsecret_token = "s"\n'
+    unknown = error_of(tmp_path, bot + 'agents = ["sales", "nobody"]\n' + AGENTS)
+    assert unknown.key == "telegram.bots[0].agents[1]"
+    # The global starting agent (triage) is not among them: the list names the problem.
+    missing = error_of(tmp_path, bot + 'agents = ["sales"]\n' + AGENTS)
+    assert missing.key == "telegram.bots[0].agents"
+    own = error_of(tmp_path, bot + 'starting_agent = "triage"\nagents = ["sales"]\n' + AGENTS)
+    assert own.key == "telegram.bots[0].starting_agent"
+    fine = bot + 'starting_agent = "sales"\nagents = ["sales"]\n'
+    assert load_settings(write(tmp_path, fine + AGENTS), {}).telegram.bots[0].agents == ("sales",)
