@@ -100,7 +100,8 @@ class TurnLoop:
         )
         context += self.notes
         model = self.registry.model_for(self.agent)
-        return await self._timed(model.complete(context, self.registry.tool_specs(self.agent)))
+        specs = self.registry.tool_specs(self.agent, self._account)
+        return await self._timed(model.complete(context, specs))
 
     async def _timed(self, call: Awaitable[ModelResponse]) -> ModelResponse:
         """Await a model call and tell the observer how long it took and how it ended."""
@@ -174,11 +175,18 @@ class TurnLoop:
     async def _answer(self, call: ToolCall, *, taken: bool) -> tuple[ToolResult, Agent | None]:
         name = handoff_target(call.name)
         if name is not None and name in self.agent.handoffs:
+            if not self.registry.allows(*self._account, name):
+                return ToolResult.error(f"{name!r} does not serve this account"), None
             return self._handoff(name, taken=taken)
         tool = self.agent.tool_named(call.name)
         if tool is None:
             return ToolResult.error(f"unknown tool {call.name!r}"), None
         return await tool.invoke(call.arguments, partial(self._context, tool.name, call.id)), None
+
+    @property
+    def _account(self) -> tuple[str, str]:
+        session = self.turn.session
+        return session.channel, session.account
 
     def _context(self, tool: str, call_id: str) -> ToolContext:
         """The context of the next call of ``tool`` that reaches it (valid arguments).

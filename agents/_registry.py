@@ -22,6 +22,7 @@ class Registry:
         starting_agent: str,
         *,
         models: Mapping[str, ModelBackend] | None = None,
+        account_agents: Mapping[tuple[str, str], str] | None = None,
     ) -> None:
         listed = list(agents)
         check_agent_names([(a.name, tuple(a.handoffs)) for a in listed], starting_agent)
@@ -30,6 +31,35 @@ class Registry:
         for agent in listed:
             _check_agent(agent, self._models)
         self.starting_agent = self._agents[starting_agent]
+        self._account_agents: dict[tuple[str, str], Agent] = {}
+        self._allowed: dict[tuple[str, str], frozenset[str]] = {}
+        self.bind_accounts(account_agents or {})
+
+    def bind_accounts(
+        self,
+        names: Mapping[tuple[str, str], str],
+        allowed: Mapping[tuple[str, str], Iterable[str]] | None = None,
+    ) -> None:
+        """Give (channel, account) pairs their own starting agent and, optionally, the only
+        agents their sessions may have; an undeclared name is refused."""
+        self._account_agents = _account_agents(self._agents, names)
+        self._allowed = {}
+        for (channel, account), listed in (allowed or {}).items():
+            chosen = frozenset(listed)
+            for name in sorted(chosen - set(self._agents)):
+                raise AgentConfigError(
+                    name, f"allowed on {channel} account {account!r} but not declared"
+                )
+            self._allowed[channel, account] = chosen
+
+    def allows(self, channel: str, account: str, name: str) -> bool:
+        """Whether a session of this account may have the agent ``name``."""
+        chosen = self._allowed.get((channel, account))
+        return chosen is None or name in chosen
+
+    def starting_for(self, channel: str, account: str) -> Agent:
+        """The agent a session of this account starts at: the account's own, else the global."""
+        return self._account_agents.get((channel, account), self.starting_agent)
 
     @property
     def names(self) -> list[str]:
@@ -57,10 +87,12 @@ class Registry:
             return RULES
         return type(agent.model).__name__
 
-    def tool_specs(self, agent: Agent) -> list[ToolSpec]:
-        """The agent's tools, then one ``transfer_to_<name>`` tool per handoff target."""
+    def tool_specs(self, agent: Agent, account: tuple[str, str] | None = None) -> list[ToolSpec]:
+        """The agent's tools, then one ``transfer_to_<name>`` tool per handoff target (on
+        ``account``, (channel, account), only the targets allowed there)."""
         specs = [tool.spec() for tool in agent.tools]
-        return specs + [handoff_spec(self._agents[name]) for name in agent.handoffs]
+        targets = [n for n in agent.handoffs if account is None or self.allows(*account, n)]
+        return specs + [handoff_spec(self._agents[name]) for name in targets]
 
     async def aclose(self) -> None:
         """Close every backend once."""
@@ -70,6 +102,19 @@ class Registry:
                 backends[id(agent.model)] = agent.model
         for backend in backends.values():
             await backend.aclose()
+
+
+def _account_agents(
+    agents: Mapping[str, Agent], names: Mapping[tuple[str, str], str]
+) -> dict[tuple[str, str], Agent]:
+    """Each (channel, account)'s own starting agent; a name not declared is refused."""
+    chosen: dict[tuple[str, str], Agent] = {}
+    for (channel, account), name in names.items():
+        agent = agents.get(name)
+        if agent is None:
+            raise AgentConfigError(name, f"named by {channel} account {account!r} but not declared")
+        chosen[channel, account] = agent
+    return chosen
 
 
 def _check_agent(agent: Agent, models: Mapping[str, ModelBackend]) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 ACCOUNT_NAME = r"^[A-Za-z0-9_]{1,64}$"
+AGENT_NAME = r"^[A-Za-z0-9_-]{1,52}$"  # as agents' own rule; the gateway checks it is declared
 
 
 class _Section(BaseModel):
@@ -20,6 +22,10 @@ class TelegramBotConfig(_Section):
     name: str = Field(pattern=ACCOUNT_NAME)
     token: SecretStr
     secret_token: SecretStr
+    starting_agent: str | None = Field(default=None, pattern=AGENT_NAME)  # else agents'
+    agents: tuple[str, ...] = ()  # the agents its sessions may have; empty: every agent
+    groups: Literal["addressed", "all"] = "addressed"  # which group messages are answered
+    edited_messages: Literal["ignore", "new_turn"] = "ignore"
 
     @field_validator("token", "secret_token")
     @classmethod
@@ -55,6 +61,8 @@ class TelegramConfig(_Section):
 class WhatsAppNumberConfig(_Section):
     phone_number_id: str = Field(pattern=r"^[0-9]{1,32}$")
     access_token: SecretStr
+    starting_agent: str | None = Field(default=None, pattern=AGENT_NAME)  # else agents'
+    agents: tuple[str, ...] = ()  # the agents its sessions may have; empty: every agent
 
 
 class WhatsAppTemplateConfig(_Section):

@@ -4,6 +4,7 @@ from ._telegram import (
     ALLOWED_UPDATES,
     MAX_TEXT_LENGTH,
     SECRET_HEADER,
+    BotIdentity,
     TelegramAdapter,
     map_error,
     set_webhook,
@@ -12,6 +13,7 @@ from ._telegram import (
 
 __all__ = [
     "ALLOWED_UPDATES",
+    "BotIdentity",
     "MAX_TEXT_LENGTH",
     "SECRET_HEADER",
     "TelegramAdapter",

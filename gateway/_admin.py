@@ -23,8 +23,8 @@ from typing import TypeVar
 from aiohttp import hdrs, web
 from pydantic import BaseModel, ValidationError
 
-from webhook_bot_gateway.agents import build_registry
 from webhook_bot_gateway.store import (
+    PARKED_ERROR,
     InvalidSessionId,
     MessageNotFound,
     NewMessage,
@@ -39,6 +39,7 @@ from webhook_bot_gateway.store import (
     validate_session_id,
 )
 
+from ._accounts import account_allowed, gateway_registry
 from ._api_models import (
     MAX_JSON_DEPTH,
     MAX_ROW_ID,
@@ -61,6 +62,7 @@ from ._api_models import (
     ReplyAnswer,
     ReplyBody,
     RewindBody,
+    SessionDetail,
     SessionOut,
     SessionsPage,
     SessionsQuery,
@@ -73,9 +75,9 @@ from ._keys import AGENT_NAMES, AGENTS, METRICS, SENDER_WAKE, SETTINGS, STORE, A
 from ._media.files import erase_session
 from ._metrics import HANDOFFS
 from ._openapi import openapi_json
+from ._reachability import is_blocked
 from ._templates import (
     TemplateRefused,
-    builtin_tools,
     checked,
     summary,
     template_data,
@@ -275,8 +277,12 @@ async def list_sessions(request: web.Request) -> web.Response:
 
 @admin_route
 async def show_session(request: web.Request) -> web.Response:
-    """GET /api/sessions/{id}"""
-    return respond(_session(await existing_session(request)))
+    """GET /api/sessions/{id}, with the replies parked while the user is blocked."""
+    session = await existing_session(request)
+    rows = await request.app[STORE].list_outbox(session.session_id)
+    parked = sum(1 for row in rows if row.state == "pending" and row.error == PARKED_ERROR)
+    detail = SessionDetail(**_session(session).model_dump(), parked_replies=parked)
+    return respond(detail)
 
 
 def _session(session: Session) -> SessionOut:
@@ -378,10 +384,14 @@ async def operator_reply(request: web.Request) -> web.Response:
 
 def _queued(request: web.Request, turn: Turn) -> web.Response:
     """202 with the operator's stored message and its outbox row; the sender is woken."""
-    outbox_id = turn.committed_outbox[0].id if turn.committed_outbox else None
-    if outbox_id is not None:
+    queued = turn.committed_outbox[0] if turn.committed_outbox else None
+    if queued is not None:
         request.app[SENDER_WAKE].set()
-    answer = ReplyAnswer(message=MessageOut.of(turn.committed[0]), outbox_id=outbox_id)
+    answer = ReplyAnswer(
+        message=MessageOut.of(turn.committed[0]),
+        outbox_id=queued.id if queued else None,
+        parked=queued is not None and queued.error == PARKED_ERROR,
+    )
     return respond(answer, 202)
 
 
@@ -412,7 +422,7 @@ async def send_template(request: web.Request) -> web.Response:
     try:
         async with request.app[STORE].turn(sid) as turn:
             text = summary(template)
-            turn.append(NewMessage(role="assistant", text=text, agent=OPERATOR, data=data))
+            turn.append(NewMessage(role="operator", text=text, agent=OPERATOR, data=data))
             turn.add_outbox(template_outbox(turn.session, template))
     except (RunActive, TurnActive):
         raise _run_active(sid) from None
@@ -422,9 +432,13 @@ async def send_template(request: web.Request) -> web.Response:
 
 
 def _outbox(session: Session, text: str) -> OutboxIn:
+    """The operator's reply; parked, not sent, while the user has blocked the bot."""
     chat = reply_target(session.chat_id, session.metadata)
     message = text_message(session.channel, session.account, chat, text)
-    return OutboxIn(session.session_id, session.channel, session.account, chat, payload(message))
+    parked = is_blocked(session.metadata)
+    return OutboxIn(
+        session.session_id, session.channel, session.account, chat, payload(message), parked
+    )
 
 
 @admin_route
@@ -434,6 +448,10 @@ async def handoff(request: web.Request) -> web.Response:
     body = await json_body(request, HandoffBody)
     if body.agent not in request.app[AGENT_NAMES]:
         raise ApiError(400, "unknown_agent", f"no agent named {body.agent!r}", "agent")
+    allowed = account_allowed(request.app[SETTINGS]).get((session.channel, session.account))
+    if allowed and body.agent not in allowed:
+        message = f"agent {body.agent!r} does not serve this session's account"
+        raise ApiError(400, "agent_not_allowed", message, "agent")
     sid = session.session_id
     try:  # refused while a turn runs: it would commit its own agent over ours
         updated = await request.app[STORE].set_agent(sid, body.agent, reason=OPERATOR)
@@ -532,8 +550,7 @@ async def unknown_route(request: web.Request) -> web.Response:
 
 async def agent_names_ctx(app: web.Application) -> AsyncIterator[None]:
     """The declared agents' names, for handoffs (the registry is built once and closed)."""
-    settings = app[SETTINGS]
-    registry = build_registry(settings.agents, builtin_tools=builtin_tools(settings.whatsapp))
+    registry = await gateway_registry(app[SETTINGS])
     try:
         app[AGENT_NAMES] = frozenset(registry.names)
         app[METRICS].allow_agents(registry.names)  # the only agent names /metrics labels with

@@ -124,6 +124,15 @@ class SessionOut(_Output):
     updated_at: Timestamp
 
 
+class SessionDetail(SessionOut):
+    """A session, with what only its own page shows."""
+
+    parked_replies: int = Field(
+        description="replies kept unsent while the user has blocked the bot or cannot be"
+        " reached (metadata.blocked); sent once the user is back",
+    )
+
+
 class SessionsPage(_Output):
     """A page of sessions and the number of every match."""
 
@@ -174,6 +183,11 @@ class ReplyAnswer(_Output):
 
     message: MessageOut
     outbox_id: int | None = Field(description="the queued send; null for a web session")
+    parked: bool = Field(
+        default=False,
+        description="true: the user has blocked the bot or cannot be reached; the reply is kept"
+        " and sent once the user is back",
+    )
 
 
 class QueuedSession(SessionOut):

@@ -10,7 +10,7 @@ import aiohttp
 from aiohttp import web
 
 from webhook_bot_gateway.channels import ADAPTERS as REGISTRY
-from webhook_bot_gateway.channels import AdapterFactory, ChannelAdapter
+from webhook_bot_gateway.channels import AdapterFactory, ChannelAdapter, TelegramAdapter
 
 from ._keys import ADAPTERS, FACTORIES, SETTINGS
 from .config import Settings
@@ -47,7 +47,10 @@ async def open_adapters(
 
 
 async def channels_ctx(app: web.Application) -> AsyncIterator[None]:
-    """The application's adapters, under ``ADAPTERS``."""
+    """The application's adapters, under ``ADAPTERS``; each Telegram bot asks who it is."""
     async with open_adapters(app[SETTINGS], app.get(FACTORIES, REGISTRY)) as adapters:
+        telegram = adapters.get("telegram")
+        if isinstance(telegram, TelegramAdapter):
+            await telegram.identify()  # its username: which group messages are for it
         app[ADAPTERS] = adapters
         yield

@@ -10,16 +10,15 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from webhook_bot_gateway.agents import build_registry
 from webhook_bot_gateway.store import Message, Session, Store, open_store, validate_session_id
 
+from ._accounts import gateway_registry
 from ._export import export_command
 from ._logging import configured_secrets
 from ._media.files import erase_session
 from ._purge import DAY, Purger, retention_of
 from ._sandbox import sandbox_warnings
 from ._summary import summarize
-from ._templates import builtin_tools
 from .config import Settings
 
 
@@ -49,8 +48,7 @@ def message_json(message: Message) -> dict[str, Any]:
 
 
 async def check_config(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
-    # imports tools, checks handoffs and keys
-    registry = build_registry(settings.agents, builtin_tools=builtin_tools(settings.whatsapp))
+    registry = await gateway_registry(settings)  # imports tools, checks handoffs and keys
     try:
         for line in summarize(settings):
             print(f"  {line}", file=out)

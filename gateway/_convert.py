@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,9 @@ from webhook_bot_gateway.channels import (
 from webhook_bot_gateway.store import Attachment, InboxItem
 
 MIGRATED_CHAT = "migrated_to_chat_id"  # session metadata: where a Telegram group moved to
+START_PAYLOAD = "start_payload"  # session metadata: the payload of the last /start deep link
+# What a t.me/<bot>?start=<payload> link can carry (Telegram: up to 64 of A-Z a-z 0-9 _ -).
+DEEP_LINK_PAYLOAD = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def message_text(event: InboundMessage) -> str:
@@ -27,6 +31,20 @@ def message_text(event: InboundMessage) -> str:
         return f"/{event.command.name} {event.command.args}".rstrip()
     text = _describe(event) if event.kind == "order" or not event.text else event.text
     return f"[edited] {text}" if event.kind == "edited" else text
+
+
+def start_payload(event: InboundMessage) -> str | None:
+    """The payload of a ``/start <payload>`` deep link (Telegram), else None."""
+    command = event.command
+    if event.kind != "command" or command is None or command.name != "start":
+        return None
+    return command.args if DEEP_LINK_PAYLOAD.fullmatch(command.args) else None
+
+
+def last_start_payload(events: Sequence[Mapping[str, Any]]) -> str | None:
+    """The payload of the last deep link among a turn's stored events."""
+    payloads = [start_payload(InboundMessage.model_validate(event)) for event in events]
+    return next((p for p in reversed(payloads) if p is not None), None)
 
 
 def _describe(event: InboundMessage) -> str:
@@ -86,10 +104,17 @@ def user_input(events: Sequence[Mapping[str, Any]], files: Sequence[Attachment] 
     a line for each attachment that came with them (a model cannot open a file by itself)."""
     messages = [InboundMessage.model_validate(event) for event in events]
     lines: list[str] = []
+    payload: str | None = None
     for message in messages:
         lines.append(message_text(message))
+        own = start_payload(message)
+        if own is not None:
+            payload = own
+            lines.append(f"[the user came through a link with start payload: {own}]")
         lines += [describe_file(f) for f in files if f.message_key == message.dedup_key]
     data: dict[str, Any] = {"messages": [_reference(message) for message in messages]}
+    if payload is not None:
+        data[START_PAYLOAD] = payload
     if files:
         data["attachments"] = [f.id for f in files]
     return UserInput("\n".join(lines), data)

@@ -36,6 +36,7 @@ from webhook_bot_gateway.store import (
 
 from . import _convert as convert
 from . import _log_context as log_context
+from . import _reachability as reachability
 from ._dead_letter import record_dead_letter
 from ._media.wait import MediaWait, StoredFiles
 from ._metrics import HANDOFFS, STORE_ERRORS, TURN_SECONDS, TURNS, Metrics
@@ -235,6 +236,7 @@ class Dispatcher:
         """Run one turn of ``batch``; None once it committed, else seconds until a new look."""
         typing = self._typing(batch[-1])
         cancel = self._cancels[sid] = asyncio.Event()
+        returned: list[str] = []  # the session, if the turn released its parked replies
         started = time.perf_counter()
         self.running_turns += 1
         try:
@@ -243,9 +245,7 @@ class Dispatcher:
             files = await self._media.settle(with_files) if with_files else []
             events = [row.event for row in batch]
             inbound = convert.user_input(events, files)
-            commit = partial(
-                _before_commit, [row.id for row in batch], convert.thread_of(batch), typing
-            )
+            commit = partial(_before_commit, batch, typing, returned)
             ids = [row.id for row in batch]
             if convert.only_reactions(events):
                 result = await self._runner.record_turn(
@@ -286,6 +286,8 @@ class Dispatcher:
             TURN_SECONDS, time.perf_counter() - started, agent=result.agent_before
         )
         self._busy.pop(sid, None)
+        if returned:
+            await self._release(sid)
         self._on_outbox()
         return None
 
@@ -295,6 +297,14 @@ class Dispatcher:
         if closed is None:
             return None
         return f"{closed.describe()}; send one with the {TEMPLATE_TOOL} tool, if you have it"
+
+    async def _release(self, sid: str) -> None:
+        """The parked replies of a user who is back: due now, before this turn's own."""
+        try:
+            await self._store.unpark_outbox(sid)
+        except StoreError as exc:  # they stay parked, and this turn's replies behind them
+            self._metrics.inc(STORE_ERRORS, component="dispatcher")
+            log.warning("parked replies of session %s not released: %s", sid, exc)
 
     def _refused(self, sid: str) -> None:
         """Count a turn refused because one of the session runs; say so when it lasts."""
@@ -392,12 +402,28 @@ def _next_batch(rows: Sequence[InboxItem], double_texting: str) -> Sequence[Inbo
 
 
 def _before_commit(
-    ids: list[int], thread: str | None, typing: Typing, turn: Turn, replies: Sequence[Reply]
+    batch: Sequence[InboxItem],
+    typing: Typing,
+    returned: list[str],
+    turn: Turn,
+    replies: Sequence[Reply],
 ) -> None:
-    """Inside the turn's transaction: finish the inbox rows, queue one outbox row per reply."""
+    """Inside the turn's transaction: finish the inbox rows, keep a deep link's payload in the
+    session's metadata, queue one outbox row per reply (parked while the user is blocked; a
+    WhatsApp user who writes again is back: ``returned`` gets the session)."""
     typing.stop()
-    turn.complete_inbox(ids)
+    turn.complete_inbox([row.id for row in batch])
+    payload = convert.last_start_payload([row.event for row in batch])
+    if payload is not None:
+        turn.update_metadata({convert.START_PAYLOAD: payload})
+    thread = convert.thread_of(batch)
     session = turn.session
+    parked = reachability.is_blocked(session.metadata)
+    if reachability.released_by_message(session.channel, session.metadata):
+        turn.update_metadata({reachability.BLOCKED: False})
+        turn.record_event("user_unblocked", {"reason": "the user wrote again"})
+        returned.append(session.session_id)
+        parked = False
     if session.channel == WEB:
         return  # the commit writes the replies to the session's event log: that is the send
     for template in queued_templates(turn):
@@ -412,5 +438,6 @@ def _before_commit(
                 session.account,
                 chat,
                 convert.payload(message),
+                parked=parked,
             )
         )

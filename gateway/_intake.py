@@ -37,6 +37,7 @@ from webhook_bot_gateway.store import (
 
 from ._media.files import clean_name
 from ._metrics import IGNORED, QUARANTINED, STORE_ERRORS, TEMPLATE_UPDATES, Metrics
+from ._reachability import is_undeliverable
 from ._wait import wait_event
 
 log = logging.getLogger("gateway.intake")
@@ -46,8 +47,15 @@ MAX_ERROR = 300
 GOOD_TEMPLATE_STATES = frozenset({"APPROVED", "GREEN"})  # other news needs an operator
 
 
-def to_parsed(delivery: Delivery, result: ParseResult) -> ParsedDelivery:
-    """The parts of ``result`` this delivery owns: events whose keys it claimed first."""
+AccountAgents = Mapping[tuple[str, str], str]  # (channel, account) -> its starting agent
+
+
+def to_parsed(
+    delivery: Delivery, result: ParseResult, account_agents: AccountAgents | None = None
+) -> ParsedDelivery:
+    """The parts of ``result`` this delivery owns: events whose keys it claimed first; a
+    session they create starts at its account's own agent where ``account_agents`` names one."""
+    agents = account_agents or {}
     inbox: list[InboxIn] = []
     statuses: list[StatusIn] = []
     memberships: list[MembershipIn] = []
@@ -55,21 +63,34 @@ def to_parsed(delivery: Delivery, result: ParseResult) -> ParsedDelivery:
         if event.dedup_key not in delivery.keys:
             continue  # a duplicate of an event another delivery carried
         if isinstance(event, InboundMessage):
-            inbox.append(_inbox_item(event))
+            inbox.append(_inbox_item(event, agents.get((event.channel, event.account))))
         elif isinstance(event, DeliveryStatus):
             statuses.append(_status(event))
+            if _undeliverable(event):  # the user cannot be reached: park what is queued
+                agent = agents.get((event.channel, event.account))
+                gone = MembershipIn(event.channel, event.account, event.chat_id, True, agent)
+                memberships.append(gone)
         elif isinstance(event, MembershipEvent):
             blocked = event.state == "blocked"
-            memberships.append(MembershipIn(event.channel, event.account, event.chat_id, blocked))
+            agent = agents.get((event.channel, event.account))
+            memberships.append(
+                MembershipIn(event.channel, event.account, event.chat_id, blocked, agent)
+            )
     failure = "; ".join(result.failures)[: MAX_ERROR * 10] or None
     return ParsedDelivery(tuple(inbox), tuple(statuses), tuple(memberships), failure)
+
+
+def _undeliverable(event: DeliveryStatus) -> bool:
+    return event.state == "failed" and any(
+        is_undeliverable(event.channel, error.code) for error in event.errors
+    )
 
 
 MEDIA_KINDS = frozenset({"image", "document", "audio", "video", "voice", "sticker"})
 DEFAULT_TYPES = {"image": "image/jpeg", "sticker": "image/webp", "voice": "audio/ogg"}
 
 
-def _inbox_item(event: InboundMessage) -> InboxIn:
+def _inbox_item(event: InboundMessage, starting_agent: str | None = None) -> InboxIn:
     """The inbox row of a message, with its platform file to fetch and its uploads to link."""
     files: tuple[AttachmentIn, ...] = ()
     media = event.media
@@ -86,6 +107,7 @@ def _inbox_item(event: InboundMessage) -> InboxIn:
         event.model_dump(mode="json"),
         attachments=files,
         links=event.attachments,
+        starting_agent=starting_agent,
     )
 
 
@@ -107,6 +129,7 @@ class Intake:
         adapters: Mapping[str, ChannelAdapter],
         *,
         starting_agent: str,
+        account_agents: AccountAgents | None = None,
         metrics: Metrics,
         on_sessions: Callable[[Sequence[str]], None] = lambda ids: None,
         batch: int = 100,
@@ -115,6 +138,7 @@ class Intake:
         self._store = store
         self._adapters = adapters
         self._starting_agent = starting_agent
+        self._account_agents = dict(account_agents or {})
         self._metrics = metrics
         self._on_sessions = on_sessions
         self._batch = batch
@@ -160,7 +184,10 @@ class Intake:
         return len(deliveries)
 
     async def _record(self, chunk: Sequence[tuple[Delivery, ParseResult]]) -> None:
-        parsed = [(delivery, to_parsed(delivery, result)) for delivery, result in chunk]
+        parsed = [
+            (delivery, to_parsed(delivery, result, self._account_agents))
+            for delivery, result in chunk
+        ]
         try:
             sessions = await self._store.record_parsed_many(
                 [(delivery.id, item) for delivery, item in parsed],

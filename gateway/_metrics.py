@@ -104,7 +104,7 @@ SERIES: dict[str, Series] = {
     ),
     OUTBOX: Series(
         Counter,
-        "Send attempts of replies by outcome (sent, retried, failed, dead, uncertain).",
+        "Send attempts of replies by outcome (sent, retried, failed, dead, uncertain, parked).",
         ("channel", "outcome"),
     ),
     "gateway_media_downloads_total": Series(

@@ -39,6 +39,7 @@ from ._api_models import (
     ReplyAnswer,
     ReplyBody,
     RewindBody,
+    SessionDetail,
     SessionOut,
     SessionsPage,
     SessionsQuery,
@@ -132,7 +133,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "GET",
         "/api/sessions/{id}",
         "One session",
-        {200: SessionOut, 400: BAD_ID, 404: NO_SESSION},
+        {200: SessionDetail, 400: BAD_ID, 404: NO_SESSION},
     ),
     Operation(
         "DELETE",
@@ -197,7 +198,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Make another agent answer from now on",
         {
             200: SessionOut,
-            400: f"{BAD_BODY}; unknown_agent",
+            400: f"{BAD_BODY}; unknown_agent; agent_not_allowed",
             404: NO_SESSION,
             409: "run_active",
         },

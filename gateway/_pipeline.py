@@ -15,10 +15,11 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from webhook_bot_gateway.agents import ModelOutcome, Registry, Runner, build_registry
+from webhook_bot_gateway.agents import ModelOutcome, Registry, Runner
 from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.store import Store
 
+from ._accounts import account_agents, gateway_registry
 from ._dispatcher import Dispatcher
 from ._intake import Intake
 from ._keys import (
@@ -37,7 +38,6 @@ from ._media.worker import MediaWorker
 from ._metrics import HANDOFFS, MODEL_SECONDS, TURNS_IN_FLIGHT, Metrics
 from ._purge import Purger, retention_of
 from ._sender import Sender
-from ._templates import builtin_tools
 from .config import Settings
 
 log = logging.getLogger("gateway.pipeline")
@@ -154,6 +154,7 @@ def build_pipeline(
         store,
         adapters,
         starting_agent=settings.agents.starting_agent,
+        account_agents=account_agents(settings),
         metrics=metrics,
         on_sessions=partial(_recorded, dispatcher, media),
     )
@@ -196,7 +197,7 @@ def _handoff_agent(settings: Settings, registry: Registry) -> str | None:
 async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
     """Cleanup context: build and start the pipeline; on shutdown drain it, then close agents."""
     settings = app[SETTINGS]
-    registry = build_registry(settings.agents, builtin_tools=builtin_tools(settings.whatsapp))
+    registry = await gateway_registry(settings)
     http = aiohttp.ClientSession()  # media downloads; adapters keep their own
     try:
         pipeline = build_pipeline(

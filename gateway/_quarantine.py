@@ -18,9 +18,10 @@ from typing import Any, TextIO
 from webhook_bot_gateway.channels import ChannelAdapter, ChannelError
 from webhook_bot_gateway.store import Delivery, DeliveryIn, QuarantineItem, Store
 
+from ._accounts import account_agents
 from ._channels_ctx import open_adapters
 from ._commands import dump, opened_store
-from ._intake import to_parsed
+from ._intake import AccountAgents, to_parsed
 from .config import Settings
 
 PAGE = 500
@@ -40,7 +41,9 @@ async def command(settings: Settings, args: argparse.Namespace, out: TextIO) -> 
             dump({"quarantine": [quarantine_json(item) for item in items]}, out)
             return 0
         async with open_adapters(settings) as adapters:
-            return await replay(store, adapters, args.id, out, settings.agents.starting_agent)
+            agents = account_agents(settings)
+            starting = settings.agents.starting_agent
+            return await replay(store, adapters, args.id, out, starting, agents)
 
 
 async def replay(
@@ -49,6 +52,7 @@ async def replay(
     only: int | None,
     out: TextIO,
     starting_agent: str,
+    agents: AccountAgents | None = None,
 ) -> int:
     """Replay row ``only``, or every row not replayed yet (oldest first); print each outcome."""
     if only is not None:
@@ -60,7 +64,7 @@ async def replay(
     else:
         items = [item for item in await _all(store) if item.replayed_at is None]
     for item in items:
-        outcome = await replay_one(store, adapters, item, starting_agent)
+        outcome = await replay_one(store, adapters, item, starting_agent, agents)
         print(f"quarantine {item.id} ({item.channel}): {outcome}", file=out)
     if not items:
         print("nothing to replay", file=out)
@@ -77,7 +81,11 @@ async def _all(store: Store) -> list[QuarantineItem]:
 
 
 async def replay_one(
-    store: Store, adapters: Mapping[str, ChannelAdapter], item: QuarantineItem, starting_agent: str
+    store: Store,
+    adapters: Mapping[str, ChannelAdapter],
+    item: QuarantineItem,
+    starting_agent: str,
+    agents: AccountAgents | None = None,
 ) -> str:
     """Try one row; return what happened, in words."""
     if item.replayed_at is not None:
@@ -97,7 +105,7 @@ async def replay_one(
         0
     ]
     if result.delivery_id is None:
-        return await _record_directly(store, adapter, item, len(keys), starting_agent)
+        return await _record_directly(store, adapter, item, len(keys), starting_agent, agents)
     await store.mark_replayed(item.id)
     return (
         f"recorded as delivery {result.delivery_id} with {len(result.new_keys)} new key(s); "
@@ -106,13 +114,18 @@ async def replay_one(
 
 
 async def _record_directly(
-    store: Store, adapter: ChannelAdapter, item: QuarantineItem, key_count: int, agent: str
+    store: Store,
+    adapter: ChannelAdapter,
+    item: QuarantineItem,
+    key_count: int,
+    agent: str,
+    agents: AccountAgents | None,
 ) -> str:
     """Record the parsed events that have no inbox row yet, without claiming keys again."""
     result = adapter.parse(item.body, item.account)
     keys = frozenset(event.dedup_key for event in result.events)
     whole = Delivery(0, item.channel, item.account, item.body, keys, item.received_at)
-    parsed = to_parsed(whole, result)
+    parsed = to_parsed(whole, result, agents)
     sessions = await store.record_parsed(None, replace(parsed, failure=None), starting_agent=agent)
     if not sessions:
         return f"nothing new: all {key_count} key(s) were recorded before; left in quarantine"

@@ -31,6 +31,7 @@ from webhook_bot_gateway.store import OutboxItem, Store, StoreError
 
 from . import _convert as convert
 from . import _log_context as log_context
+from . import _reachability as reachability
 from ._metrics import OUTBOX, RATE_LIMIT_WAITS, SEND_SECONDS, STORE_ERRORS, Metrics
 from ._ratelimit import RateLimiter
 from ._wait import wait_event
@@ -269,7 +270,10 @@ class Sender:
             self._metrics.observe(SEND_SECONDS, time.perf_counter() - started, channel=channel)
 
     async def _send_error(self, row: OutboxItem, exc: SendError) -> None:
-        if isinstance(exc, RetryableSendError):
+        gone = reachability.gone_reason(row.channel, exc)
+        if gone is not None and row.session_id is not None:
+            await self._park(row, row.session_id, gone, exc.reason)
+        elif isinstance(exc, RetryableSendError):
             await self._retry(row, exc.reason, exc.retry_after)
         elif isinstance(exc, UncertainDelivery):
             await self._failed(row, "uncertain", exc.reason)
@@ -307,6 +311,19 @@ class Sender:
         if row.session_id is not None:
             detail: dict[str, Any] = {"outbox_id": row.id, "state": state, "error": error}
             await self._event(row.session_id, "send_failed", detail)
+
+    async def _park(self, row: OutboxItem, session_id: str, gone: str, error: str) -> None:
+        """The user blocked the bot or cannot be reached: mark the session, park its replies
+        (this one too) until the user is back; nothing of it is sent meanwhile."""
+        try:
+            await self._store.update_session(session_id, metadata={reachability.BLOCKED: True})
+        except StoreError as exc:  # e.g. the session was deleted meanwhile
+            log.info("session %s is not marked %s: %s", session_id, gone, exc)
+        parked = await self._store.park_outbox(session_id)
+        self._metrics.inc(OUTBOX, outcome="parked", channel=row.channel)
+        log.warning("outbox row %d: the user is %s; %d replies parked", row.id, gone, parked)
+        detail = {"reason": gone, "outbox_id": row.id, "error": error, "parked": parked}
+        await self._event(session_id, "user_blocked", detail)
 
     async def _migrate(self, row: OutboxItem, new_chat_id: str) -> None:
         """A Telegram group became a supergroup: the session follows, the reply goes there."""

@@ -16,6 +16,7 @@ from webhook_bot_gateway.channels import OutboundMessage, OutboundTemplate, What
 from webhook_bot_gateway.store import OutboxIn, Session, Turn
 
 from ._convert import payload, reply_target
+from ._reachability import is_blocked
 
 
 class TemplateRefused(ValueError):
@@ -63,7 +64,10 @@ def template_outbox(session: Session, template: OutboundTemplate) -> OutboxIn:
     message = OutboundMessage(
         channel=session.channel, account=session.account, chat_id=chat, template=template
     )
-    return OutboxIn(session.session_id, session.channel, session.account, chat, payload(message))
+    parked = is_blocked(session.metadata)  # an unreachable user gets it once they write again
+    return OutboxIn(
+        session.session_id, session.channel, session.account, chat, payload(message), parked
+    )
 
 
 TEMPLATE_TOOL = "whatsapp_template"  # the name agents list in ``tools`` to get it

@@ -22,6 +22,7 @@ from webhook_bot_gateway.agents import AgentsConfig
 from webhook_bot_gateway.channels import TelegramConfig, WhatsAppConfig
 from webhook_bot_gateway.store import check_url
 
+from ._accounts import check_account_agents, declared_in_config
 from ._admin_token import check_admin_token, read_token_file, refuse_public_secrets
 from ._env import key_path, substitute
 from .errors import ConfigError
@@ -201,6 +202,9 @@ def parse_settings(raw: dict[str, object], environ: Mapping[str, str]) -> Settin
     except ValidationError as exc:
         raise _first_error(exc) from None
     refuse_public_secrets(settings)  # demo secrets and short admin tokens where strangers reach
+    declared = declared_in_config(settings)
+    if declared is not None:  # with agents.module, checked once the registry is built
+        check_account_agents(settings, declared)
     return with_local_urls(settings)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._ids import make_session_id, validate_session_id
-from ._pipeline_types import OutboxIn
+from ._pipeline_types import PARKED_AT, PARKED_ERROR, OutboxIn
 from ._rows import dump_json
 
 MAX_LIST_LIMIT = 1000  # rows per page of a listing
@@ -104,4 +104,6 @@ def outbox_values(item: OutboxIn) -> dict[str, Any]:
         "account": check_text("OutboxIn.account", item.account),
         "chat_id": check_text("OutboxIn.chat_id", item.chat_id),
         "payload": json_object("OutboxIn.payload", item.payload),
+        "due": PARKED_AT if item.parked is True else None,  # None: now
+        "error": PARKED_ERROR if item.parked is True else None,
     }

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ._checks import check_text, json_object, session_values
+from ._checks import check_agent, check_text, json_object, session_values
 from ._ids import make_session_id
 from ._pipeline_rows import STATUS_RANK
 from ._pipeline_types import (
@@ -135,7 +135,8 @@ def prepare(parsed: ParsedDelivery, starting_agent: str, now: float) -> Rows:
     sessions: dict[str, dict[str, Any]] = {}
     chats: list[InboxIn | MembershipIn] = [*parsed.inbox, *parsed.memberships]
     for chat in chats:
-        values = session_values(chat.channel, chat.account, chat.chat_id, starting_agent, None)
+        agent = starting_agent if chat.starting_agent is None else check_agent(chat.starting_agent)
+        values = session_values(chat.channel, chat.account, chat.chat_id, agent, None)
         sessions.setdefault(values["session_id"], values)
     return Rows(
         sessions=sessions,

@@ -76,6 +76,7 @@ class InboxIn:
     event: dict[str, Any]  # InboundMessage.model_dump(mode="json")
     attachments: tuple[AttachmentIn, ...] = ()  # platform files to fetch
     links: tuple[str, ...] = ()  # ids of uploaded attachments this message references
+    starting_agent: str | None = None  # a new session's agent; None: record_parsed's
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,7 @@ class MembershipIn:
     account: str
     chat_id: str
     blocked: bool
+    starting_agent: str | None = None  # a new session's agent; None: record_parsed's
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +126,12 @@ class InboxItem:
     created_at: datetime
 
 
+# A parked row is pending with this next_attempt_at (far beyond any clock: never due) and
+# PARKED_ERROR, until unpark_outbox makes it due again.
+PARKED_AT = 1e15
+PARKED_ERROR = "parked: the user blocked the bot or cannot be reached"
+
+
 @dataclass(frozen=True, slots=True)
 class OutboxIn:
     """A reply to send."""
@@ -133,6 +141,7 @@ class OutboxIn:
     account: str
     chat_id: str
     payload: dict[str, Any]  # OutboundMessage.model_dump(mode="json")
+    parked: bool = False  # the user blocked the bot or is unreachable: kept, not sent yet
 
 
 @dataclass(frozen=True, slots=True)

@@ -347,6 +347,13 @@ class Store(Protocol):
     async def list_outbox(self, session_id: str) -> list[OutboxItem]:
         """A session's outbox rows in id order."""
 
+    async def park_outbox(self, session_id: str) -> int:
+        """Park the session's pending rows: kept pending with ``PARKED_ERROR``, never due,
+        until ``unpark_outbox``; how many were parked."""
+
+    async def unpark_outbox(self, session_id: str) -> int:
+        """Make the session's parked rows due now (sent in id order); how many."""
+
     async def list_dead_outbox(self, limit: int = 50, offset: int = 0) -> list[OutboxItem]:
         """Dead outbox rows, newest first."""
 

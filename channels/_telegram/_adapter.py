@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
@@ -16,6 +17,7 @@ from telegram.constants import ChatAction
 from .._config import TelegramConfig
 from .._errors import (
     BadSecretToken,
+    ChannelError,
     FatalSendError,
     PermanentSendError,
     RetryableSendError,
@@ -24,6 +26,7 @@ from .._errors import (
 from .._media import MediaSource, origin
 from .._model import OutboundMessage, ParseResult, SendResult
 from .._parts import Part, send_parts
+from ._audience import Audience, BotIdentity, id_of_token
 from ._bots import BotHandle, build_bot
 from ._call import CHANNEL, call_api
 from ._keys import update_keys
@@ -33,6 +36,7 @@ from ._send import Call, plan
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 T = TypeVar("T")
+log = logging.getLogger("channels.telegram")
 
 
 def _utc_now() -> datetime:
@@ -50,13 +54,25 @@ class TelegramAdapter:
         *,
         clock: Callable[[], datetime] = _utc_now,
         session: aiohttp.ClientSession | None = None,
+        identities: Mapping[str, BotIdentity] | None = None,
     ) -> None:
+        """``identities``: bots whose username is known already; the others ask ``getMe``
+        on ``start()``."""
         self._clock = clock
         secrets = (s.get_secret_value() for b in config.bots for s in (b.token, b.secret_token))
         self._redactor = TokenRedactor(secrets)
         self._redactor.install()  # before the Bots exist: PTB logs its URL on construction
         self._bots: dict[str, BotHandle] = {
             b.name: build_bot(b, config.api_base_url, config.request_timeout, session)
+            for b in config.bots
+        }
+        known = identities or {}
+        self._audiences: dict[str, Audience] = {
+            b.name: Audience(
+                known.get(b.name) or BotIdentity(id_of_token(b.token.get_secret_value())),
+                groups=b.groups,
+                edited=b.edited_messages,
+            )
             for b in config.bots
         }
         self._origin = origin(config.api_base_url)
@@ -91,6 +107,31 @@ class TelegramAdapter:
         for handle in self._bots.values():
             await handle.request.initialize()
 
+    async def identify(self) -> None:
+        """Learn each bot's username with ``getMe``, once (the gateway calls it at start); a
+        failure is logged and leaves the username unknown."""
+        for name, handle in self._bots.items():
+            if self._audiences[name].identity.username is None:
+                await self._identify(handle)
+
+    async def _identify(self, handle: BotHandle) -> None:
+        try:
+            me = await self._call(handle, lambda bot: bot.get_me())
+        except ChannelError as exc:
+            log.warning(
+                "bot %s: getMe failed (%s); until a restart, commands with @name are ignored"
+                " and in groups only bare commands and replies to the bot are answered",
+                handle.name,
+                exc.reason,
+            )
+            return
+        identity = BotIdentity(me.id, me.username)
+        self._audiences[handle.name] = self._audiences[handle.name].knowing(identity)
+
+    def identity(self, account: str) -> BotIdentity:
+        """What the bot ``account`` knows of itself (its username once getMe answered)."""
+        return self._audiences[self._handle(account).name].identity
+
     async def aclose(self) -> None:
         """Close the bots' own HTTP sessions (never a shared one); idempotent."""
         self._closed = True
@@ -108,7 +149,9 @@ class TelegramAdapter:
     def parse(self, body: bytes, account: str | None = None) -> ParseResult:
         """Parse one Update; raises ChannelError and nothing else."""
         handle = self._handle(account)
-        return parse_update(body, handle.name, handle.bot, self._clock)
+        return parse_update(
+            body, handle.name, handle.bot, self._clock, self._audiences[handle.name]
+        )
 
     def delivery_keys(self, body: bytes, account: str | None = None) -> list[str]:
         """The dedup key ``parse`` would give (none for ignored updates), without PTB objects."""

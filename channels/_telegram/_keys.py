@@ -1,7 +1,10 @@
 """The dedup key of one Update, cheaply: ``json.loads`` and a few lookups, no PTB objects.
 
 It mirrors ``_parse``'s decisions: an update type the parser ignores (or a chat-member change
-that is not a block) has no key; a body the parser would refuse raises ChannelError. An update
+that is not a block) has no key; a body the parser would refuse raises ChannelError. A message
+the bot does not answer (group chatter not addressed to it, a command for another bot, an edit
+under ``edited_messages = "ignore"``) still has its key: it is claimed like any other, so a
+retried delivery of it is dropped at the door, and the parser then gives it no event. An update
 that passes here but fails PTB's deeper validation still claims its key; the intake then
 quarantines it with the reason.
 """
@@ -52,8 +55,10 @@ def _check_message(message: dict[str, Any], kind: str) -> None:
 
 
 def _is_block_change(change: dict[str, Any]) -> bool:
-    old, new = _status(change.get("old_chat_member")), _status(change.get("new_chat_member"))
-    return new == "kicked" or (new == "member" and old == "kicked")
+    new = _status(change.get("new_chat_member"))
+    if new == "kicked":  # a block whatever the old status says, as the parser decides
+        return True
+    return new == "member" and _status(change.get("old_chat_member")) == "kicked"
 
 
 def _status(member: object) -> str:

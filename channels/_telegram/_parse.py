@@ -34,8 +34,11 @@ from .._model import (
     ParseResult,
 )
 from .._model import Reaction as ReactionModel
+from ._audience import Audience, BotIdentity, wanted
 from ._call import CHANNEL
 from ._content import message_content
+
+ANYONE = Audience(BotIdentity(None), groups="all", edited="new_turn")  # every message is wanted
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,7 @@ class _Context:
     account: str
     update_id: int
     now: Callable[[], datetime]
+    audience: Audience = ANYONE
 
     @property
     def dedup_key(self) -> str:
@@ -52,8 +56,18 @@ class _Context:
         return {"channel": CHANNEL, "account": self.account, "dedup_key": self.dedup_key}
 
 
-def parse_update(body: bytes, account: str, bot: Bot, now: Callable[[], datetime]) -> ParseResult:
-    """Parse one webhook body; anything malformed raises ChannelError and nothing else."""
+def parse_update(
+    body: bytes,
+    account: str,
+    bot: Bot,
+    now: Callable[[], datetime],
+    audience: Audience = ANYONE,
+) -> ParseResult:
+    """Parse one webhook body; anything malformed raises ChannelError and nothing else.
+
+    A message the bot does not answer (``audience``: a command for another bot, group chatter
+    not addressed to it, an edit with ``edited_messages = "ignore"``) is ignored: no event.
+    """
     data = _load(body)
     update_id = data.get("update_id")
     if not isinstance(update_id, int) or isinstance(update_id, bool):
@@ -62,7 +76,7 @@ def parse_update(body: bytes, account: str, bot: Bot, now: Callable[[], datetime
     handler = _HANDLERS.get(update_type)
     if handler is None:
         return ParseResult(ignored=(update_type,))
-    context = _Context(account, update_id, now)
+    context = _Context(account, update_id, now, audience)
     try:
         event = handler(Update.de_json(data, bot), context)
     except ChannelError:
@@ -122,10 +136,14 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _message(update: Update, context: _Context) -> InboundMessage:
+def _message(update: Update, context: _Context) -> InboundMessage | None:
     edited = update.edited_message or update.edited_channel_post
     message: Message = _required(edited or update.message or update.channel_post, "message")
     chat: Chat = _required(message.chat, "message.chat")
+    if edited and context.audience.edited == "ignore":
+        return None
+    if not wanted(message, context.audience):
+        return None
     message_id = _id(message.message_id, "message.message_id")
     sender_id, sender_name = _sender(message, chat)
     content = message_content(message)

@@ -152,6 +152,16 @@ class PipelineMethods:
         values = outbox_values(item)
         return await self._db.write(partial(outbox.insert, values=values, now=self._now()))
 
+    async def park_outbox(self, session_id: str) -> int:
+        """Park the session's pending rows until ``unpark_outbox``; how many."""
+        validate_session_id(session_id)
+        return await self._db.write(partial(outbox.park, session_id=session_id))
+
+    async def unpark_outbox(self, session_id: str) -> int:
+        """Make the session's parked rows due now; how many."""
+        validate_session_id(session_id)
+        return await self._db.write(partial(outbox.unpark, session_id=session_id, now=self._now()))
+
     async def due_outbox(self, now: float, limit: int = 100) -> list[OutboxItem]:
         """Pending rows with ``next_attempt_at <= now``, in id order: the oldest of each chat,
         unless another store's claim on it still runs (by the store's clock).

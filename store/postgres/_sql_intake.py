@@ -136,6 +136,8 @@ async def _apply(
     for session_id, status in await outbox.apply_statuses(conn, rows.statuses):
         await add_event(conn, session_id, "status", status, now)
     await _set_blocked(conn, rows.memberships, now)
+    for blocked, _, member in rows.memberships:
+        await _membership_changed(conn, str(member), blocked == "true", now)
     if source is not None:
         if rows.failure is not None:
             channel, account, body, received_at = source[1:]
@@ -170,6 +172,18 @@ async def _set_wrote_at(conn: asyncpg.Connection, session_id: str, wrote_at: flo
     await conn.execute(
         "UPDATE sessions SET metadata = $1 WHERE session_id = $2", dump_json(metadata), session_id
     )
+
+
+async def _membership_changed(
+    conn: asyncpg.Connection, session_id: str, blocked: bool, now: float
+) -> None:
+    """A block parks the session's pending replies; an unblock makes them due again."""
+    if blocked:
+        parked = await outbox.park(conn, session_id)
+        await add_event(conn, session_id, "user_blocked", {"parked": parked}, now)
+    else:
+        released = await outbox.unpark(conn, session_id, now)
+        await add_event(conn, session_id, "user_unblocked", {"released": released}, now)
 
 
 async def _set_blocked(

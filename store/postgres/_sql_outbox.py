@@ -23,7 +23,7 @@ import asyncpg
 
 from .._errors import OutboxNotFound, OutboxNotPending, SessionNotFound
 from .._pipeline_rows import OUTBOX_COLUMNS, STATUS_RANK, dump_list, to_outbox
-from .._pipeline_types import OutboxItem
+from .._pipeline_types import PARKED_AT, PARKED_ERROR, OutboxItem
 from .._rows import dump_json, load_json
 from ._db import noted_events, noted_locked
 from ._sql_sessions import add_event
@@ -49,6 +49,30 @@ _STATUS_SESSIONS = (
 )
 
 
+async def park(conn: asyncpg.Connection, session_id: str) -> int:
+    """Park the session's pending rows (see ``PARKED_AT``); how many."""
+    status: str = await conn.execute(
+        "UPDATE outbox SET next_attempt_at = $1, error = $2 WHERE session_id = $3"
+        " AND state = 'pending' AND next_attempt_at < $1",
+        PARKED_AT,
+        PARKED_ERROR,
+        session_id,
+    )
+    return int(status.split()[-1])
+
+
+async def unpark(conn: asyncpg.Connection, session_id: str, now: float) -> int:
+    """Make the session's parked rows due now, in their order; how many."""
+    status: str = await conn.execute(
+        "UPDATE outbox SET next_attempt_at = $1, error = NULL WHERE session_id = $2"
+        " AND state = 'pending' AND next_attempt_at >= $3",
+        now,
+        session_id,
+        PARKED_AT,
+    )
+    return int(status.split()[-1])
+
+
 async def insert(conn: asyncpg.Connection, values: dict[str, Any], now: float) -> OutboxItem:
     """Insert one row of a session that exists; SessionNotFound otherwise.
 
@@ -57,7 +81,8 @@ async def insert(conn: asyncpg.Connection, values: dict[str, Any], now: float) -
     """
     row = await conn.fetchrow(
         "INSERT INTO outbox (session_id, channel, account, chat_id, payload, next_attempt_at,"
-        " created_at) SELECT $1, $2, $3, $4, $5, $6, $6"
+        " error, created_at) SELECT $1, $2, $3, $4, $5,"
+        " coalesce($7::double precision, $6), $8::text, $6"
         " WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = $1 FOR KEY SHARE)"
         f" RETURNING {OUTBOX_COLUMNS}",
         values["session_id"],
@@ -66,6 +91,8 @@ async def insert(conn: asyncpg.Connection, values: dict[str, Any], now: float) -
         values["chat_id"],
         values["payload"],
         now,
+        values["due"],
+        values["error"],
     )
     if row is None:
         raise SessionNotFound(values["session_id"])

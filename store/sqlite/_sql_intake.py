@@ -41,12 +41,22 @@ def record(conn: sqlite3.Connection, delivery_id: int | None, rows: Rows, now: f
         " updated_at = ? WHERE session_id = ?",
         rows.memberships,
     )
+    for blocked, _, member in rows.memberships:
+        _membership_changed(conn, str(member), blocked == "true", now)
     if source is not None:
         if rows.failure is not None:
             channel, account, body, received_at = source
             insert_quarantine(conn, [(channel, account, body, rows.failure, received_at)])
         conn.execute("DELETE FROM deliveries WHERE id = ?", (delivery_id,))
     return list(fresh)
+
+
+def _membership_changed(conn: sqlite3.Connection, sid: str, blocked: bool, now: float) -> None:
+    """A block parks the session's pending replies; an unblock makes them due again."""
+    if blocked:
+        add_event(conn, sid, "user_blocked", {"parked": outbox.park(conn, sid)}, now)
+    else:
+        add_event(conn, sid, "user_unblocked", {"released": outbox.unpark(conn, sid, now)}, now)
 
 
 def _arrived(

@@ -8,7 +8,7 @@ from typing import Any
 
 from .._errors import OutboxNotFound, OutboxNotPending, SessionNotFound
 from .._pipeline_rows import OUTBOX_COLUMNS, STATUS_RANK, dump_list, to_outbox
-from .._pipeline_types import OutboxItem
+from .._pipeline_types import PARKED_AT, PARKED_ERROR, OutboxItem
 from ._sql_sessions import add_event
 
 _RANK_OF_CURRENT = (
@@ -40,7 +40,8 @@ def insert(conn: sqlite3.Connection, values: dict[str, Any], now: float) -> Outb
     """Insert one row of a session that exists; SessionNotFound otherwise."""
     row = conn.execute(
         "INSERT INTO outbox (session_id, channel, account, chat_id, payload, next_attempt_at,"
-        " created_at) SELECT :session_id, :channel, :account, :chat_id, :payload, :now, :now"
+        " error, created_at) SELECT :session_id, :channel, :account, :chat_id, :payload,"
+        " coalesce(:due, :now), :error, :now"
         " WHERE EXISTS (SELECT 1 FROM sessions WHERE session_id = :session_id)"
         f" RETURNING {OUTBOX_COLUMNS}",
         {**values, "now": now},
@@ -198,6 +199,24 @@ def next_due(conn: sqlite3.Connection, owner: str, at: float) -> float | None:
         {"owner": owner, "at": at},
     ).fetchone()[0]
     return value
+
+
+def park(conn: sqlite3.Connection, session_id: str) -> int:
+    """Park the session's pending rows (see ``PARKED_AT``); how many."""
+    return conn.execute(
+        "UPDATE outbox SET next_attempt_at = ?, error = ? WHERE session_id = ?"
+        " AND state = 'pending' AND next_attempt_at < ?",
+        (PARKED_AT, PARKED_ERROR, session_id, PARKED_AT),
+    ).rowcount
+
+
+def unpark(conn: sqlite3.Connection, session_id: str, now: float) -> int:
+    """Make the session's parked rows due now, in their order; how many."""
+    return conn.execute(
+        "UPDATE outbox SET next_attempt_at = ?, error = NULL WHERE session_id = ?"
+        " AND state = 'pending' AND next_attempt_at >= ?",
+        (now, session_id, PARKED_AT),
+    ).rowcount
 
 
 def of_session(conn: sqlite3.Connection, session_id: str) -> list[OutboxItem]:

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from webhook_bot_gateway.channels import TelegramConfig
+from webhook_bot_gateway.channels.telegram import BotIdentity
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "telegram"
 TOKEN = "123456789:AAH-fake_TOKEN-for-tests-only_0123456"
@@ -22,6 +23,9 @@ OTHER_TOKEN = "987654321:AAE-another_fake_TOKEN_for_tests_999"
 SECRET = "s3cret-Token_for_support"
 OTHER_SECRET = "another-secret_for_sales"
 BOT_USER = {"id": 7000000001, "is_bot": True, "first_name": "Gateway Bot", "username": "gw_bot"}
+# The bot the fixtures speak to and mention (their README): as getMe would describe it.
+FIXTURE_BOT = BotIdentity(7000000001, "gateway_test_bot")
+FIXTURE_BOTS = {"support": FIXTURE_BOT, "sales": FIXTURE_BOT}
 
 Reply = Callable[[web.Request, "Recorded"], Awaitable[web.StreamResponse]]
 
@@ -36,15 +40,18 @@ def fixture_bytes(name: str) -> bytes:
     return (FIXTURES / name).read_bytes()
 
 
-def config(api_base_url: str = "http://127.0.0.1:9", timeout: float = 5.0) -> TelegramConfig:
-    """Two bots, ``support`` and ``sales``, talking to ``api_base_url``."""
+def config(
+    api_base_url: str = "http://127.0.0.1:9", timeout: float = 5.0, **options: str
+) -> TelegramConfig:
+    """Two bots, ``support`` and ``sales``, talking to ``api_base_url``; ``options`` (e.g.
+    ``groups="all"``) set on both."""
     return TelegramConfig.model_validate(
         {
             "api_base_url": api_base_url,
             "request_timeout": timeout,
             "bots": [
-                {"name": "support", "token": TOKEN, "secret_token": SECRET},
-                {"name": "sales", "token": OTHER_TOKEN, "secret_token": OTHER_SECRET},
+                {"name": "support", "token": TOKEN, "secret_token": SECRET, **options},
+                {"name": "sales", "token": OTHER_TOKEN, "secret_token": OTHER_SECRET, **options},
             ],
         }
     )

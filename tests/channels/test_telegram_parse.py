@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 from telegram import Bot, TelegramObject, Update
 
-from tests.channels.telegram_fakes import FIXTURES, config, fixture_bytes, fixture_names
+from tests.channels.telegram_fakes import (
+    FIXTURE_BOTS,
+    FIXTURES,
+    config,
+    fixture_bytes,
+    fixture_names,
+)
 from webhook_bot_gateway.channels import (
     ChannelError,
     InboundMessage,
@@ -234,6 +240,18 @@ EXPECTED: dict[str, dict[str, Any] | None] = {
         },
     },
     "27_my_chat_member_added_to_group.json": None,
+    "30_group_chatter.json": {
+        **BOB_IN_GROUP,
+        "kind": "text",
+        "text": "did anyone see the match last night?",
+    },
+    "31_group_mention.json": {
+        **BOB_IN_GROUP,
+        "kind": "text",
+        "text": "@gateway_test_bot where is my refund?",
+    },
+    "32_group_reply_to_bot.json": {**BOB_IN_GROUP, "kind": "text", "reply_to": "2052"},
+    "33_group_command_other_bot.json": None,  # for another bot: ignored even by this one
     "29_forum_topic_message.json": {
         **BOB_IN_GROUP,
         "kind": "text",
@@ -253,7 +271,10 @@ EXPECTED: dict[str, dict[str, Any] | None] = {
 
 @pytest.fixture
 async def adapter() -> AsyncIterator[TelegramAdapter]:
-    adapter = TelegramAdapter(config(), clock=lambda: NOW)
+    # A bot that answers every message, as the fixtures' bot: the shapes are what is tested
+    # here; which messages a bot answers is tested in test_telegram_audience.py.
+    everything = config(groups="all", edited_messages="new_turn")
+    adapter = TelegramAdapter(everything, clock=lambda: NOW, identities=FIXTURE_BOTS)
     yield adapter
     await adapter.aclose()
 

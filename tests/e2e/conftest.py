@@ -3,7 +3,7 @@ a fresh PostgreSQL schema."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +56,9 @@ async def make_gateway(tmp_path: Path, platforms: Platforms) -> AsyncIterator[Ma
     started: list[Gateway] = []
 
     async def make(
-        agents: str | None = None, sections: Mapping[str, Mapping[str, Any]] | None = None
+        agents: str | None = None,
+        sections: Mapping[str, Mapping[str, Any]] | None = None,
+        **accounts: Sequence[Mapping[str, Any]],
     ) -> Gateway:
         port, db = free_port(), tmp_path / "gateway.db"
         text = config_text(
@@ -66,6 +68,8 @@ async def make_gateway(tmp_path: Path, platforms: Platforms) -> AsyncIterator[Ma
             graph_url=platforms.graph_url,
             agents=agents if agents is not None else demo_agents(),
             sections=sections,
+            bots=accounts.get("bots"),
+            numbers=accounts.get("numbers"),
         )
         gateway = Gateway(tmp_path, text, port, db)
         started.append(gateway)

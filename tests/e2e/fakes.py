@@ -2,9 +2,10 @@
 
 They run in the test process on 127.0.0.1 (port 0); the gateway under test is a subprocess
 that talks to them over loopback. Every request is recorded with the time it arrived, and a
-chat can be given faults for its next sends: ``429:<seconds>``, ``500``, ``hang``, or ``drop``
+chat can be given faults for its next sends: ``429:<seconds>``, ``500``, ``hang``, ``drop``
 (the message is taken, then the connection is closed without an answer: the sender cannot know
-it arrived). ``Chaos`` draws such faults for a share of all sends, from a seed.
+it arrived), or ``gone`` (the user blocked the bot or cannot be reached). ``Chaos`` draws
+such faults for a share of all sends, from a seed.
 
 Media: a fake serves the files a test registers (``add_media``): Graph's ``GET /<version>/<id>``
 and ``/media-bytes/<id>``, Telegram's ``getFile`` and ``/file/bot<token>/<path>``. A file's
@@ -29,6 +30,7 @@ from aiohttp import web
 
 HANG = "hang"
 DROP = "drop"
+GONE = "gone"  # Telegram 403 "blocked by the user", Graph 131026 "undeliverable"
 ACCEPTED = ("ok", DROP)  # outcomes of a send the platform took (the user sees the message)
 SINK_BODY = b"sink bytes, not the file"
 MediaAnswer = Literal["serve", "redirect", "hang", "announce", "stream"]
@@ -184,7 +186,15 @@ def _is_send(method: str) -> bool:
 
 
 class FakeTelegram(FakePlatform):
-    """``POST /bot<token>/<method>``; sendMessage answers a Message with a fresh id."""
+    """``POST /bot<token>/<method>``; sendMessage answers a Message with a fresh id; getMe the
+    bot whose id is the token's number and whose username is ``usernames[token]`` (else
+    ``e2e_bot``), unrecorded."""
+
+    usernames: dict[str, str]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.usernames = {}
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -195,6 +205,8 @@ class FakeTelegram(FakePlatform):
     async def _call(self, request: web.Request) -> web.StreamResponse:
         method = request.match_info["method"]
         fields = await _fields(request)
+        if method == "getMe":
+            return _ok(self.bot_user(request.match_info["token"]))
         if method == "getFile":
             return self._get_file(request, str(fields.get("file_id", "")))
         chat_id = str(fields.get("chat_id", ""))
@@ -205,6 +217,16 @@ class FakeTelegram(FakePlatform):
         if method == "sendMessage":
             return _ok(self._message(chat_id, fields.get("text")))
         return _ok(True)
+
+    def bot_user(self, token: str) -> dict[str, Any]:
+        """The bot ``token`` belongs to, as getMe describes it."""
+        username = self.usernames.get(token, "e2e_bot")
+        return {
+            "id": int(token.split(":")[0]),
+            "is_bot": True,
+            "first_name": username,
+            "username": username,
+        }
 
     def _message(self, chat_id: str, text: str | None) -> dict[str, Any]:
         chat = int(chat_id) if chat_id.lstrip("-").isdigit() else 1
@@ -307,11 +329,26 @@ async def _fault(
         return web.json_response(
             {"error": error}, status=429, headers={"Retry-After": str(seconds)}
         )
+    if outcome == GONE:
+        return _gone(telegram)
     if telegram:
         body = {"ok": False, "error_code": 500, "description": "Internal Server Error"}
         return web.json_response(body, status=500)
     error = {"message": "An unknown error occurred", "code": 1, "type": "OAuthException"}
     return web.json_response({"error": error}, status=500)
+
+
+def _gone(telegram: bool) -> web.Response:
+    """The user blocked the bot (Telegram) or cannot be reached (Graph's 131026)."""
+    if telegram:
+        body = {
+            "ok": False,
+            "error_code": 403,
+            "description": "Forbidden: bot was blocked by the user",
+        }
+        return web.json_response(body, status=403)
+    error = {"message": "(#131026) Message undeliverable", "code": 131026, "type": "OAuthException"}
+    return web.json_response({"error": error}, status=400)
 
 
 async def _serve_media(

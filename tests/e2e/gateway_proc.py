@@ -64,8 +64,11 @@ def config_text(
     graph_url: str,
     agents: str,
     sections: Mapping[str, Mapping[str, Any]] | None = None,
+    bots: Sequence[Mapping[str, Any]] | None = None,
+    numbers: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
-    """A complete config: fakes for both platforms, a SQLite file, and ``sections`` on top."""
+    """A complete config: fakes for both platforms, a SQLite file, and ``sections`` on top;
+    ``bots`` and ``numbers`` replace the one default bot and number."""
     base: dict[str, dict[str, Any]] = {
         "server": {"host": "127.0.0.1", "port": port, "shutdown_timeout": 5},
         # A killed process's running turns move on after its lease: short, to keep tests quick.
@@ -94,9 +97,11 @@ def config_text(
         base[name] = {**base.get(name, {}), **values}
     parts = [_table(name, values) for name, values in base.items()]
     bot = {"name": BOT, "token": BOT_TOKEN, "secret_token": BOT_SECRET}
-    parts.append(_table("telegram.bots", bot, array=True))
+    for values in bots if bots is not None else [bot]:
+        parts.append(_table("telegram.bots", values, array=True))
     number = {"phone_number_id": NUMBER, "access_token": "e2e-access-token"}
-    parts.append(_table("whatsapp.numbers", number, array=True))
+    for values in numbers if numbers is not None else [number]:
+        parts.append(_table("whatsapp.numbers", values, array=True))
     return "\n".join(parts) + agents
 
 

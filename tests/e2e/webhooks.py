@@ -26,9 +26,42 @@ class Delivery:
     headers: dict[str, str]
 
 
-def telegram_text(update_id: int, chat_id: int, text: str) -> Delivery:
-    """An Update carrying a private text message."""
-    return _telegram_message(update_id, chat_id, {"text": text})
+def telegram_text(
+    update_id: int,
+    chat_id: int,
+    text: str,
+    *,
+    bot: str = BOT,
+    secret: str = BOT_SECRET,
+    **fields: Any,
+) -> Delivery:
+    """An Update carrying a private text message (to ``bot``, the default one unless given;
+    ``fields`` added to the message, e.g. ``entities``)."""
+    message = {**_private(update_id, chat_id, text), **fields}
+    return telegram_update(
+        {"update_id": update_id, "message": message},
+        bot=bot,
+        secret=secret,
+    )
+
+
+def _private(message_id: int, chat_id: int, text: str) -> dict[str, Any]:
+    return {
+        "message_id": message_id,
+        "date": 1735689600,
+        "chat": {"id": chat_id, "type": "private", "first_name": "Ann"},
+        "from": {"id": chat_id, "is_bot": False, "first_name": "Ann"},
+        "text": text,
+    }
+
+
+def telegram_update(
+    update: dict[str, Any], *, bot: str = BOT, secret: str = BOT_SECRET
+) -> Delivery:
+    """Any Update, posted to ``bot``'s webhook with its secret."""
+    body = json.dumps(update).encode()
+    headers = {"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": secret}
+    return Delivery(f"/webhooks/telegram/{bot}", body, headers)
 
 
 def telegram_photo(
@@ -75,20 +108,11 @@ def telegram_document(
 
 
 def _telegram_message(update_id: int, chat_id: int, fields: dict[str, Any]) -> Delivery:
-    user = {"id": chat_id, "is_bot": False, "first_name": "Ann"}
-    update = {
-        "update_id": update_id,
-        "message": {
-            "message_id": update_id,
-            "date": 1735689600,
-            "chat": {"id": chat_id, "type": "private", "first_name": "Ann"},
-            "from": user,
-            **fields,
-        },
-    }
-    body = json.dumps(update).encode()
-    headers = {"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": BOT_SECRET}
-    return Delivery(f"/webhooks/telegram/{BOT}", body, headers)
+    message = {**_private(update_id, chat_id, ""), **fields}
+    del message["text"]
+    if "text" in fields:
+        message["text"] = fields["text"]
+    return telegram_update({"update_id": update_id, "message": message})
 
 
 def now() -> str:
@@ -96,10 +120,10 @@ def now() -> str:
     return str(int(time.time()))
 
 
-def _whatsapp(value: dict[str, Any]) -> Delivery:
+def _whatsapp(value: dict[str, Any], number: str = NUMBER) -> Delivery:
     value = {
         "messaging_product": "whatsapp",
-        "metadata": {"display_phone_number": "15550001111", "phone_number_id": NUMBER},
+        "metadata": {"display_phone_number": "15550001111", "phone_number_id": number},
         **value,
     }
     envelope = {
@@ -112,8 +136,8 @@ def _whatsapp(value: dict[str, Any]) -> Delivery:
     return Delivery("/webhooks/whatsapp", body, headers)
 
 
-def whatsapp_texts(wa_id: str, *messages: tuple[str, str]) -> Delivery:
-    """A delivery of text messages ``(wamid, text)`` from one user."""
+def whatsapp_texts(wa_id: str, *messages: tuple[str, str], number: str = NUMBER) -> Delivery:
+    """A delivery of text messages ``(wamid, text)`` from one user (to ``number``)."""
     return _whatsapp(
         {
             "contacts": [{"profile": {"name": "Bob"}, "wa_id": wa_id}],
@@ -127,7 +151,8 @@ def whatsapp_texts(wa_id: str, *messages: tuple[str, str]) -> Delivery:
                 }
                 for wamid, text in messages
             ],
-        }
+        },
+        number,
     )
 
 

@@ -10,6 +10,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from tests.channels import telegram_fakes as tg
 from webhook_bot_gateway.gateway._keys import SENDER_WAKE, STORE
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.store import InboxIn, OutboxIn, ParsedDelivery, QuarantineIn, Store
@@ -489,3 +490,22 @@ async def test_admin_reply_window_applies_to_whatsapp_only(client: Client, db_pa
     assert (await error_of(response, 409))["code"] == "window_closed"
     assert await store_of(client).list_outbox(wa.session_id) == []
     assert await store_of(client).get_branch(wa.session_id) == []
+
+
+async def test_admin_handoff_to_an_agent_the_account_does_not_list_is_refused(
+    aiohttp_client: Any, db_path: Path
+) -> None:
+    bot = {"name": "support", "token": tg.TOKEN, "secret_token": tg.SECRET}
+    bots = [{**bot, "agents": ["triage", "billing"]}]
+    config = settings(db_path, telegram={"api_base_url": "http://127.0.0.1:9", "bots": bots})
+    client: Client = await aiohttp_client(build_app(config, ingest_only=True))
+    await client.app[STORE].create_session("telegram", "support", "42", "triage")
+    path = f"/api/sessions/{SID}/handoff"
+    refused = await client.post(path, headers=AUTH, json={"agent": "human"})
+    error = await error_of(refused, 400)
+    assert (error["code"], error["field"]) == ("agent_not_allowed", "agent")
+    session = await client.app[STORE].get_session(SID)
+    assert session is not None
+    assert session.active_agent == "triage"
+    taken = await client.post(path, headers=AUTH, json={"agent": "billing"})
+    assert taken.status == 200

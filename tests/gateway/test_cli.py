@@ -231,3 +231,20 @@ def test_mask_url_hides_passwords_wherever_they_sit(url: str, secret: str) -> No
     masked = mask_url(url)
     assert secret not in masked
     assert masked.startswith("postgresql://gw")
+
+
+def test_check_config_names_an_undeclared_bot_starting_agent_of_module_agents(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With agents.module the names are known only once the registry is built: check-config
+    still refuses, naming the key."""
+    bot = '[[telegram.bots]]\nname = "{}"\ntoken = "1:t"\nsecret_token = "s"\n'
+    bot += 'starting_agent = "{}"\n'
+    bots = bot.format("a", "coder") + bot.format("b", "nobody")
+    agents = '[agents]\nstarting_agent = "coder"\nmodule = "tests.agents.sample_module"\n'
+    path = config_with_store(tmp_path, bots + agents)
+    code, _ = cli("check-config", "--config", str(path))
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "telegram.bots[1].starting_agent" in err
+    assert "Traceback" not in err

@@ -193,3 +193,70 @@ def test_whatsapp_templates_are_checked_and_each_name_and_language_declared_once
     assert found is not None
     assert found.parameters == ("nome",)
     assert settings.whatsapp.template("follow_up", "de_DE") is None
+
+
+AGENTS = """
+[agents]
+starting_agent = "triage"
+[[agents.list]]
+name = "triage"
+kind = "human"
+[[agents.list]]
+name = "sales"
+kind = "human"
+"""
+
+
+def test_account_starting_agents_are_read(tmp_path: Path) -> None:
+    bots = (
+        '[[telegram.bots]]\nname = "a"\ntoken = "t"\nsecret_token = "s"\n'
+        '[[telegram.bots]]\nname = "b"\ntoken = "t2"\nsecret_token = "s2"\n'
+        'starting_agent = "sales"\n'
+        '[[whatsapp.numbers]]\nphone_number_id = "1"\naccess_token = "t"\n'
+        'starting_agent = "sales"\n'
+    )
+    settings = load_settings(write(tmp_path, bots + AGENTS), {})
+    assert [bot.starting_agent for bot in settings.telegram.bots] == [None, "sales"]
+    assert settings.whatsapp.numbers[0].starting_agent == "sales"
+
+
+def test_undeclared_bot_starting_agent_names_the_key(tmp_path: Path) -> None:
+    bots = (
+        '[[telegram.bots]]\nname = "a"\ntoken = "t"\nsecret_token = "s"\n'
+        '[[telegram.bots]]\nname = "b"\ntoken = "t2"\nsecret_token = "s2"\n'
+        'starting_agent = "nobody"\n'
+    )
+    error = error_of(tmp_path, bots + AGENTS)
+    assert error.key == "telegram.bots[1].starting_agent"
+    assert "nobody" in str(error)
+
+
+def test_undeclared_number_starting_agent_names_the_key(tmp_path: Path) -> None:
+    number = '[[whatsapp.numbers]]\nphone_number_id = "1"\naccess_token = "t"\n'
+    error = error_of(tmp_path, number + 'starting_agent = "nobody"\n' + AGENTS)
+    assert error.key == "whatsapp.numbers[0].starting_agent"
+
+
+def test_bot_group_and_edit_policies_name_the_key(tmp_path: Path) -> None:
+    bot = '[[telegram.bots]]\nname = "a"\ntoken = "t"\nsecret_token = "s"\n'
+    assert error_of(tmp_path, bot + 'groups = "some"\n').key == "telegram.bots[0].groups"
+    edited = error_of(tmp_path, bot + 'edited_messages = "merge"\n')
+    assert edited.key == "telegram.bots[0].edited_messages"
+    settings = load_settings(write(tmp_path, bot + 'groups = "all"\n'), {})
+    assert (settings.telegram.bots[0].groups, settings.telegram.bots[0].edited_messages) == (
+        "all",
+        "ignore",
+    )
+
+
+def test_account_agents_must_be_declared_and_hold_its_starting_agent(tmp_path: Path) -> None:
+    bot = '[[telegram.bots]]\nname = "a"\ntoken = "t"\nsecret_token = "s"\n'
+    unknown = error_of(tmp_path, bot + 'agents = ["sales", "nobody"]\n' + AGENTS)
+    assert unknown.key == "telegram.bots[0].agents[1]"
+    # The global starting agent (triage) is not among them: the list names the problem.
+    missing = error_of(tmp_path, bot + 'agents = ["sales"]\n' + AGENTS)
+    assert missing.key == "telegram.bots[0].agents"
+    own = error_of(tmp_path, bot + 'starting_agent = "triage"\nagents = ["sales"]\n' + AGENTS)
+    assert own.key == "telegram.bots[0].starting_agent"
+    fine = bot + 'starting_agent = "sales"\nagents = ["sales"]\n'
+    assert load_settings(write(tmp_path, fine + AGENTS), {}).telegram.bots[0].agents == ("sales",)

@@ -22,7 +22,7 @@ from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 from webhook_bot_gateway.gateway._metrics import Metrics
 from webhook_bot_gateway.gateway._sender import OUTBOX, Sender
 from webhook_bot_gateway.gateway.config import SenderConfig
-from webhook_bot_gateway.store import OutboxIn, OutboxItem, SQLiteStore
+from webhook_bot_gateway.store import PARKED_ERROR, OutboxIn, OutboxItem, SQLiteStore
 
 from .pipeline_helpers import FakeClock
 
@@ -214,13 +214,13 @@ async def test_sender_marks_a_hung_send_uncertain_and_never_retries_it(
 async def test_sender_records_a_permanent_error_on_the_row_and_the_session(
     store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
 ) -> None:
-    bots.script("sendMessage", tg.error(403, "Forbidden: bot was blocked by the user"))
+    bots.script("sendMessage", tg.error(403, "Forbidden: bot was kicked from the group chat"))
     relay = Relay(store, {"telegram": telegram})
     item = await queue(store, "Hello")
     await relay.step()
     failed = await row(store, item)
     assert failed.state == "failed"
-    assert "blocked by the user" in (failed.error or "")
+    assert "kicked from the group" in (failed.error or "")
     assert item.session_id is not None
     events = await store.list_events(item.session_id)
     [event] = [e for e in events if e.kind == "send_failed"]
@@ -231,7 +231,7 @@ async def test_sender_records_a_permanent_error_on_the_row_and_the_session(
         "failed",
         "failed",
     )
-    assert "blocked by the user" in status["error"]
+    assert "kicked from the group" in status["error"]
     relay.clock.now += 86_400
     await relay.steps(2)
     assert len(bots.calls) == 1
@@ -439,3 +439,51 @@ async def test_sender_logs_a_reply_sent_again_after_an_attempt_that_recorded_no_
         f"outbox row {exposed.id}: sending again after an attempt whose outcome was not"
         " recorded (the crash window): the user may see it twice"
     ]
+
+
+async def test_sender_parks_every_reply_of_a_user_who_blocked_the_bot(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    """Telegram's 403 "blocked by the user": the session is marked, this reply and the next
+    ones are parked (pending, not tried again), not failed."""
+    bots.script("sendMessage", tg.error(403, "Forbidden: bot was blocked by the user"))
+    relay = Relay(store, {"telegram": telegram})
+    first = await queue(store, "Hello")
+    second = await queue(store, "Are you there?")
+    await relay.step()
+    relay.clock.now += 86_400
+    await relay.steps(2)
+    assert texts(bots) == ["Hello"]  # one attempt, then nothing
+    assert first.session_id is not None
+    rows = await store.list_outbox(first.session_id)
+    assert [(r.id, r.state, r.error) for r in rows] == [
+        (first.id, "pending", PARKED_ERROR),
+        (second.id, "pending", PARKED_ERROR),
+    ]
+    session = await store.get_session(first.session_id)
+    assert session is not None
+    assert session.metadata["blocked"] is True
+    [event] = [e for e in await store.list_events(first.session_id) if e.kind == "user_blocked"]
+    assert (event.detail["reason"], event.detail["parked"]) == ("blocked", 2)
+    assert relay.count("parked") == 1
+    assert relay.count("failed") == 0
+
+
+async def test_sender_parks_the_replies_of_an_unreachable_whatsapp_user(
+    store: SQLiteStore, whatsapp: WhatsAppAdapter, graph: tuple[wa.FakeGraph, str]
+) -> None:
+    fake = graph[0]
+    fake.graph_error(400, 131026, "Message undeliverable")
+    relay = Relay(store, {"whatsapp": whatsapp})
+    item = await queue(store, "Hi", channel="whatsapp", account=wa.NUMBER_A, chat_id=USER)
+    await relay.step()
+    relay.clock.now += 86_400
+    await relay.steps(2)
+    assert len(fake.requests) == 1
+    parked = await row(store, item)
+    assert (parked.state, parked.error) == ("pending", PARKED_ERROR)
+    assert item.session_id is not None
+    events = await store.list_events(item.session_id)
+    [event] = [e.detail for e in events if e.kind == "user_blocked"]
+    assert event["reason"] == "unreachable"
+    assert "131026" in event["error"]

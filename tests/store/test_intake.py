@@ -267,3 +267,31 @@ async def test_record_parsed_keeps_when_the_user_last_wrote(store: Store, clock:
     session = await store.get_session(sid("a"))
     assert session is not None
     assert session.metadata == {LAST_USER_MESSAGE_AT: clock.now, "note": "kept"}
+
+
+async def test_record_parsed_gives_a_new_session_its_accounts_starting_agent(
+    store: Store,
+) -> None:
+    """An item naming a starting agent (its bot's or number's own) overrides the global one
+    for a new session; an existing session keeps its agent."""
+    await store.create_session(CHANNEL, ACCOUNT, "old", "billing")
+    delivery_id = await stored(store, "k1", "k2", "k3")
+    own = InboxIn(CHANNEL, ACCOUNT, "new", "k1", {"text": "hi"}, starting_agent="sales")
+    kept = InboxIn(CHANNEL, ACCOUNT, "old", "k2", {"text": "hi"}, starting_agent="sales")
+    blocked = MembershipIn(CHANNEL, ACCOUNT, "gone", True, starting_agent="sales")
+    parsed = ParsedDelivery(inbox=(own, kept, message("plain", "k3")), memberships=(blocked,))
+    await store.record_parsed(delivery_id, parsed, starting_agent=AGENT)
+    agents = {}
+    for chat in ("new", "old", "plain", "gone"):
+        session = await store.get_session(sid(chat))
+        assert session is not None
+        agents[chat] = session.active_agent
+    assert agents == {"new": "sales", "old": "billing", "plain": AGENT, "gone": "sales"}
+
+
+async def test_record_parsed_refuses_an_empty_account_starting_agent(store: Store) -> None:
+    delivery_id = await stored(store, "k1")
+    item = InboxIn(CHANNEL, ACCOUNT, "new", "k1", {"text": "hi"}, starting_agent="")
+    with pytest.raises(ValueError, match="agent name"):
+        await store.record_parsed(delivery_id, ParsedDelivery(inbox=(item,)), starting_agent=AGENT)
+    assert await store.get_session(sid("new")) is None

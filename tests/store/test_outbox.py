@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 
 from webhook_bot_gateway.store import (
+    PARKED_AT,
+    PARKED_ERROR,
+    MembershipIn,
     NewMessage,
     OutboxIn,
     OutboxItem,
@@ -408,3 +411,58 @@ async def test_outbox_schedule_is_due_and_next_due_in_one_read(
     assert next_due == await store.next_outbox_due() == clock.now
     with pytest.raises(ValueError, match="limit"):
         await store.outbox_schedule(clock.now, 0)
+
+
+async def test_parked_rows_are_never_due_until_unparked_then_go_in_order(
+    store: Store, clock: FakeClock
+) -> None:
+    """A session's parked rows stay pending and out of the schedule; unparking makes them due
+    now, and a row added meanwhile waits behind them (its chat's order holds)."""
+    first, second = await queued(store, "a", 2)
+    await queued(store, "b")
+    assert await store.park_outbox(sid("a")) == 2
+    assert await store.park_outbox(sid("a")) == 0  # parked already
+    parked = OutboxIn(sid("a"), CHANNEL, ACCOUNT, "a", {"text": "later"}, parked=True)
+    third = await store.enqueue_outbox(parked)
+    assert (third.error, third.next_attempt_at) == (PARKED_ERROR, PARKED_AT)
+    clock.now += 10**6
+    due, _ = await store.outbox_schedule(clock.now, 100)
+    assert [row.chat_id for row in due] == ["b"]
+    rows = await store.list_outbox(sid("a"))
+    assert [(row.state, row.error, row.attempts) for row in rows] == [
+        ("pending", PARKED_ERROR, 0)
+    ] * 3
+    assert await store.unpark_outbox(sid("a")) == 3
+    due, _ = await store.outbox_schedule(clock.now, 100)
+    assert [row.id for row in due if row.chat_id == "a"] == [first.id]  # the chat's head
+    rows = await store.list_outbox(sid("a"))
+    assert [row.id for row in rows] == [first.id, second.id, third.id]
+    assert {(row.error, row.next_attempt_at <= clock.now) for row in rows} == {(None, True)}
+
+
+async def test_park_outbox_leaves_finished_rows_and_other_sessions_alone(store: Store) -> None:
+    [sent] = await queued(store, "a")
+    await store.outbox_sent(sent.id, ["p1"])
+    [other] = await queued(store, "b")
+    await queued(store, "a")
+    assert await store.park_outbox(sid("a")) == 1
+    rows = await store.list_outbox(sid("a"))
+    assert [(row.state, row.error) for row in rows] == [("sent", None), ("pending", PARKED_ERROR)]
+    [kept] = await store.list_outbox(sid("b"))
+    assert (kept.id, kept.error) == (other.id, None)
+
+
+async def test_a_block_parks_the_sessions_replies_and_an_unblock_releases_them(
+    store: Store,
+) -> None:
+    [row] = await queued(store, "a")
+    for key, blocked in (("k-block", True), ("k-unblock", False)):
+        [result] = await store.ingest([delivery(key)])
+        assert result.delivery_id is not None
+        membership = MembershipIn(CHANNEL, ACCOUNT, "a", blocked)
+        parsed = ParsedDelivery(memberships=(membership,))
+        await store.record_parsed(result.delivery_id, parsed, starting_agent=AGENT)
+        [now] = await store.list_outbox(sid("a"))
+        assert (now.id, now.error) == (row.id, PARKED_ERROR if blocked else None)
+    events = [(e.kind, e.detail) for e in await store.list_events(sid("a"))]
+    assert events[-2:] == [("user_blocked", {"parked": 1}), ("user_unblocked", {"released": 1})]

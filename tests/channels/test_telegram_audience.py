@@ -1,0 +1,190 @@
+"""Which Telegram messages a bot answers: groups, mentions, replies, commands for other bots,
+edits, and the identity getMe gives it."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from pytest_aiohttp import AiohttpServer
+
+from webhook_bot_gateway.channels import InboundMessage, ParseResult
+from webhook_bot_gateway.channels.telegram import BotIdentity, TelegramAdapter
+
+from . import telegram_fakes as tg
+
+GROUP = {"id": -1001987654321, "title": "Example Support Group", "type": "supergroup"}
+BOB = {"id": 987654321, "is_bot": False, "first_name": "Bob"}
+
+
+def adapter(identity: BotIdentity | None = tg.FIXTURE_BOT, **options: str) -> TelegramAdapter:
+    known = {"support": identity} if identity is not None else None
+    return TelegramAdapter(tg.config(**options), identities=known)
+
+
+def group_message(text: str, update_id: int = 1, **fields: Any) -> bytes:
+    message = {
+        "message_id": 10 + update_id,
+        "date": 1735690500,
+        "chat": GROUP,
+        "from": BOB,
+        "text": text,
+        **fields,
+    }
+    return json.dumps({"update_id": update_id, "message": message}).encode()
+
+
+def entity(kind: str, text: str, word: str, **extra: Any) -> dict[str, Any]:
+    return {"type": kind, "offset": text.index(word), "length": len(word), **extra}
+
+
+def command(text: str) -> bytes:
+    return group_message(text, entities=[entity("bot_command", text, text.split()[0])])
+
+
+def answered(bot: TelegramAdapter, body: bytes) -> bool:
+    result: ParseResult = bot.parse(body, "support")
+    assert result.failures == ()
+    if result.events:
+        return True
+    assert result.ignored == ("message",)
+    return False
+
+
+def test_group_chatter_is_not_answered_but_keeps_its_dedup_key() -> None:
+    body = tg.fixture_bytes("30_group_chatter.json")
+    bot = adapter()
+    assert not answered(bot, body)
+    # Claimed at the door like any message: a retried delivery of it is dropped there.
+    assert bot.delivery_keys(body, "support") == ["telegram:support:871234530"]
+
+
+def test_group_mention_reply_and_commands_for_the_bot_are_answered() -> None:
+    bot = adapter()
+    for name in ("31_group_mention.json", "32_group_reply_to_bot.json", "20_group_command.json"):
+        assert answered(bot, tg.fixture_bytes(name)), name
+
+
+def test_mention_of_the_bot_is_matched_without_letter_case() -> None:
+    text = "hey @Gateway_Test_BOT help"
+    body = group_message(text, entities=[entity("mention", text, "@Gateway_Test_BOT")])
+    assert answered(adapter(), body)
+
+
+def test_mention_of_someone_else_is_not_addressed() -> None:
+    text = "ask @gateway_test_bot_fan instead"
+    body = group_message(text, entities=[entity("mention", text, "@gateway_test_bot_fan")])
+    assert not answered(adapter(), body)
+
+
+def test_a_plain_at_word_without_a_mention_entity_is_not_addressed() -> None:
+    assert not answered(adapter(), group_message("@gateway_test_bot is not an entity here"))
+
+
+def test_text_mention_of_the_bot_by_id_is_addressed() -> None:
+    text = "Gateway Bot, my bill?"
+    user = {"id": 7000000001, "is_bot": True, "first_name": "Gateway Bot"}
+    body = group_message(text, entities=[entity("text_mention", text, "Gateway Bot", user=user)])
+    assert answered(adapter(), body)
+
+
+def test_caption_mention_of_a_photo_is_addressed() -> None:
+    caption = "@gateway_test_bot is this damage covered?"
+    photo = [{"file_id": "p1", "file_unique_id": "u1", "width": 90, "height": 90}]
+    message = {
+        "message_id": 20,
+        "date": 1735690500,
+        "chat": GROUP,
+        "from": BOB,
+        "photo": photo,
+        "caption": caption,
+        "caption_entities": [entity("mention", caption, "@gateway_test_bot")],
+    }
+    body = json.dumps({"update_id": 2, "message": message}).encode()
+    assert answered(adapter(), body)
+
+
+def test_reply_to_another_users_message_is_not_addressed() -> None:
+    original = {"message_id": 3, "date": 1735690400, "chat": GROUP, "from": BOB, "text": "x"}
+    assert not answered(adapter(), group_message("me too", reply_to_message=original))
+
+
+def test_command_for_another_bot_is_ignored_in_groups_and_private_chats() -> None:
+    bot = adapter(groups="all")
+    assert not answered(bot, tg.fixture_bytes("33_group_command_other_bot.json"))
+    private = json.loads(tg.fixture_bytes("01_private_text.json"))
+    private["message"]["text"] = "/help@someotherbot"
+    private["message"]["entities"] = [{"type": "bot_command", "offset": 0, "length": 18}]
+    assert not answered(bot, json.dumps(private).encode())
+
+
+def test_bare_command_in_a_group_is_addressed() -> None:
+    assert answered(adapter(), command("/help me"))
+
+
+def test_groups_all_answers_unaddressed_chatter() -> None:
+    assert answered(adapter(groups="all"), tg.fixture_bytes("30_group_chatter.json"))
+
+
+def test_private_chat_is_answered_without_being_addressed() -> None:
+    assert answered(adapter(), tg.fixture_bytes("01_private_text.json"))
+
+
+def test_edited_message_is_ignored_by_default_and_a_new_turn_when_configured() -> None:
+    body = tg.fixture_bytes("07_edited_message.json")
+    assert not adapter().parse(body, "support").events
+    assert adapter().parse(body, "support").ignored == ("edited_message",)
+    [event] = adapter(edited_messages="new_turn").parse(body, "support").events
+    assert isinstance(event, InboundMessage)
+    assert (event.kind, event.edited_message_id) == ("edited", "1365")
+
+
+def test_without_a_username_commands_with_a_name_are_ignored_and_replies_still_count() -> None:
+    """getMe failed: the username is unknown, the id still comes from the token."""
+    bot = adapter(identity=None)
+    assert not answered(bot, tg.fixture_bytes("20_group_command.json"))
+    me = {"id": int(tg.TOKEN.split(":")[0]), "is_bot": True, "first_name": "Bot"}
+    original = {"message_id": 3, "date": 1735690400, "chat": GROUP, "from": me, "text": "x"}
+    assert answered(bot, group_message("thanks", reply_to_message=original))
+    assert answered(bot, command("/help"))
+
+
+@pytest.fixture
+async def bot_api(aiohttp_server: AiohttpServer) -> AsyncIterator[tuple[tg.FakeBotApi, str]]:
+    fake = tg.FakeBotApi()
+    server = await aiohttp_server(fake.app())
+    yield fake, str(server.make_url("")).rstrip("/")
+    fake.release.set()
+
+
+async def test_identify_asks_get_me_once_and_uses_the_username(
+    bot_api: tuple[tg.FakeBotApi, str],
+) -> None:
+    fake, url = bot_api
+    async with TelegramAdapter(tg.config(url)) as bot:
+        await bot.identify()
+        await bot.identify()  # known now: not asked again
+        identity = bot.identity("support")
+        text = "@gw_bot hello"
+        mention = group_message(text, entities=[entity("mention", text, "@gw_bot")])
+        assert answered(bot, mention)
+    assert identity == BotIdentity(7000000001, "gw_bot")
+    assert fake.methods() == ["getMe", "getMe"]  # one per bot, support and sales
+    assert {call.token for call in fake.calls} == {tg.TOKEN, tg.OTHER_TOKEN}
+
+
+async def test_identify_failure_is_logged_without_the_token_and_leaves_it_unknown(
+    bot_api: tuple[tg.FakeBotApi, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    fake, url = bot_api
+    fake.script("getMe", tg.error(401, "Unauthorized"), tg.error(401, "Unauthorized"))
+    async with TelegramAdapter(tg.config(url)) as bot:
+        with caplog.at_level(logging.WARNING, logger="channels.telegram"):
+            await bot.identify()
+        identity = bot.identity("support")
+    assert identity == BotIdentity(int(tg.TOKEN.split(":")[0]), None)
+    assert "getMe failed" in caplog.text
+    assert tg.TOKEN not in caplog.text

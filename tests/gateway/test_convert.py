@@ -1,0 +1,50 @@
+"""Channel events into the runner's input: the deep link payload of ``/start <payload>``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook_bot_gateway.gateway import _convert as convert
+
+
+def event(text: str, command: dict[str, str] | None = None, key: str = "k1") -> dict[str, Any]:
+    return {
+        "channel": "telegram",
+        "account": "support",
+        "chat_id": "1",
+        "sender_id": "1",
+        "message_id": key,
+        "dedup_key": key,
+        "timestamp": "2026-01-01T00:00:00+00:00",
+        "kind": "command" if command else "text",
+        "text": text,
+        "command": command,
+    }
+
+
+START = event("/start ref_42", {"name": "start", "args": "ref_42"})
+
+
+def test_start_payload_is_a_context_line_and_in_the_data() -> None:
+    inbound = convert.user_input([START])
+    assert inbound.text.splitlines() == [
+        "/start ref_42",
+        "[the user came through a link with start payload: ref_42]",
+    ]
+    assert inbound.data[convert.START_PAYLOAD] == "ref_42"
+    assert convert.last_start_payload([START]) == "ref_42"
+
+
+def test_start_without_a_deep_link_payload_has_none() -> None:
+    typed = event("/start hello there", {"name": "start", "args": "hello there"})
+    bare = event("/start", {"name": "start", "args": ""})
+    other = event("/help ref_42", {"name": "help", "args": "ref_42"})
+    for item in (typed, bare, other, event("ref_42")):
+        assert convert.START_PAYLOAD not in convert.user_input([item]).data
+        assert convert.last_start_payload([item]) is None
+
+
+def test_the_last_payload_of_a_merged_turn_wins() -> None:
+    second = event("/start ref_43", {"name": "start", "args": "ref_43"}, key="k2")
+    assert convert.last_start_payload([START, second, event("hi", key="k3")]) == "ref_43"
+    assert convert.user_input([START, second]).data[convert.START_PAYLOAD] == "ref_43"
