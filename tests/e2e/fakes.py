@@ -185,16 +185,13 @@ def _is_send(method: str) -> bool:
     return method in ("sendMessage", "message")
 
 
+@dataclass
 class FakeTelegram(FakePlatform):
     """``POST /bot<token>/<method>``; sendMessage answers a Message with a fresh id; getMe the
     bot whose id is the token's number and whose username is ``usernames[token]`` (else
     ``e2e_bot``), unrecorded."""
 
-    usernames: dict[str, str]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.usernames = {}
+    usernames: dict[str, str] = field(default_factory=dict)
 
     def app(self) -> web.Application:
         app = web.Application()

@@ -220,7 +220,8 @@ async def test_a_turn_taken_over_fails_its_commit_and_writes_nothing(
         assert caught.value.code == "turn_active"
         session = await other.get_session(SID)
         assert session is not None
-        assert (session.status, session.active_agent, session.metadata) == ("idle", AGENT, {})
+        assert (session.status, session.active_agent) == ("idle", AGENT)
+        assert "old" not in session.metadata  # the old turn's update_metadata was not written
         assert [m.text for m in await other.get_branch(SID)] == ["from the new process"]
         assert await other.list_outbox(SID) == []
         assert await other.pending_inbox(SID) == []
