@@ -118,12 +118,10 @@ class TelegramAdapter:
         try:
             me = await self._call(handle, lambda bot: bot.get_me())
         except ChannelError as exc:
-            log.warning(
-                "bot %s: getMe failed (%s); until a restart, commands with @name are ignored"
-                " and in groups only bare commands and replies to the bot are answered",
-                handle.name,
-                exc.reason,
-            )
+            _unidentified(handle.name, exc.reason)
+            return
+        except (TypeError, ValueError, KeyError) as exc:  # PTB could not read it as a User
+            _unidentified(handle.name, f"its answer is not a User ({type(exc).__name__})")
             return
         identity = BotIdentity(me.id, me.username)
         self._audiences[handle.name] = self._audiences[handle.name].knowing(identity)
@@ -246,3 +244,12 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
         return value
     lowered = name.lower()
     return next((v for k, v in headers.items() if k.lower() == lowered), None)
+
+
+def _unidentified(bot: str, reason: str) -> None:
+    log.warning(
+        "bot %s: getMe failed (%s); until a restart, commands with @name are ignored"
+        " and in groups only bare commands and replies to the bot are answered",
+        bot,
+        reason,
+    )

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
 from webhook_bot_gateway.channels import InboundMessage, ParseResult
@@ -188,3 +189,22 @@ async def test_identify_failure_is_logged_without_the_token_and_leaves_it_unknow
     assert identity == BotIdentity(int(tg.TOKEN.split(":")[0]), None)
     assert "getMe failed" in caplog.text
     assert tg.TOKEN not in caplog.text
+
+
+async def test_identify_of_an_answer_that_is_not_a_user_is_logged_and_the_start_goes_on(
+    bot_api: tuple[tg.FakeBotApi, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Bot API stand-in that answers ``true`` to every method once stopped the gateway's
+    start with PTB's TypeError."""
+
+    async def not_a_user(request: web.Request, call: tg.Recorded) -> web.StreamResponse:
+        return tg.ok(True)
+
+    fake, url = bot_api
+    fake.script("getMe", not_a_user, not_a_user)
+    async with TelegramAdapter(tg.config(url)) as bot:
+        with caplog.at_level(logging.WARNING, logger="channels.telegram"):
+            await bot.identify()
+        identity = bot.identity("support")
+    assert identity == BotIdentity(int(tg.TOKEN.split(":")[0]), None)
+    assert "getMe failed (its answer is not a User (TypeError))" in caplog.text
