@@ -68,7 +68,7 @@ from ._api_models import (
     SessionsQuery,
     TemplateBody,
 )
-from ._convert import payload, reply_target, text_message
+from ._convert import outbox_row, reply_target, text_message
 from ._export import ExportQuery, SessionExport, build_export, write_zip
 from ._http import UNSUPPORTED_ENCODING, body_encoding, encoding_message
 from ._keys import AGENT_NAMES, AGENTS, METRICS, SENDER_WAKE, SETTINGS, STORE, AgentInfo
@@ -435,10 +435,7 @@ def _outbox(session: Session, text: str) -> OutboxIn:
     """The operator's reply; parked, not sent, while the user has blocked the bot."""
     chat = reply_target(session.chat_id, session.metadata)
     message = text_message(session.channel, session.account, chat, text)
-    parked = is_blocked(session.metadata)
-    return OutboxIn(
-        session.session_id, session.channel, session.account, chat, payload(message), parked
-    )
+    return outbox_row(session, message, parked=is_blocked(session.metadata))
 
 
 @admin_route

@@ -17,7 +17,7 @@ from webhook_bot_gateway.channels import (
     OutboundMessage,
     Reaction,
 )
-from webhook_bot_gateway.store import Attachment, InboxItem
+from webhook_bot_gateway.store import Attachment, InboxItem, OutboxIn, Session
 
 MIGRATED_CHAT = "migrated_to_chat_id"  # session metadata: where a Telegram group moved to
 START_PAYLOAD = "start_payload"  # session metadata: the payload of the last /start deep link
@@ -197,3 +197,16 @@ def text_message(channel: str, account: str, chat_id: str, text: str) -> Outboun
 def payload(message: OutboundMessage) -> dict[str, Any]:
     """The JSON an outbox row keeps."""
     return message.model_dump(mode="json", exclude_defaults=True)
+
+
+def outbox_row(session: Session, message: OutboundMessage, *, parked: bool) -> OutboxIn:
+    """The outbox row that sends ``message`` to the session's chat (``parked``: kept, not
+    sent, while the user has blocked the bot or cannot be reached)."""
+    return OutboxIn(
+        session.session_id,
+        session.channel,
+        session.account,
+        message.chat_id,
+        payload(message),
+        parked,
+    )

@@ -13,7 +13,7 @@ from typing import Any
 
 from webhook_bot_gateway.agents import DEAD_LETTER
 from webhook_bot_gateway.channels.web import CHANNEL as WEB
-from webhook_bot_gateway.store import NewMessage, OutboxIn, Store, Turn
+from webhook_bot_gateway.store import NewMessage, Store, Turn
 
 from . import _convert as convert
 from ._reachability import is_blocked
@@ -51,14 +51,5 @@ def _apologise(turn: Turn, apology: str, handoff: tuple[str, str] | None) -> Non
         return  # the commit writes the apology to the session's event log: that is the send
     chat = convert.reply_target(session.chat_id, session.metadata)
     message = convert.text_message(session.channel, session.account, chat, apology)
-    parked = is_blocked(session.metadata)  # a user who blocked the bot gets it once back
-    turn.add_outbox(
-        OutboxIn(
-            session.session_id,
-            session.channel,
-            session.account,
-            chat,
-            convert.payload(message),
-            parked,
-        )
-    )
+    # A user who blocked the bot gets it once back.
+    turn.add_outbox(convert.outbox_row(session, message, parked=is_blocked(session.metadata)))

@@ -23,7 +23,6 @@ from webhook_bot_gateway.store import (
     InboxItem,
     InboxNotFound,
     InboxNotPending,
-    OutboxIn,
     RunActive,
     Session,
     SessionDeletedError,
@@ -431,13 +430,4 @@ def _before_commit(
     chat = convert.reply_target(session.chat_id, session.metadata)
     for reply in replies:
         message = convert.outbound(session.channel, session.account, chat, reply, thread)
-        turn.add_outbox(
-            OutboxIn(
-                session.session_id,
-                session.channel,
-                session.account,
-                chat,
-                convert.payload(message),
-                parked=parked,
-            )
-        )
+        turn.add_outbox(convert.outbox_row(session, message, parked=parked))

@@ -15,7 +15,7 @@ from webhook_bot_gateway.agents import Tool, ToolContext, tool
 from webhook_bot_gateway.channels import OutboundMessage, OutboundTemplate, WhatsAppConfig
 from webhook_bot_gateway.store import OutboxIn, Session, Turn
 
-from ._convert import payload, reply_target
+from ._convert import outbox_row, reply_target
 from ._reachability import is_blocked
 
 
@@ -64,10 +64,8 @@ def template_outbox(session: Session, template: OutboundTemplate) -> OutboxIn:
     message = OutboundMessage(
         channel=session.channel, account=session.account, chat_id=chat, template=template
     )
-    parked = is_blocked(session.metadata)  # an unreachable user gets it once they write again
-    return OutboxIn(
-        session.session_id, session.channel, session.account, chat, payload(message), parked
-    )
+    # An unreachable user gets it once they write again.
+    return outbox_row(session, message, parked=is_blocked(session.metadata))
 
 
 TEMPLATE_TOOL = "whatsapp_template"  # the name agents list in ``tools`` to get it
