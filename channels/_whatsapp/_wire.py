@@ -6,7 +6,7 @@ fails alone; these models validate one message, status, contact or error at a ti
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 
 class _Wire(BaseModel):
@@ -37,6 +37,11 @@ class WireContact(_Wire):
     user_id: str | None = None
 
 
+# Seconds as Meta sends them (a string) or as a number; strict, so that true/false is not read as
+# 1/0 (the dedup keys, taken before the 200, refuse it: both must agree on which parts count).
+Timestamp = StrictStr | StrictInt
+
+
 class WireContext(_Wire):
     id: str | None = None
     from_: str | None = Field(default=None, alias="from")
@@ -46,7 +51,7 @@ class WireMessage(_Wire):
     """The fields every message has; the type's own object is validated separately."""
 
     id: str = Field(min_length=1)
-    timestamp: str | int
+    timestamp: Timestamp
     type: str = Field(min_length=1)
     from_: str | None = Field(default=None, alias="from")
     from_user_id: str | None = None
@@ -56,7 +61,7 @@ class WireMessage(_Wire):
 class WireStatus(_Wire):
     id: str = Field(min_length=1)
     status: str
-    timestamp: str | int
+    timestamp: Timestamp
     recipient_id: str | None = None
     recipient_user_id: str | None = None
 

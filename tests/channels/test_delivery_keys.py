@@ -89,6 +89,25 @@ def test_whatsapp_delivery_keys_refuse_a_delivery_with_only_broken_parts() -> No
         WHATSAPP.delivery_keys(json.dumps(body).encode())
 
 
+@pytest.mark.parametrize(
+    ("part", "fixture"), [("messages", "text_message.json"), ("statuses", "status_sent.json")]
+)
+@pytest.mark.parametrize("stamp", [False, True, 1.5])
+def test_a_timestamp_that_is_not_a_string_or_an_integer_is_no_event_and_claims_no_key(
+    part: str, fixture: str, stamp: object
+) -> None:
+    """pydantic read false as 0, so parse made an event whose key delivery_keys had not
+    claimed (found by the mutation test below)."""
+    body = wa.fixture_json(fixture)
+    body["entry"][0]["changes"][0]["value"][part][0]["timestamp"] = stamp
+    raw = json.dumps(body).encode()
+    result, keys = parsed_keys(WHATSAPP, raw, None)
+    assert keys == []
+    assert result.failures
+    with pytest.raises(ChannelError, match="no usable part"):
+        WHATSAPP.delivery_keys(raw)
+
+
 def test_whatsapp_delivery_keys_of_other_fields_are_empty() -> None:
     body = {"object": "whatsapp_business_account", "entry": [{"changes": [{"field": "calls"}]}]}
     assert WHATSAPP.delivery_keys(json.dumps(body).encode()) == []
