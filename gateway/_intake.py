@@ -37,6 +37,7 @@ from webhook_bot_gateway.store import (
 
 from ._media.files import clean_name
 from ._metrics import IGNORED, QUARANTINED, STORE_ERRORS, TEMPLATE_UPDATES, Metrics
+from ._pacer import AckPacer
 from ._reachability import is_undeliverable
 from ._wait import wait_event
 
@@ -134,6 +135,7 @@ class Intake:
         on_sessions: Callable[[Sequence[str]], None] = lambda ids: None,
         batch: int = 100,
         chunk: int = 32,
+        pacer: AckPacer | None = None,
     ) -> None:
         self._store = store
         self._adapters = adapters
@@ -145,6 +147,7 @@ class Intake:
         self._chunk = chunk  # deliveries recorded per transaction (one disk flush each)
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
+        self._pacer = pacer  # acks first: may hold new deliveries back while acks are slow
 
     async def run(self, wake: asyncio.Event, poll_seconds: float = 2.0) -> None:
         """Parse whatever is stored, then wait for a wake-up or the next poll; until ``stop``."""
@@ -173,6 +176,8 @@ class Intake:
             for start in range(0, len(deliveries), self._chunk):
                 if self._stopping:
                     break
+                if self._pacer is not None:
+                    await self._pacer.admit(len(deliveries[start : start + self._chunk]))
                 chunk = [(d, self._parse(d)) for d in deliveries[start : start + self._chunk]]
                 # The next chunk is parsed while this one is written; writes stay in order.
                 if writing is not None:

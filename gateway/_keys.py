@@ -14,6 +14,7 @@ from webhook_bot_gateway.store import Store
 from ._backlog import Backlog
 from ._dispatcher import Dispatcher
 from ._metrics import Metrics
+from ._pacer import AckPacer
 from ._store_gauges import StoreGauges
 from ._web.feed import EventFeed
 from ._writer import GroupCommitWriter
@@ -42,6 +43,7 @@ ADAPTERS = web.AppKey("adapters", Mapping[str, ChannelAdapter])  # by channel na
 # Factories the adapters are built with; channels.ADAPTERS unless a test substitutes one.
 FACTORIES = web.AppKey("adapter_factories", Mapping[str, AdapterFactory])
 WRITER = web.AppKey("writer", GroupCommitWriter)  # the group-commit ingest writer
+PACER = web.AppKey("ack_pacer", AckPacer)  # slows the pipeline while acks are slow
 BACKLOG = web.AppKey("backlog", Backlog)  # acknowledged, unanswered messages and their bounds
 DISPATCHER = web.AppKey("dispatcher", Dispatcher)  # absent with ingest_only: no turns run
 # The pipeline's long-running tasks (intake, dispatcher, sender...): one that ended: /readyz 503

@@ -27,6 +27,7 @@ from ._keys import (
     DISPATCHER,
     INTAKE_WAKE,
     METRICS,
+    PACER,
     PIPELINE_TASKS,
     SENDER_WAKE,
     SETTINGS,
@@ -36,6 +37,7 @@ from ._keys import (
 from ._media.fetch import FetchPolicy
 from ._media.worker import MediaWorker
 from ._metrics import HANDOFFS, MODEL_SECONDS, TURNS_IN_FLIGHT, Metrics
+from ._pacer import AckPacer
 from ._purge import Purger, retention_of
 from ._sender import Sender
 from .config import Settings
@@ -120,6 +122,7 @@ def build_pipeline(
     intake_wake: asyncio.Event,
     sender_wake: asyncio.Event,
     http: aiohttp.ClientSession,
+    pacer: AckPacer | None = None,
 ) -> Pipeline:
     """Wire the pipeline's parts; nothing runs until ``start()``."""
     sender = Sender(
@@ -157,6 +160,7 @@ def build_pipeline(
         account_agents=account_agents(settings),
         metrics=metrics,
         on_sessions=partial(_recorded, dispatcher, media),
+        pacer=pacer,
     )
     keep = settings.dedup.ttl_hours * 3600  # statuses of sent replies may arrive for days
     purger = Purger(
@@ -209,6 +213,7 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
             intake_wake=app[INTAKE_WAKE],
             sender_wake=app[SENDER_WAKE],
             http=http,
+            pacer=app[PACER],
         )
         app[DISPATCHER] = pipeline.dispatcher
         app[PIPELINE_TASKS] = pipeline.tasks

@@ -37,7 +37,7 @@ from ._http import (
     json_error,
     ok,
 )
-from ._keys import ADAPTERS, BACKLOG, METRICS, SETTINGS, WRITER
+from ._keys import ADAPTERS, BACKLOG, METRICS, PACER, SETTINGS, WRITER
 from ._metrics import (
     ACCEPTED,
     ACK_SECONDS,
@@ -221,7 +221,9 @@ async def _ingest(
         metrics.inc(REJECTED, channel=channel, reason=exc.code)
         log.info("%s webhook refused: %s %s", channel, exc.status, exc.code)
         return exc.response()
-    metrics.observe(ACK_SECONDS, time.perf_counter() - started, channel=channel)
+    elapsed = time.perf_counter() - started
+    metrics.observe(ACK_SECONDS, elapsed, channel=channel)
+    app[PACER].acked(elapsed)
     return ok()
 
 

@@ -26,6 +26,7 @@ from ._keys import (
     FEED,
     INTAKE_WAKE,
     METRICS,
+    PACER,
     PIPELINE_TASKS,
     SENDER_WAKE,
     SETTINGS,
@@ -38,6 +39,7 @@ from ._keys import (
 from ._lease import Lease
 from ._metrics import BACKLOG as BACKLOG_GAUGE
 from ._metrics import BATCH_SIZE, Metrics
+from ._pacer import AckPacer
 from ._pipeline import pipeline_ctx
 from ._sandbox import add_sandbox_routes, sandbox_warnings
 from ._store_gauges import StoreGauges
@@ -81,6 +83,8 @@ async def _backlog_ctx(app: web.Application) -> AsyncIterator[None]:
     await backlog.sync()  # what an earlier run left counts before the first request
     backlog.start()
     app[BACKLOG] = backlog
+    # Past backlog_ready the waiting users come first: the pipeline is no longer paced.
+    app[PACER] = AckPacer(ingest.ack_target_ms / 1000, overloaded=lambda: not backlog.ready)
     app[METRICS].set_function(BACKLOG_GAUGE, lambda: backlog.count)
     yield
     await backlog.aclose()

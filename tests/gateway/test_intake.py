@@ -19,9 +19,11 @@ from webhook_bot_gateway.channels.telegram import TelegramAdapter
 from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 from webhook_bot_gateway.gateway._intake import IGNORED, QUARANTINED, Intake
 from webhook_bot_gateway.gateway._metrics import TEMPLATE_UPDATES, Metrics
+from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
 from webhook_bot_gateway.store import DeliveryIn, OutboxIn, SQLiteStore, make_session_id
 
 from .pipeline_helpers import rows
+from .test_pacer import Clock
 
 NUMBER = wa.NUMBER_A
 
@@ -322,3 +324,31 @@ async def test_intake_records_template_status_and_quality_updates(
     assert metrics.value(TEMPLATE_UPDATES, field=field, state=state) == 1
     assert (woken.sessions, inbox(db)) == ([], [])
     assert rows(db, "SELECT count(*) FROM deliveries") == [(0,)]
+
+
+async def test_the_intake_asks_the_pacer_before_it_parses(
+    store: SQLiteStore, adapters: dict[str, ChannelAdapter]
+) -> None:
+    """A paced intake leaves the deliveries stored until they are admitted, then parses them."""
+    for n in range(40):
+        await store_delivery(
+            store, adapters["whatsapp"], wa_messages((f"wamid.{n}", "111", f"text {n}"))
+        )
+    clock = Clock()
+    p = AckPacer(0.010, clock=clock, sleep=clock.sleep)
+    for _ in range(3):
+        p.acked(0.030)  # slow acks...
+    await p.admit(400)
+    clock.now += WINDOW * 1.02  # ...for a window: paced at about 5,600 deliveries/s
+    intake = Intake(
+        store,
+        adapters,
+        starting_agent="triage",
+        metrics=Metrics(),
+        on_sessions=Woken(),
+        pacer=p,
+    )
+    p.acked(0.030)
+    assert await intake.step() == 40
+    assert clock.slept, "the intake waited for the pacer"
+    assert await store.unparsed_deliveries() == []
