@@ -63,13 +63,15 @@ def _content_length(head: bytes) -> int:
 @dataclass
 class Tally:
     latencies: list[float] = field(default_factory=list)
+    sent_at: list[float] = field(default_factory=list)  # each counted request's (due) time
     statuses: dict[int, int] = field(default_factory=dict)
     ok_total: int = 0  # 200s including the warm-up: the gateway must hold one row for each
 
-    def add(self, status: int, latency: float, counted: bool) -> None:
+    def add(self, status: int, latency: float, counted: bool, at: float = 0.0) -> None:
         self.ok_total += status == 200
         if counted:
             self.latencies.append(latency)
+            self.sent_at.append(at)
             self.statuses[status] = self.statuses.get(status, 0) + 1
 
 
@@ -98,7 +100,7 @@ async def closed_loop(
                 return
             status = await conn.send(requests[i])
             done = time.perf_counter()
-            tally.add(status, done - sent, sent >= measure_from)
+            tally.add(status, done - sent, sent >= measure_from, sent)
 
     await asyncio.gather(*(worker(c) for c in conns))
     return tally, min(time.perf_counter(), stop) - measure_from
@@ -122,7 +124,7 @@ async def open_loop(
             status = await conn.send(requests[i])
         finally:
             idle.put_nowait(conn)
-        tally.add(status, time.perf_counter() - due, due >= start + warmup)
+        tally.add(status, time.perf_counter() - due, due >= start + warmup, due)
 
     for i in range(min(total, len(requests))):
         due = start + i / rate
@@ -134,6 +136,17 @@ async def open_loop(
         task.add_done_callback(tasks.discard)
     await asyncio.gather(*tasks)
     return tally, seconds
+
+
+def p99_by_second(tally: Tally) -> list[float]:
+    """The p99 latency (ms) of the requests sent in each second of the measured span."""
+    if not tally.sent_at:
+        return []
+    first = min(tally.sent_at)
+    seconds: dict[int, list[float]] = {}
+    for at, latency in zip(tally.sent_at, tally.latencies, strict=True):
+        seconds.setdefault(int(at - first), []).append(latency)
+    return [round(percentile(seconds[s], 0.99) * 1000, 1) for s in sorted(seconds)]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -159,6 +172,7 @@ async def run(args: dict[str, object], requests: Sequence[bytes]) -> dict[str, o
         "statuses": {str(k): v for k, v in tally.statuses.items()},
         "p50_ms": percentile(tally.latencies, 0.50) * 1000,
         "p99_ms": percentile(tally.latencies, 0.99) * 1000,
+        "p99_ms_by_second": p99_by_second(tally),
         "ok_total": tally.ok_total,
         "exhausted": len(tally.latencies) >= len(requests),
     }

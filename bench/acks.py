@@ -299,7 +299,8 @@ async def bench(args: argparse.Namespace, base: Path) -> list[str]:
             f"ack p50 {result['p50_ms']:.1f} ms p99 {result['p99_ms']:.1f} ms, acked "
             f"{result['acked']}/{result['sent']}, answered {result['answered']}, missing "
             f"{result['missing']}, twice {result['duplicates']}, unknown {result['unknown']}, "
-            f"drained {result['drain_s']:.1f} s after the last post",
+            f"drained {result['drain_s']:.1f} s after the last post; ack p99 (ms) second by "
+            f"second: {result.get('p99_ms_by_second')}",
             flush=True,
         )
     return report(args, closed, capacities, opened)

@@ -39,6 +39,7 @@ from . import _reachability as reachability
 from ._dead_letter import record_dead_letter
 from ._media.wait import MediaWait, StoredFiles
 from ._metrics import HANDOFFS, STORE_ERRORS, TURN_SECONDS, TURNS, Metrics
+from ._pacer import AckPacer
 from ._templates import TEMPLATE_TOOL, queued_templates, template_outbox
 from ._typing import Typing
 from ._wait import wait_event
@@ -74,8 +75,10 @@ class Dispatcher:
         clock: Clock = time.time,
         max_lanes: int | None = None,
         media: MediaWait | None = None,
+        pacer: AckPacer | None = None,
     ) -> None:
         self._store = store
+        self._pacer = pacer  # acks first: a turn may wait to start while acks are pressed
         self._runner = runner
         self._config = config
         self._metrics = metrics
@@ -200,6 +203,8 @@ class Dispatcher:
     async def _next_turn(self, sid: str) -> float | None:
         """Run the next turn; return None when nothing is pending, DRAINED when the turn took
         every pending row (no need to read again unless woken), else seconds to wait first."""
+        if self._pacer is not None:
+            await self._pacer.admit(1)  # before the slot: a paced lane holds none
         async with self._slots:
             if self._stop.is_set():
                 return 0.0

@@ -1,35 +1,40 @@
-"""Acknowledgements first: the pipeline slows down while webhook acks are slow.
+"""Acknowledgements first: new pipeline work waits while webhooks arrive and the loop is late.
 
 Acks and the pipeline (intake, turns, sends) share one event loop, and asyncio runs whatever is
 ready in arrival order: a busy pipeline makes every ack wait behind its callbacks. The pacer
-watches the acks (``acked``, from the webhook handler) in windows of ``WINDOW`` seconds and
-paces where new work enters the pipeline: the intake asks ``admit(n)`` before it parses ``n``
-stored deliveries. While the mean ack time of a window is over ``target``, the admitted rate
-is cut to ``CUT`` times what was admitted; while acks are fast it grows by ``GROWTH`` per window;
-a window without acks lifts the limit. The deliveries wait durably in the store meanwhile (the
-backlog's bounds still apply), so nothing is lost, only answered later; a floor keeps the
-pipeline moving under any flood.
+measures how late the loop runs (a probe that sleeps ``PROBE`` seconds and notes how much
+longer it took) and judges it in windows of ``WINDOW`` seconds. While webhooks arrive
+(``acked``, from the webhook handler) and the loop's mean lag in a window is over ``target``,
+the rate at which new deliveries enter the pipeline (``admit``, asked by the intake before it
+parses) is cut to ``CUT`` times what was admitted; while the loop keeps up it grows by
+``GROWTH`` per window; ``QUIET`` seconds without a webhook lift the limit. The loop's lag, not
+the acks' own time, is the signal: an ack also waits for its disk flush, which pacing cannot
+shorten, and cutting the pipeline for it would only delay the answers.
+
+The deliveries wait durably in the store meanwhile, so nothing is lost, only answered later;
+a floor keeps the pipeline moving, and past ``ingest.backlog_ready`` (``overloaded``) the
+waiting users come first and nothing is held back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
-WINDOW = 0.05  # seconds of acks judged together
-CUT = 0.7  # the admitted rate after a window of slow acks, times the rate admitted in it
-GROWTH = 1.15  # the limit's growth after a window of fast acks
-FLOOR = 20.0  # deliveries per second admitted however slow the acks
-SHARE = 0.5  # ... and at least this share of the rate admitted while unpaced
-QUIET = 0.5  # seconds without an ack that lift the limit
-SMOOTHING = 0.1
+PROBE = 0.005  # seconds the lag probe sleeps between measurements
+WINDOW = 0.05  # seconds of lag judged together
+CUT = 0.7  # the admitted rate after a late window, times the rate admitted in it
+GROWTH = 1.15  # the limit's growth after a window in which the loop kept up
+FLOOR = 20.0  # deliveries per second admitted however late the loop
+QUIET = 0.5  # seconds without a webhook that lift the limit
 EPSILON = 1e-6  # tokens: what float rounding may leave missing
-MIN_WAIT = 0.001  # seconds: the shortest wait for the bucket to fill  # weight of a window in the unpaced rate's moving average
+MIN_WAIT = 0.001  # seconds: the shortest wait for the bucket to fill
 
 
 class AckPacer:
-    """Limits the rate of new pipeline work while acks take longer than ``target`` seconds."""
+    """Limits the rate of new pipeline work while webhooks arrive and the loop runs late."""
 
     def __init__(
         self,
@@ -39,28 +44,39 @@ class AckPacer:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self._target = target
+        self._target = target  # seconds of mean loop lag; 0: never paced
         self._overloaded = overloaded
         self._clock = clock
         self._sleep = sleep
         self.rate: float | None = None  # deliveries per second admitted; None: no limit
         self._start = clock()  # the current window's
-        self._ack_sum = 0.0
-        self._acks = 0
+        self._lag_sum = 0.0
+        self._probes = 0
         self._admitted = 0
         self._last_ack = -QUIET
         self._tokens = 0.0
         self._filled = self._start
-        self.unpaced_rate = 0.0  # moving average over unpaced windows that admitted work
-        self.windows_paced = 0  # windows that ended with a limit (for tests and /metrics)
+        self._task: asyncio.Task[None] | None = None
 
-    def acked(self, seconds: float) -> None:
-        """One webhook was acknowledged after ``seconds`` in the handler."""
-        if self._target <= 0:
-            return  # pacing is off
-        self._ack_sum += seconds
-        self._acks += 1
+    def start(self) -> None:
+        """Start the lag probe (nothing to do when pacing is off)."""
+        if self._target > 0:
+            self._task = asyncio.create_task(self._probe(), name="ack-pacer-probe")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def acked(self) -> None:
+        """A webhook was acknowledged: while they arrive, the loop's lag matters."""
         self._last_ack = self._clock()
+
+    def lagged(self, seconds: float) -> None:
+        """The loop ran a timer ``seconds`` late."""
+        self._lag_sum += seconds
+        self._probes += 1
         self._roll()
 
     async def admit(self, units: int) -> None:
@@ -77,6 +93,12 @@ class AckPacer:
             self._roll()
         self._admitted += units
 
+    async def _probe(self) -> None:
+        while True:
+            before = self._clock()
+            await self._sleep(PROBE)
+            self.lagged(max(self._clock() - before - PROBE, 0.0))
+
     def _refill(self) -> None:
         now = self._clock()
         assert self.rate is not None
@@ -90,22 +112,18 @@ class AckPacer:
         elapsed = now - self._start
         if elapsed < WINDOW:
             return
-        admitted_rate = self._admitted / elapsed
         was_paced = self.rate is not None
-        if self.rate is None and self._admitted:
-            self.unpaced_rate += SMOOTHING * (admitted_rate - self.unpaced_rate)
-        if now - self._last_ack > QUIET:
+        if self._target <= 0 or now - self._last_ack > QUIET:
             self.rate = None
-        elif self._acks and self._ack_sum / self._acks > self._target:
+        elif self._probes and self._lag_sum / self._probes > self._target:
+            admitted_rate = self._admitted / elapsed
             basis = admitted_rate if self.rate is None else min(self.rate, admitted_rate)
-            self.rate = max(FLOOR, SHARE * self.unpaced_rate, basis * CUT)
+            self.rate = max(FLOOR, basis * CUT)
         elif self.rate is not None:
             self.rate *= GROWTH
-        if self.rate is not None:
-            self.windows_paced += 1
-            if not was_paced:  # pacing begins with an empty bucket
-                self._tokens, self._filled = 0.0, now
+        if self.rate is not None and not was_paced:  # pacing begins with an empty bucket
+            self._tokens, self._filled = 0.0, now
         self._start = now
-        self._ack_sum = 0.0
-        self._acks = 0
+        self._lag_sum = 0.0
+        self._probes = 0
         self._admitted = 0

@@ -152,6 +152,7 @@ def build_pipeline(
         on_outbox=sender_wake.set,
         handoff_agent=_handoff_agent(settings, registry),
         media=media,
+        pacer=pacer,
     )
     intake = Intake(
         store,

@@ -221,9 +221,8 @@ async def _ingest(
         metrics.inc(REJECTED, channel=channel, reason=exc.code)
         log.info("%s webhook refused: %s %s", channel, exc.status, exc.code)
         return exc.response()
-    elapsed = time.perf_counter() - started
-    metrics.observe(ACK_SECONDS, elapsed, channel=channel)
-    app[PACER].acked(elapsed)
+    metrics.observe(ACK_SECONDS, time.perf_counter() - started, channel=channel)
+    app[PACER].acked()
     return ok()
 
 

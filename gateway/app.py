@@ -18,6 +18,7 @@ from ._admin import add_admin_routes
 from ._backlog import Backlog
 from ._channels_ctx import channels_ctx
 from ._console import add_console_routes
+from ._gc import freeze_startup_objects
 from ._http import unmatched
 from ._keys import ADAPTERS as CHANNEL_ADAPTERS
 from ._keys import (
@@ -84,9 +85,12 @@ async def _backlog_ctx(app: web.Application) -> AsyncIterator[None]:
     backlog.start()
     app[BACKLOG] = backlog
     # Past backlog_ready the waiting users come first: the pipeline is no longer paced.
-    app[PACER] = AckPacer(ingest.ack_target_ms / 1000, overloaded=lambda: not backlog.ready)
+    pacer = AckPacer(ingest.ack_priority_lag_ms / 1000, overloaded=lambda: not backlog.ready)
+    pacer.start()
+    app[PACER] = pacer
     app[METRICS].set_function(BACKLOG_GAUGE, lambda: backlog.count)
     yield
+    await pacer.aclose()
     await backlog.aclose()
 
 
@@ -258,8 +262,10 @@ def serve(settings: Settings) -> None:
         log.info("open-files limit raised from %d to %d", before, after)
     if settings.sandbox.enabled:
         print(sandbox_banner(settings), flush=True)
+    app = build_app(settings)
+    app.on_startup.append(freeze_startup_objects)  # after the cleanup contexts have started
     web.run_app(
-        build_app(settings),
+        app,
         host=settings.server.host,
         port=settings.server.port,
         print=lambda text: log.info("%s", text.strip()),

@@ -60,9 +60,9 @@ class IngestConfig(_Section):
     # backlog_refuse new deliveries get 503 before anything is stored (docs/http.md).
     backlog_ready: int = Field(default=5000, gt=0)
     backlog_refuse: int = Field(default=20000, gt=0, validate_default=True)
-    # Acks first: while webhooks take longer than this to acknowledge (mean over 50 ms), new
-    # deliveries enter the pipeline at a reduced rate (docs/pipeline.md). 0: never paced.
-    ack_target_ms: float = Field(default=10.0, ge=0)
+    # Acks first: while webhooks arrive and the event loop runs this late (mean over 50 ms),
+    # new deliveries enter the pipeline at a reduced rate (docs/pipeline.md). 0: never paced.
+    ack_priority_lag_ms: float = Field(default=2.0, ge=0)
 
     @field_validator("backlog_refuse")
     @classmethod
