@@ -73,6 +73,11 @@ class AckPacer:
         """A webhook was acknowledged: while they arrive, the loop's lag matters."""
         self._last_ack = self._clock()
 
+    @property
+    def webhooks_arriving(self) -> bool:
+        """A webhook was acknowledged within the last ``QUIET`` seconds."""
+        return self._clock() - self._last_ack <= QUIET
+
     def lagged(self, seconds: float) -> None:
         """The loop ran a timer ``seconds`` late."""
         self._lag_sum += seconds
@@ -113,7 +118,7 @@ class AckPacer:
         if elapsed < WINDOW:
             return
         was_paced = self.rate is not None
-        if self._target <= 0 or now - self._last_ack > QUIET:
+        if self._target <= 0 or not self.webhooks_arriving:
             self.rate = None
         elif self._probes and self._lag_sum / self._probes > self._target:
             admitted_rate = self._admitted / elapsed

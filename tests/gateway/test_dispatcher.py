@@ -22,10 +22,12 @@ from webhook_bot_gateway.agents import (
 from webhook_bot_gateway.agents.testing import Hang, ScriptedModel, reply
 from webhook_bot_gateway.gateway._dispatcher import BUSY_WARN_SECONDS, TURNS, Dispatcher
 from webhook_bot_gateway.gateway._metrics import Metrics
+from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
 from webhook_bot_gateway.gateway.config import DispatcherConfig
 from webhook_bot_gateway.store import SQLiteStore
 
 from .pipeline_helpers import RecordingAdapter, add_inbox, inbound, registry, rows
+from .test_pacer import Clock
 
 Step = Callable[[Sequence[ModelMessage], Sequence[ToolSpec]], Awaitable[ModelResponse]]
 
@@ -52,6 +54,7 @@ class Harness:
         adapters: dict[str, Any] | None = None,
         max_lanes: int | None = None,
         clock: Callable[[], float] = time.time,
+        pacer: AckPacer | None = None,
         **config: Any,
     ) -> None:
         self.store = store
@@ -69,6 +72,7 @@ class Harness:
             handoff_agent="human",
             max_lanes=max_lanes,
             clock=clock,
+            pacer=pacer,
         )
         self.committed = asyncio.Event()
 
@@ -144,6 +148,22 @@ async def test_dispatcher_replies_into_the_forum_topic_of_the_last_message(
     await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
     threads = [row.payload.get("thread_id") for row in await store.list_outbox(sid)]
     assert threads == ["3001", None]
+
+
+async def test_dispatcher_asks_the_pacer_before_each_turn(store: SQLiteStore) -> None:
+    """Acks first: while the pacer holds new work back, each turn waits its turn to start."""
+    clock = Clock()
+    pacer = AckPacer(0.002, clock=clock, sleep=clock.sleep)
+    pacer.acked()
+    pacer.lagged(0.030)  # webhooks arrive and the loop is late...
+    await pacer.admit(1)
+    clock.now += WINDOW * 1.02
+    pacer.lagged(0.030)  # ...for a window: new work is paced at about FLOOR per second
+    model = ScriptedModel(echo(), echo(), echo())
+    harness = Harness(store, model, pacer=pacer, double_texting="enqueue")
+    sid = await harness.run("one", "two", "three")
+    assert await harness.replies(sid) == ["re: one", "re: two", "re: three"]
+    assert clock.slept, "the turns waited for the pacer"
 
 
 async def test_dispatcher_merge_answers_the_rows_pending_at_turn_start_in_one_turn(

@@ -15,7 +15,14 @@ from aiohttp.test_utils import TestClient
 
 from tests.channels import telegram_fakes as tg
 from tests.channels import whatsapp_fakes as wa
-from webhook_bot_gateway.gateway._keys import ADAPTERS, INTAKE_WAKE, METRICS, STORE, WRITER
+from webhook_bot_gateway.gateway._keys import (
+    ADAPTERS,
+    INTAKE_WAKE,
+    METRICS,
+    PACER,
+    STORE,
+    WRITER,
+)
 from webhook_bot_gateway.gateway.app import build_app
 
 from .ingest_helpers import (
@@ -92,6 +99,18 @@ async def test_whatsapp_delivery_is_stored_with_its_keys_before_the_200(
     assert set(json.loads(keys)) == set(client.app[ADAPTERS]["whatsapp"].delivery_keys(body))
     assert client.app[INTAKE_WAKE].is_set()
     assert metric(client, "webhooks_accepted", channel="whatsapp") == 1
+
+
+async def test_an_acknowledged_delivery_tells_the_pacer_that_webhooks_arrive(
+    client: Client,
+) -> None:
+    """Acks first: the pacer heeds the loop's lag only while webhooks arrive."""
+    pacer = client.app[PACER]
+    assert not pacer.webhooks_arriving
+    body = wa.fixture_bytes("batch.json")
+    response = await client.post("/webhooks/whatsapp", data=body, headers=wa_headers(body))
+    assert response.status == 200
+    assert pacer.webhooks_arriving
 
 
 async def test_telegram_update_is_stored_for_its_bot(client: Client, db_path: Path) -> None:
