@@ -63,6 +63,7 @@ RATE_LIMIT_WAITS = "gateway_rate_limit_waits_total"
 STORE_ERRORS = "gateway_store_errors_total"
 BACKLOG = "gateway_backlog"
 TURNS_IN_FLIGHT = "gateway_turns_in_flight"
+PACED_RATE = "gateway_pipeline_paced_rate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +162,9 @@ SERIES: dict[str, Series] = {
         Gauge, "Messages acknowledged and not yet answered (stored deliveries, pending inbox rows)."
     ),
     TURNS_IN_FLIGHT: Series(Gauge, "Turns running in this process now."),
+    PACED_RATE: Series(
+        Gauge, "Acks first: new deliveries and turns admitted per second while paced; 0: unpaced."
+    ),
 }
 
 Child = Counter | Gauge | Histogram

@@ -74,6 +74,11 @@ class AckPacer:
         self._last_ack = self._clock()
 
     @property
+    def held_to(self) -> float:
+        """The rate new work is held to now (per second); 0 while it is not paced."""
+        return 0.0 if self.rate is None or self._overloaded() else self.rate
+
+    @property
     def webhooks_arriving(self) -> bool:
         """A webhook was acknowledged within the last ``QUIET`` seconds."""
         return self._clock() - self._last_ack <= QUIET

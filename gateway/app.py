@@ -39,7 +39,7 @@ from ._keys import (
 )
 from ._lease import Lease
 from ._metrics import BACKLOG as BACKLOG_GAUGE
-from ._metrics import BATCH_SIZE, Metrics
+from ._metrics import BATCH_SIZE, PACED_RATE, Metrics
 from ._pacer import AckPacer
 from ._pipeline import pipeline_ctx
 from ._sandbox import add_sandbox_routes, sandbox_warnings
@@ -88,6 +88,7 @@ async def _backlog_ctx(app: web.Application) -> AsyncIterator[None]:
     pacer = AckPacer(ingest.ack_priority_lag_ms / 1000, overloaded=lambda: not backlog.ready)
     pacer.start()
     app[PACER] = pacer
+    app[METRICS].set_function(PACED_RATE, lambda: pacer.held_to)
     app[METRICS].set_function(BACKLOG_GAUGE, lambda: backlog.count)
     yield
     await pacer.aclose()

@@ -232,3 +232,4 @@ def check_gauges(samples: Samples) -> None:
     assert value(samples, "gateway_sessions", status="interrupted") == 0
     assert value(samples, "gateway_turns_in_flight") == 0
     assert value(samples, "gateway_backlog") == 0
+    assert value(samples, "gateway_pipeline_paced_rate") == 0  # a quiet gateway is not paced

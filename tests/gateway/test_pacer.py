@@ -75,6 +75,7 @@ async def test_a_paced_pipeline_waits_for_its_rate() -> None:
         p.lagged(TARGET * 3)  # the loop stays late: the rate is cut again at each window
         await p.admit(8)
     assert clock.slept, "a paced admit waits"
+    assert p.held_to == p.rate
     assert p.rate is not None
     assert p.rate <= rate
     assert rate * (clock.now - started) + 8 >= 80  # no faster than the rate (and one admission)
@@ -116,6 +117,7 @@ async def test_an_overloaded_backlog_is_never_held_back() -> None:
         await window(p, clock, lag=TARGET * 10, admitted=64)
     assert p.rate is not None  # the loop is late...
     assert clock.slept == []  # ...but nothing waited
+    assert p.held_to == 0
 
 
 async def test_a_late_loop_without_webhooks_is_not_paced() -> None:
