@@ -57,6 +57,7 @@ class AckPacer:
         self._tokens = 0.0
         self._filled = self._start
         self._task: asyncio.Task[None] | None = None
+        self._arrived = asyncio.Event()  # wakes the probe after a quiet spell
 
     def start(self) -> None:
         """Start the lag probe (nothing to do when pacing is off)."""
@@ -72,6 +73,8 @@ class AckPacer:
     def acked(self) -> None:
         """A webhook was acknowledged: while they arrive, the loop's lag matters."""
         self._last_ack = self._clock()
+        if not self._arrived.is_set():
+            self._arrived.set()
 
     @property
     def held_to(self) -> float:
@@ -105,6 +108,9 @@ class AckPacer:
 
     async def _probe(self) -> None:
         while True:
+            if not self.webhooks_arriving:  # an idle gateway is not woken 200 times a second
+                self._arrived.clear()
+                await self._arrived.wait()
             before = self._clock()
             await self._sleep(PROBE)
             self.lagged(max(self._clock() - before - PROBE, 0.0))

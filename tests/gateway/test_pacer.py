@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from webhook_bot_gateway.gateway._pacer import CUT, FLOOR, GROWTH, QUIET, WINDOW, AckPacer
@@ -137,3 +139,19 @@ async def test_a_target_of_zero_turns_pacing_off() -> None:
         await window(p, clock, lag=1.0, admitted=64)
     assert p.rate is None
     assert clock.slept == []
+
+
+async def test_the_probe_measures_the_loop_only_while_webhooks_arrive() -> None:
+    clock = Clock()
+    p = pacer(clock)
+    p.start()
+    try:
+        for _ in range(3):
+            await asyncio.sleep(0)  # the probe runs: no webhook, so it waits for one
+        assert clock.slept == []
+        p.acked()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert clock.slept, "a webhook woke the probe"
+    finally:
+        await p.aclose()
