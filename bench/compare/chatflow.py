@@ -6,6 +6,7 @@ Imported only in chatflow's server process (the ``bench`` extra installs chatflo
 from __future__ import annotations
 
 import asyncio
+import ssl
 import types
 from typing import Any
 
@@ -16,6 +17,9 @@ from chatflow_agent.core.engines.base import EngineTurnResult
 from bench.compare import stream
 
 GRAPH_HOST = "graph.facebook.com"  # fixed in WhatsAppChannel's send
+# The fake is plain HTTP, so the detour needs no TLS; one context spares each client's detour
+# the cost of building its own (the client's own transport still builds one, as it would).
+_TLS = ssl.create_default_context()
 
 
 class ScriptedEngine(BaseEngine):
@@ -40,7 +44,7 @@ class _ToFake(httpx.AsyncBaseTransport):
 
     def __init__(self, base: str) -> None:
         self._base = httpx.URL(base)
-        self._inner = httpx.AsyncHTTPTransport()
+        self._inner = httpx.AsyncHTTPTransport(verify=_TLS)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         request.url = request.url.copy_with(

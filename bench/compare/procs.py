@@ -47,9 +47,14 @@ async def spawn(side: str, directory: Path, *options: str) -> tuple[Server, Proc
     return Server(side, port, process.pid, directory), process
 
 
+def folder(path: Path) -> Path:
+    """``path``, created if missing."""
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def _log(directory: Path) -> BinaryIO:
-    directory.mkdir(parents=True, exist_ok=True)
-    return (directory / "server.log").open("ab")
+    return (folder(directory) / "server.log").open("ab")
 
 
 @asynccontextmanager
@@ -106,6 +111,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def cpu_share(pid: int, seconds: float) -> float:
+    """The share of one core the process used over the next ``seconds``."""
+    before = cpu_seconds(pid)
+    await asyncio.sleep(seconds)
+    return (cpu_seconds(pid) - before) / seconds
+
+
 async def idle(pid: int, limit: float = 60.0) -> None:
     """Wait until the process has used under 5% of a core for two ticks in a row: the work
     it queued behind its answers (a peer's handlers, turns) is done."""
@@ -116,6 +128,7 @@ async def idle(pid: int, limit: float = 60.0) -> None:
         now = cpu_seconds(pid)
         quiet = quiet + 1 if now - before < 0.05 * TICK else 0
         before = now
+    print(f"idle after {waited:.1f} s", flush=True)
 
 
 async def handled(server: Server) -> list[int]:

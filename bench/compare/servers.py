@@ -76,18 +76,21 @@ def serve_ptb(port: int, fake_api: str, stats: Path) -> None:
     )
 
 
-def chatflow_channel(db: Path, handled: list[int], reply_to: str | None = None) -> Any:
+def chatflow_channel(
+    db: Path, handled: list[int], reply_to: str | None = None, model: str | None = None
+) -> Any:
     """chatflow-agent's WhatsApp channel on its SQLite store, answering from a script.
 
     ``reply_to``: a fake Graph API base URL to send the replies to (see ``bench.compare.
-    chatflow``); without one, no access token is set and chatflow sends nothing.
+    chatflow``); without one, no access token is set and chatflow sends nothing. ``model``:
+    an OpenAI-compatible server's base URL, for its ``OpenAIEngine`` instead of the script.
     """
-    from chatflow_agent import Agent, Runner, SQLiteSessionStore, WhatsAppChannel
+    from chatflow_agent import Agent, OpenAIEngine, Runner, SQLiteSessionStore, WhatsAppChannel
     from fastapi.routing import APIRoute
 
     from bench.compare.chatflow import ScriptedEngine, route_sends
 
-    engine = ScriptedEngine(handled)
+    engine = OpenAIEngine(api_key="bench", base_url=model) if model else ScriptedEngine(handled)
     agent = Agent(name="echo", instructions="Echo the order number.", engine=engine)
     runner = Runner(agent, session_store=SQLiteSessionStore(db), engine=engine)
     channel = WhatsAppChannel(
@@ -107,9 +110,11 @@ def chatflow_channel(db: Path, handled: list[int], reply_to: str | None = None) 
     return channel
 
 
-def serve_chatflow(port: int, directory: Path, stats: Path, reply_to: str | None) -> None:
+def serve_chatflow(port: int, directory: Path, stats: Path, args: argparse.Namespace) -> None:
     handled: list[int] = []
-    channel = chatflow_channel(directory / "chatflow.db", handled, reply_to)
+    channel = chatflow_channel(
+        directory / "chatflow.db", handled, args.reply_to or None, args.model or None
+    )
     dump_on_signal(stats, handled)
     # like the others, no access log; h11, the HTTP parser its [whatsapp] extra installs
     channel.run(host="127.0.0.1", port=port, log_level="warning", access_log=False)
@@ -152,6 +157,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dir", type=Path, required=True, help="files of the side")
     parser.add_argument("--fake-api", default="", help="the fake platform APIs' base URL")
     parser.add_argument("--reply-to", default="", help="chatflow: send replies to this fake")
+    parser.add_argument("--model", default="", help="chatflow: an OpenAI-compatible base URL")
     parser.add_argument("--stats", type=Path, help="where SIGUSR1 writes what was handled")
     return parser.parse_args(argv)
 
@@ -165,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.side == "ptb":
         serve_ptb(args.port, args.fake_api, stats)
     elif args.side == "chatflow":
-        serve_chatflow(args.port, args.dir, stats, args.reply_to or None)
+        serve_chatflow(args.port, args.dir, stats, args)
     else:
         serve_gateway(args.port, args.dir, args.fake_api)
 

@@ -71,7 +71,7 @@ def telegram_update(number: int, first: int) -> bytes:
             "from": person,
             "chat": {"id": user, "first_name": "Alice", "type": "private"},
             "date": 1735689600,
-            "text": text(number),
+            "text": text(first + number),
         },
     }
     return json.dumps(update, separators=(",", ":")).encode()
@@ -85,7 +85,7 @@ def whatsapp_delivery(number: int, first: int, timestamp: int = 1735689600) -> b
         "id": f"wamid.bench{first + number:012d}",
         "timestamp": str(timestamp),
         "type": "text",
-        "text": {"body": text(number)},
+        "text": {"body": text(first + number)},
     }
     value = {
         "messaging_product": "whatsapp",
