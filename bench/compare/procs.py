@@ -59,10 +59,10 @@ def _log(directory: Path) -> BinaryIO:
 
 @asynccontextmanager
 async def servers(
-    specs: dict[str, tuple[Path, list[str]]],
+    specs: dict[str, tuple[Path, list[str]]], kill: bool = False
 ) -> AsyncIterator[dict[str, Server]]:
     """Every side of ``specs`` (side: directory, options), started at once; yielded when all
-    accept connections; stopped after."""
+    accept connections; stopped after (``kill``: at once, with SIGKILL)."""
     started: dict[str, tuple[Server, Process]] = {}
     try:
         for side, (directory, options) in specs.items():
@@ -70,13 +70,15 @@ async def servers(
         await asyncio.gather(*(listening(s.port, p, s.side) for s, p in started.values()))
         yield {side: pair[0] for side, pair in started.items()}
     finally:
-        await asyncio.gather(*(stop(process) for _, process in started.values()))
+        await asyncio.gather(*(stop(process, kill) for _, process in started.values()))
 
 
 @asynccontextmanager
-async def server(side: str, directory: Path, *options: str) -> AsyncIterator[Server]:
+async def server(
+    side: str, directory: Path, *options: str, kill: bool = False
+) -> AsyncIterator[Server]:
     """One side, as ``servers`` starts them."""
-    async with servers({side: (directory, list(options))}) as running:
+    async with servers({side: (directory, list(options))}, kill) as running:
         yield running[side]
 
 
@@ -95,14 +97,19 @@ async def listening(port: int, process: Process, side: str) -> None:
     raise RuntimeError(f"the {side} server did not listen within 60 s")
 
 
-async def stop(process: Process) -> None:
-    if process.returncode is None:
+async def stop(process: Process, kill: bool = False) -> None:
+    """SIGTERM (a clean shutdown), or SIGKILL with ``kill``; SIGKILL after 20 s regardless."""
+    if process.returncode is not None:
+        return
+    if kill:
+        process.kill()
+    else:
         process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), 20)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+    try:
+        await asyncio.wait_for(process.wait(), 20)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
 
 
 def cpu_seconds(pid: int) -> float:

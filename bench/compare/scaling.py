@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sqlite3
-import statistics
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -36,6 +35,7 @@ from bench.e2e import NUMBER, free_port, gateway_process
 from bench.history import fill
 from webhook_bot_gateway.store import SQLiteStore
 
+SIDES = ("gateway", "chatflow")
 HISTORY_USERS = 10
 SAMPLE_SECONDS = 0.02
 
@@ -43,11 +43,24 @@ SAMPLE_SECONDS = 0.02
 @dataclass(frozen=True)
 class ScalingPlan:
     counts: tuple[int, ...] = (10, 100, 1000, 10000)
-    rounds: tuple[int, ...] = (20, 3, 1, 1)  # turns each user of that count talks
+    rounds: tuple[int, ...] = (6, 1, 1, 1)  # turns each user of that count talks
     depths: tuple[int, ...] = (10, 100, 1000, 10000)
-    history_rounds: int = 10
+    history_rounds: int = 5
     inflight: int = 1000
     delay: float = 2.0
+    # chatflow answers about a dozen messages a second end to end (a new HTTP client, and its
+    # TLS context, for every reply): 1,000 users would take minutes a run, 10,000 a quarter
+    # of an hour. Its points stop here unless a plan says otherwise.
+    peer_counts: tuple[int, ...] = (10, 100)
+    peer_inflight: int = 250
+
+    def counts_of(self, side: str) -> list[tuple[int, int]]:
+        """(users at once, turns each) of the side's points."""
+        counts = self.counts if side == "gateway" else self.peer_counts
+        return [(count, self.rounds[self.counts.index(count)]) for count in counts]
+
+    def inflight_of(self, side: str) -> int:
+        return self.inflight if side == "gateway" else self.peer_inflight
 
 
 def user_id(session: int) -> str:
@@ -92,7 +105,7 @@ async def sessions(side: str, plan: ScalingPlan, workdir: Path) -> list[dict[str
     points = []
     async with fake_apis() as (fake_url, replies), serving(side, workdir, fake_url) as (url, pid):
         first = 0
-        for count, rounds in zip(plan.counts, plan.rounds, strict=True):
+        for count, rounds in plan.counts_of(side):
             before = capacity.status_kib(pid, "VmRSS")
             outcome = await converse(url, replies, range(first, first + count), rounds, pid)
             await procs.idle(pid)
@@ -187,7 +200,7 @@ async def inflight(side: str, plan: ScalingPlan, workdir: Path) -> dict[str, flo
         peak = [0, ready]
         sampler = asyncio.create_task(_sample(pid, model, peak))
         try:
-            outcome = await converse(url, replies, range(plan.inflight), 1, pid)
+            outcome = await converse(url, replies, range(plan.inflight_of(side)), 1, pid)
         finally:
             sampler.cancel()
             with suppress(asyncio.CancelledError):
@@ -219,13 +232,3 @@ async def _sample(pid: int, model: Any, peak: list[int]) -> None:
         if model.in_flight > peak[0]:
             peak[:] = [model.in_flight, capacity.status_kib(pid, "VmRSS")]
         await asyncio.sleep(SAMPLE_SECONDS)
-
-
-def median_points(runs: list[list[dict[str, float]]], key: str) -> list[dict[str, float]]:
-    """Point by point, the median of every figure over the runs."""
-    merged = []
-    for points in zip(*runs, strict=True):
-        figures_ = {name: statistics.median(p[name] for p in points) for name in points[0]}
-        figures_[key] = points[0][key]
-        merged.append(figures_)
-    return merged

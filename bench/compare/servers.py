@@ -7,7 +7,10 @@
   ``run``: uvicorn) with a ``Runner`` on its ``SQLiteSessionStore`` and a scripted engine. No
   access token, so no reply is sent: the turn is the handler;
 - **gateway**: this gateway's application, ack path only (``build_app(..., ingest_only=True)``):
-  verify, dedup and commit (SQLite, WAL, synchronous=FULL, group commit) before the 200.
+  verify, dedup and commit (SQLite, WAL, synchronous=FULL, group commit) before the 200;
+- **served**: the whole gateway as ``gateway serve`` runs it (``build_app``: intake,
+  dispatcher, the demo agents of config.example.toml, the sender to the fake platform APIs,
+  its default rate limits and backlog bounds), so its turns share the core with its acks.
 
 On SIGUSR1 the peers write what reached their handler (one number per update, duplicates
 included) as JSON to ``--stats``; the gateway's handler input is its ``deliveries`` table.
@@ -120,15 +123,17 @@ def serve_chatflow(port: int, directory: Path, stats: Path, args: argparse.Names
     channel.run(host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
-def gateway_settings(directory: Path, fake_api: str) -> Any:
-    """config.example.toml with a SQLite file in ``directory``, both channels configured, and
-    the backlog bounds lifted (nothing drains it: ingest only)."""
+def gateway_settings(directory: Path, fake_api: str, ingest_only: bool = True) -> Any:
+    """config.example.toml with a SQLite file in ``directory`` and both channels configured;
+    for the ack path alone the backlog bounds are lifted (nothing drains the backlog)."""
     from webhook_bot_gateway.gateway.config import parse_settings
 
     raw = tomllib.loads((ROOT / "config.example.toml").read_text(encoding="utf-8"))
     raw["store"] = {"url": f"sqlite:///{directory / 'gateway.db'}"}
     raw["sandbox"] = {"enabled": False}
-    raw["ingest"] = {**raw["ingest"], "backlog_ready": 10**9 - 1, "backlog_refuse": 10**9}
+    raw["media"] = {**raw["media"], "root": str(directory / "media")}
+    if ingest_only:
+        raw["ingest"] = {**raw["ingest"], "backlog_ready": 10**9 - 1, "backlog_refuse": 10**9}
     bot = {"name": "bench", "token": BOT_TOKEN, "secret_token": stream.TELEGRAM_SECRET}
     raw["telegram"] = {"api_base_url": fake_api, "bots": [bot]}
     number = {"phone_number_id": stream.PHONE_NUMBER_ID, "access_token": "bench-token"}
@@ -141,18 +146,19 @@ def gateway_settings(directory: Path, fake_api: str) -> Any:
     return parse_settings(raw, {"GATEWAY_ADMIN_TOKEN": "bench-admin-token"})
 
 
-def serve_gateway(port: int, directory: Path, fake_api: str) -> None:
+def serve_gateway(port: int, directory: Path, fake_api: str, ingest_only: bool) -> None:
     from aiohttp import web
 
     from webhook_bot_gateway.gateway.app import build_app
 
-    app = build_app(gateway_settings(directory, fake_api), ingest_only=True)
+    settings = gateway_settings(directory, fake_api, ingest_only)
+    app = build_app(settings, ingest_only=ingest_only)
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.compare.servers", description=__doc__)
-    parser.add_argument("side", choices=["bare", "ptb", "chatflow", "gateway"])
+    parser.add_argument("side", choices=["bare", "ptb", "chatflow", "gateway", "served"])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dir", type=Path, required=True, help="files of the side")
     parser.add_argument("--fake-api", default="", help="the fake platform APIs' base URL")
@@ -173,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.side == "chatflow":
         serve_chatflow(args.port, args.dir, stats, args)
     else:
-        serve_gateway(args.port, args.dir, args.fake_api)
+        serve_gateway(args.port, args.dir, args.fake_api, ingest_only=args.side == "gateway")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 ``work``: a deep session (``--deep`` turns, each timed), wide sessions (``--sessions`` x
 ``--turns``, turn k of every session, then k + 1), ``--claims`` dedup check-and-claims of the
-stream (30% repeats) one key per call, and (the gateway only: chatflow has no batch call) in
-batches of ``--batch``. Pinned to core 0 by the caller. ``race``: ``--processes`` processes
-(forked, unpinned) each check-and-claim the same ``--race-keys`` stream at once. Prints JSON.
+stream (30% repeats) one key per call, and (the gateway only: chatflow has no batch call)
+``--batch-claims`` in batches of ``--batch``. Pinned to core 0 by the caller. ``race``:
+``--processes`` processes (forked, unpinned) each check-and-claim the same ``--race-keys``
+stream at once. Prints JSON.
 """
 
 from __future__ import annotations
@@ -73,11 +74,11 @@ async def work(args: argparse.Namespace) -> dict[str, Any]:
         result: dict[str, Any] = {"deep": await deep(side, args.deep)}
         result["wide"] = await wide(side, args.sessions, args.turns)
         stream_keys = keys(args.claims, args.seed)
-        result["unique"] = len(set(stream_keys))
+        result |= {"claims": len(stream_keys), "unique": len(set(stream_keys))}
         result["single"] = await claims(side, chunks(stream_keys, 1))
-        if args.side == "gateway":
-            batch_keys = keys(args.claims, args.seed + 1)
-            batch_keys = [key.replace("bench", "batch") for key in batch_keys]
+        if args.side == "gateway":  # chatflow has no call for several keys
+            batch_keys = [k.replace("bench", "batch") for k in keys(args.batch_claims, args.seed)]
+            result |= {"batch_claims": len(batch_keys), "batch_unique": len(set(batch_keys))}
             result["batch"] = await claims(side, chunks(batch_keys, args.batch))
         return result
     finally:
@@ -143,6 +144,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--turns", type=int, default=10, help="turns of each wide session")
     parser.add_argument("--claims", type=int, default=100_000)
+    parser.add_argument("--batch-claims", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--processes", type=int, default=8)
     parser.add_argument("--race-keys", type=int, default=1000)
