@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # files only, no display
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from bench.compare.report import med
 
@@ -41,12 +41,14 @@ def _save(figure: Any, path: Path, caption: str) -> None:
     plt.close(figure)
 
 
-def _plain(axes: Axes, x: bool = False) -> None:
-    """Log axes labelled 1, 10, 100, 1,000 rather than powers of ten."""
+def _plain(axes: Axes) -> None:
+    """Log axes labelled 1, 10, 100, 1,000 rather than powers of ten (y also at 2 and 5)."""
     plain = FuncFormatter(lambda value, _: f"{value:,.0f}" if value >= 1 else f"{value:g}")
-    for axis in (axes.yaxis, axes.xaxis) if x else (axes.yaxis,):
-        axis.set_major_formatter(plain)
-        axis.set_minor_formatter(NullFormatter())
+    for axis, subs in ((axes.yaxis, (1.0, 2.0, 5.0)), (axes.xaxis, (1.0,))):
+        if axis.get_scale() == "log":
+            axis.set_major_locator(LogLocator(subs=subs))
+            axis.set_major_formatter(plain)
+            axis.set_minor_formatter(NullFormatter())
 
 
 def _bars(
@@ -108,7 +110,13 @@ def store(results: dict[str, Any], path: Path, caption: str) -> None:
     left.set_xlabel("turn of one session")
     left.set_ylabel("ms per turn (median of each block)")
     left.set_ylim(bottom=0)
-    left.set_title("Turn cost as one session grows")
+    left.set_title("Turn cost as one session grows", fontsize=10)
+    left.annotate(
+        "chatflow deletes all but the last 40 turns;\nthe gateway keeps them and loads the last 40",
+        (0.02, 0.03),
+        xycoords="axes fraction",
+        fontsize=7,
+    )
     left.legend(fontsize=7)
     groups = {
         "turns /s\n(many sessions)": _sides(per_run, "wide_per_second"),
@@ -140,7 +148,7 @@ def curves(results: dict[str, Any], key: str, xlabel: str, path: Path, caption: 
     for axes, ylabel in ((left, "answered /s"), (right, "p99 post -> reply, ms")):
         axes.set_xscale("log")
         axes.set_yscale("log")
-        _plain(axes, x=True)
+        _plain(axes)
         axes.set_xlabel(xlabel)
         axes.set_ylabel(ylabel)
         axes.legend(fontsize=7)
@@ -158,9 +166,10 @@ def memory(results: dict[str, Any], path: Path, caption: str) -> None:
         kept = [med(run[i]["rss_growth_kib"] / 1024 for run in per_run) for i in range(len(xs))]
         left.plot(xs, kept, marker="o", color=COLORS[side], label=NAMES[side])
     left.set_xscale("log")
-    _plain(left, x=True)
+    left.set_yscale("log")
+    _plain(left)
     left.set_xlabel("users answered (then idle)")
-    left.set_ylabel("resident memory kept, MiB")
+    left.set_ylabel("resident memory kept, MiB (log)")
     left.set_title("Memory kept after a burst of users")
     left.legend(fontsize=7)
     per_1000 = {

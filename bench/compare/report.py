@@ -19,6 +19,7 @@ LABELS = {
     "gateway": "this gateway, ack path (dedup + delivery committed, synchronous=FULL)",
     "served": "this gateway as served: the same acks while its demo agents answer",
 }
+PLATFORMS = {"telegram": "Telegram", "whatsapp": "WhatsApp"}
 Run = dict[str, dict[str, Any]]
 Points = list[list[dict[str, float]]]
 
@@ -247,12 +248,8 @@ def section(results: dict[str, Any]) -> list[str]:
     ]
     if "ingest" in results:
         for platform, per_run in results["ingest"].items():
-            lines += [
-                f"#### Ingest: {platform.capitalize()}",
-                "",
-                *ingest_table(platform, per_run),
-                "",
-            ]
+            title = PLATFORMS[platform]
+            lines += [f"#### Ingest: {title}", "", *ingest_table(title, per_run), ""]
     if "stores" in results:
         plan = results["plans"]["stores"]
         lines += ["#### Session store and dedup", "", *store_table(results["stores"], plan), ""]
