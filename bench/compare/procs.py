@@ -135,7 +135,6 @@ async def idle(pid: int, limit: float = 60.0) -> None:
         now = cpu_seconds(pid)
         quiet = quiet + 1 if now - before < 0.05 * TICK else 0
         before = now
-    print(f"idle after {waited:.1f} s", flush=True)
 
 
 async def handled(server: Server) -> list[int]:

@@ -119,8 +119,8 @@ async def sessions(side: str, plan: ScalingPlan, workdir: Path) -> list[dict[str
 
 
 async def warm_up(url: str, replies: Waiting, pid: int) -> None:
-    """A few turns first: the points after a start were slower than the rest (measured:
-    the second of six identical points after a start, about 30%), whatever the point."""
+    """A few turns before anything is measured: connections, caches and the first imports
+    of a fresh process are paid for outside the points."""
     await converse(url, replies, WARM_UP, 3, pid)
     await procs.idle(pid)
 
