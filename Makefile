@@ -48,7 +48,7 @@ pytest: $(STAMP) $(WHEELHOUSE)/.complete
 soak: $(STAMP)
 	GATEWAY_SOAK=long $(BIN)/pytest tests/reliability -s
 
-# The gateway beside python-telegram-bot and chatflow-agent (docs/benchmarks.md): about 11
+# The gateway beside python-telegram-bot and chatflow-agent (docs/benchmarks.md): about 12
 # minutes on two cores; writes the tables into docs/benchmarks.md and the PNGs into docs/bench/.
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.compare

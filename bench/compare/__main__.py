@@ -2,7 +2,7 @@
 
 ``make bench`` runs it with the defaults, sized to finish within 15 minutes on a two-core
 machine; ``--full`` uses the issue's sizes throughout (much longer: chatflow-agent's store
-claims about 600 keys/s and its webhook answers about a dozen messages/s end to end).
+claims about 600 keys/s and its webhook answers about 25 messages/s end to end).
 ``--render`` rewrites the tables and pictures from the saved results without measuring.
 """
 

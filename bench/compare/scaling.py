@@ -49,9 +49,9 @@ class ScalingPlan:
     history_rounds: int = 10
     inflight: int = 1000
     delay: float = 2.0
-    # chatflow answers about a dozen messages a second end to end (a new HTTP client, and its
-    # TLS context, for every reply): 1,000 users would take minutes a run, 10,000 a quarter
-    # of an hour. Its points stop here unless a plan says otherwise.
+    # chatflow answers about 25 messages a second end to end (a new HTTP client, and its TLS
+    # context, for every reply): 10,000 users would take it about 7 minutes a run. Its points
+    # stop here unless a plan says otherwise.
     peer_counts: tuple[int, ...] = (10, 100)
     peer_inflight: int = 250
 
