@@ -5,11 +5,12 @@ ready in arrival order: a busy pipeline makes every ack wait behind its callback
 measures how late the loop runs (a probe that sleeps ``PROBE`` seconds and notes how much
 longer it took) and judges it in windows of ``WINDOW`` seconds. While webhooks arrive
 (``acked``, from the webhook handler) and the loop's mean lag in a window is over ``target``,
-the rate at which new deliveries enter the pipeline (``admit``, asked by the intake before it
-parses) is cut to ``CUT`` times what was admitted; while the loop keeps up it grows by
-``GROWTH`` per window; ``QUIET`` seconds without a webhook lift the limit. The loop's lag, not
-the acks' own time, is the signal: an ack also waits for its disk flush, which pacing cannot
-shorten, and cutting the pipeline for it would only delay the answers.
+the rate at which new work enters the pipeline (``admit``, asked by the intake before it
+parses stored deliveries and by the dispatcher before each turn) is cut to ``CUT`` times what
+was admitted; while the loop keeps up it grows by ``GROWTH`` per window; ``QUIET`` seconds
+without a webhook lift the limit. The loop's lag, not the acks' own time, is the signal: an ack
+also waits for its disk flush, which pacing cannot shorten, and cutting the pipeline for it
+would only delay the answers.
 
 The deliveries wait durably in the store meanwhile, so nothing is lost, only answered later;
 a floor keeps the pipeline moving, and past ``ingest.backlog_ready`` (``overloaded``) the
@@ -48,7 +49,7 @@ class AckPacer:
         self._overloaded = overloaded
         self._clock = clock
         self._sleep = sleep
-        self.rate: float | None = None  # deliveries per second admitted; None: no limit
+        self.rate: float | None = None  # deliveries and turns per second admitted; None: no limit
         self._start = clock()  # the current window's
         self._lag_sum = 0.0
         self._probes = 0
