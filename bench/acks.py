@@ -210,19 +210,12 @@ def _list(values: list[float], spec: str = ",.0f") -> str:
     return ", ".join(format(v, spec) for v in values)
 
 
-def report(
-    args: argparse.Namespace,
-    closed: dict[str, list[dict[str, Any]]],
-    capacities: list[float],
-    opened: list[dict[str, Any]],
-) -> list[str]:
+def _closed_lines(closed: dict[str, list[dict[str, Any]]]) -> list[str]:
     bare = [r["rate"] for r in closed["bare"]]
     gw = [r["rate"] for r in closed["gateway"]]
     ratios = [g / b for g, b in zip(gw, bare, strict=True)]
     answered = [r["answered_rate"] for r in closed["gateway"]]
-    lines = [
-        "| measure | median | runs | target |",
-        "| --- | ---: | --- | --- |",
+    return [
         f"| closed loop, bare aiohttp handler: acks/s | {statistics.median(bare):,.0f} | "
         f"{_list(bare)} | |",
         f"| closed loop, full `gateway serve`: acks/s | {statistics.median(gw):,.0f} | "
@@ -235,6 +228,17 @@ def report(
         f"| replies sent meanwhile /s (closed loop) | {statistics.median(answered):,.0f} | "
         f"{_list(answered)} | |",
     ]
+
+
+def report(
+    args: argparse.Namespace,
+    closed: dict[str, list[dict[str, Any]]],
+    capacities: list[float],
+    opened: list[dict[str, Any]],
+) -> list[str]:
+    lines = ["| measure | median | runs | target |", "| --- | ---: | --- | --- |"]
+    if closed["gateway"]:  # --repeat 0: the open loop only
+        lines += _closed_lines(closed)
     if opened:
         p50 = [r["p50_ms"] for r in opened]
         p99 = [r["p99_ms"] for r in opened]

@@ -57,6 +57,11 @@ class Backlog:
         return self._stored + self._accepted - self._base
 
     @property
+    def stored(self) -> int:
+        """The count last read from the store (without what this process stored since)."""
+        return self._stored
+
+    @property
     def ready(self) -> bool:
         """False while the backlog is past ``backlog_ready``."""
         return self.count <= self.ready_bound

@@ -12,6 +12,13 @@ without a webhook lift the limit. The loop's lag, not the acks' own time, is the
 also waits for its disk flush, which pacing cannot shorten, and cutting the pipeline for it
 would only delay the answers.
 
+Pacing is only for a pipeline that is behind (``behind``: the backlog last read from the store
+is at least ``ingest.ack_priority_backlog``). A pipeline that keeps up has little to gain from
+it: its acks queue behind a few callbacks at most. And a loop can be late for reasons pacing
+cannot remove (another process on the core, the garbage collector); pacing a pipeline that
+keeps up would only cut its rate, and the lag staying, cut it to the floor, while the answers
+wait in the store.
+
 The deliveries wait durably in the store meanwhile, so nothing is lost, only answered later;
 a floor keeps the pipeline moving, and past ``ingest.backlog_ready`` (``overloaded``) the
 waiting users come first and nothing is held back.
@@ -42,11 +49,13 @@ class AckPacer:
         target: float,
         *,
         overloaded: Callable[[], bool] = lambda: False,
+        behind: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._target = target  # seconds of mean loop lag; 0: never paced
         self._overloaded = overloaded
+        self._behind = behind
         self._clock = clock
         self._sleep = sleep
         self.rate: float | None = None  # deliveries and turns per second admitted; None: no limit
@@ -81,6 +90,11 @@ class AckPacer:
     def held_to(self) -> float:
         """The rate new work is held to now (per second); 0 while it is not paced."""
         return 0.0 if self.rate is None or self._overloaded() else self.rate
+
+    @property
+    def behind(self) -> bool:
+        """The pipeline is behind: it may be paced while webhooks arrive and the loop is late."""
+        return self._behind()
 
     @property
     def webhooks_arriving(self) -> bool:
@@ -130,7 +144,7 @@ class AckPacer:
         if elapsed < WINDOW:
             return
         was_paced = self.rate is not None
-        if self._target <= 0 or not self.webhooks_arriving:
+        if self._target <= 0 or not self.webhooks_arriving or not self.behind:
             self.rate = None
         elif self._probes and self._lag_sum / self._probes > self._target:
             admitted_rate = self._admitted / elapsed

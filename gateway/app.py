@@ -84,8 +84,14 @@ async def _backlog_ctx(app: web.Application) -> AsyncIterator[None]:
     await backlog.sync()  # what an earlier run left counts before the first request
     backlog.start()
     app[BACKLOG] = backlog
-    # Past backlog_ready the waiting users come first: the pipeline is no longer paced.
-    pacer = AckPacer(ingest.ack_priority_lag_ms / 1000, overloaded=lambda: not backlog.ready)
+    # Paced only once behind (a backlog read from the store, not this process's estimate,
+    # which counts a flood's deliveries before their answers are seen); past backlog_ready
+    # the waiting users come first and the pipeline is no longer paced.
+    pacer = AckPacer(
+        ingest.ack_priority_lag_ms / 1000,
+        overloaded=lambda: not backlog.ready,
+        behind=lambda: backlog.stored >= ingest.ack_priority_backlog,
+    )
     pacer.start()
     app[PACER] = pacer
     app[METRICS].set_function(PACED_RATE, lambda: pacer.held_to)

@@ -63,6 +63,8 @@ class IngestConfig(_Section):
     # Acks first: while webhooks arrive and the event loop runs this late (mean over 50 ms),
     # new deliveries enter the pipeline at a reduced rate (docs/pipeline.md). 0: never paced.
     ack_priority_lag_ms: float = Field(default=2.0, ge=0)
+    # ... and only while at least this many messages wait (the backlog last read from the store).
+    ack_priority_backlog: int = Field(default=200, ge=0)
 
     @field_validator("backlog_refuse")
     @classmethod

@@ -10,7 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook_bot_gateway.channels import ChannelError, UnknownAccount, WhatsAppNumberConfig
+from webhook_bot_gateway.channels import (
+    ChannelError,
+    TemplateUpdate,
+    UnknownAccount,
+    WhatsAppNumberConfig,
+)
 from webhook_bot_gateway.channels.telegram import TelegramAdapter
 from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 
@@ -19,6 +24,7 @@ from . import whatsapp_fakes as wa
 from .test_whatsapp_fuzz import _mutate, json_values
 
 WHATSAPP = WhatsAppAdapter(wa.config())  # no request is made: nothing to close
+WHATSAPP_NUMBERS = {number.phone_number_id for number in wa.config().numbers}
 TELEGRAM = TelegramAdapter(tg.config(), identities=tg.FIXTURE_BOTS)
 # A bot that answers every message it gets: its parse keys are every key delivery_keys claims
 # (a message another bot would not answer still claims its key, so its retries are dropped).
@@ -142,13 +148,26 @@ def keys_or_error(
         return exc
 
 
+def is_ours(adapter: WhatsAppAdapter | TelegramAdapter, event: Any) -> bool:
+    """An event of a configured account: delivery_keys skips the others by design (their
+    values are known to be irrelevant to this gateway), while parse keeps them."""
+    if adapter is not WHATSAPP or isinstance(event, TemplateUpdate):  # a WABA's, not a number's
+        return True
+    return bool(event.account in WHATSAPP_NUMBERS)
+
+
 def assert_consistent(
     adapter: WhatsAppAdapter | TelegramAdapter, body: bytes, account: str | None
 ) -> None:
-    """Every event parse gives has its key claimed; a refusal means parse has no event either."""
+    """Every event of a configured account that parse gives has its key claimed; a refusal
+    means parse has no such event either."""
     parsed = parsed_keys(adapter, body, account)
     keys = keys_or_error(adapter, body, account)
-    event_keys = [] if isinstance(parsed, ChannelError) else parsed[1]
+    event_keys = (
+        []
+        if isinstance(parsed, ChannelError)
+        else list(dict.fromkeys(e.dedup_key for e in parsed[0].events if is_ours(adapter, e)))
+    )
     if isinstance(keys, ChannelError):
         assert event_keys == []
     else:
@@ -187,3 +206,30 @@ def test_delivery_keys_on_random_json_raise_only_channel_error(value: Any) -> No
     body = json.dumps(value).encode()
     assert_consistent(WHATSAPP, body, None)
     assert_consistent(TELEGRAM, body, "support")
+
+
+def with_number(body: dict[str, Any], number: str) -> dict[str, Any]:
+    """A copy of a one-change delivery, addressed to ``number``."""
+    body = copy.deepcopy(body)
+    body["entry"][0]["changes"][0]["value"]["metadata"]["phone_number_id"] = number
+    return body
+
+
+def test_an_unconfigured_number_claims_no_key_though_parse_keeps_its_event() -> None:
+    """Found by the mutation test: a phone_number_id of "null" is a number of another
+    gateway, so its message claims no key, while parse still returns its event."""
+    raw = json.dumps(with_number(wa.fixture_json("text_message.json"), "null")).encode()
+    result, keys = parsed_keys(WHATSAPP, raw, None)
+    assert keys, "parse keeps the event of a number it does not know"
+    assert WHATSAPP.delivery_keys(raw) == []
+    assert_consistent(WHATSAPP, raw, None)
+
+
+def test_a_configured_number_beside_an_unconfigured_one_claims_its_own_keys() -> None:
+    ours = wa.fixture_json("text_message.json")
+    theirs = with_number(wa.fixture_json("image_with_caption.json"), "999")
+    ours["entry"] += theirs["entry"]
+    raw = json.dumps(ours).encode()
+    ours_key = f"whatsapp:{ours['entry'][0]['changes'][0]['value']['messages'][0]['id']}"
+    assert WHATSAPP.delivery_keys(raw) == [ours_key]
+    assert_consistent(WHATSAPP, raw, None)

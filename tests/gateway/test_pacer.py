@@ -28,8 +28,16 @@ class Clock:
         self.now += seconds
 
 
-def pacer(clock: Clock, overloaded: bool = False, target: float = TARGET) -> AckPacer:
-    return AckPacer(target, overloaded=lambda: overloaded, clock=clock, sleep=clock.sleep)
+def pacer(
+    clock: Clock, overloaded: bool = False, target: float = TARGET, behind: bool = True
+) -> AckPacer:
+    return AckPacer(
+        target,
+        overloaded=lambda: overloaded,
+        behind=lambda: behind,
+        clock=clock,
+        sleep=clock.sleep,
+    )
 
 
 async def window(
@@ -155,3 +163,29 @@ async def test_the_probe_measures_the_loop_only_while_webhooks_arrive() -> None:
         assert clock.slept, "a webhook woke the probe"
     finally:
         await p.aclose()
+
+
+async def test_a_pipeline_that_keeps_up_is_not_paced_however_late_the_loop() -> None:
+    """A loop late for a reason pacing cannot remove (another process on the core) must not
+    hold back a pipeline with nothing waiting: its answers would wait for nothing."""
+    clock = Clock()
+    p = pacer(clock, behind=False)
+    for _ in range(20):
+        await window(p, clock, lag=TARGET * 10, admitted=64)
+    assert p.rate is None
+    assert clock.slept == []
+    assert p.held_to == 0
+
+
+async def test_a_loop_late_in_a_third_of_the_windows_drives_the_rate_to_the_floor() -> None:
+    """Why pacing waits for a backlog: lag that pacing does not cause is not cured by it. The
+    rate is cut after each late window and regrows 15% per window in between, so a loop late
+    in one window of three ends at the floor, whatever the pipeline could do."""
+    clock = Clock()
+    p = pacer(clock)
+    for i in range(120):
+        late = i % 3 == 0
+        admitted = int((p.rate or 1000) * STEP)  # the pipeline takes all it is allowed
+        await window(p, clock, lag=TARGET * (3 if late else 0.5), admitted=admitted)
+    assert p.rate is not None
+    assert p.rate < FLOOR * GROWTH**2 + 1

@@ -17,6 +17,7 @@ from tests.channels import telegram_fakes as tg
 from tests.channels import whatsapp_fakes as wa
 from webhook_bot_gateway.gateway._keys import (
     ADAPTERS,
+    BACKLOG,
     INTAKE_WAKE,
     METRICS,
     PACER,
@@ -111,6 +112,23 @@ async def test_an_acknowledged_delivery_tells_the_pacer_that_webhooks_arrive(
     response = await client.post("/webhooks/whatsapp", data=body, headers=wa_headers(body))
     assert response.status == 200
     assert pacer.webhooks_arriving
+
+
+async def test_the_pacer_may_pace_only_once_the_backlog_read_from_the_store_is_large(
+    make_client: MakeClient,
+) -> None:
+    """Acks first only when behind: deliveries this process just stored do not count until the
+    backlog is read from the store (a flood answered as fast as it comes is not behind)."""
+    client = await make_client(ingest={"ack_priority_backlog": 3})
+    pacer, backlog = client.app[PACER], client.app[BACKLOG]
+    for n in range(3):
+        body = wa_delivery([wa_text(f"wamid.behind{n}")])
+        response = await client.post("/webhooks/whatsapp", data=body, headers=wa_headers(body))
+        assert response.status == 200
+    assert backlog.count == 3  # the estimate counts them at once...
+    assert not pacer.behind  # ...but the pacer waits for the store's word
+    await backlog.sync()  # ingest_only: nothing answers them, so all three wait
+    assert pacer.behind
 
 
 async def test_telegram_update_is_stored_for_its_bot(client: Client, db_path: Path) -> None:
