@@ -352,3 +352,21 @@ async def test_the_intake_asks_the_pacer_before_it_parses(
     assert await intake.step() == 40
     assert clock.slept, "the intake waited for the pacer"
     assert await store.unparsed_deliveries() == []
+
+
+async def test_intake_answers_only_the_configured_number_of_a_delivery_that_names_two(
+    store: SQLiteStore, db: Path, adapters: dict[str, ChannelAdapter]
+) -> None:
+    """One app's webhook may carry the changes of a number another gateway serves: its
+    messages claim no key at the ack, so the intake makes no inbox row, session or turn."""
+    ours = json.loads(wa_messages(("wamid.ours", "111", "hi")))
+    theirs = json.loads(wa_messages(("wamid.theirs", "222", "hello")))
+    theirs["entry"][0]["changes"][0]["value"]["metadata"]["phone_number_id"] = "999"
+    ours["entry"] += theirs["entry"]
+    claimed = await store_delivery(store, adapters["whatsapp"], json.dumps(ours).encode())
+    assert claimed == {"whatsapp:wamid.ours"}
+    intake, woken, _ = make_intake(store, adapters)
+    assert await intake.step() == 1
+    assert inbox(db) == [(make_session_id("whatsapp", NUMBER, "111"), "whatsapp:wamid.ours")]
+    assert woken.sessions == [make_session_id("whatsapp", NUMBER, "111")]
+    assert rows(db, "SELECT count(*) FROM sessions WHERE account = '999'") == [(0,)]
