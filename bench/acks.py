@@ -210,6 +210,10 @@ def _list(values: list[float], spec: str = ",.0f") -> str:
     return ", ".join(format(v, spec) for v in values)
 
 
+def _offered(args: argparse.Namespace) -> str:
+    return f"{args.open_rate:,.0f}/s" if args.open_rate else f"{args.factor:g}x capacity"
+
+
 def _closed_lines(closed: dict[str, list[dict[str, Any]]]) -> list[str]:
     bare = [r["rate"] for r in closed["bare"]]
     gw = [r["rate"] for r in closed["gateway"]]
@@ -249,7 +253,7 @@ def report(
         lines += [
             f"| e2e capacity, answered/s (WhatsApp, burst) | {statistics.median(capacities):,.0f}"
             f" | {_list(capacities)} | |",
-            f"| open loop at {args.factor:g}x capacity for {args.open_seconds:g} s: rate/s | "
+            f"| open loop at {_offered(args)} for {args.open_seconds:g} s: rate/s | "
             f"{statistics.median(rates):,.0f} | {_list(rates)} | |",
             f"| open loop: ack p50 (ms) | {statistics.median(p50):,.1f} | {_list(p50, ',.1f')} | |",
             f"| open loop: ack p99 (ms) | **{statistics.median(p99):,.1f}** | "
@@ -296,7 +300,8 @@ async def bench(args: argparse.Namespace, base: Path) -> list[str]:
         capacities.append(cap)
         workdir = base / f"open-{repeat}"
         workdir.mkdir()
-        result = await open_run(args, args.factor * cap, workdir)
+        rate = args.open_rate or args.factor * cap  # a fixed rate compares two builds fairly
+        result = await open_run(args, rate, workdir)
         opened.append(result)
         print(
             f"run {repeat + 1} capacity {cap:,.0f}/s; open loop at {result['rate_asked']:,.0f}/s: "
@@ -322,6 +327,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-rate", type=float, default=15_000, help="requests to pre-build")
     parser.add_argument("--capacity-messages", type=int, default=3000)
     parser.add_argument("--factor", type=float, default=2.0, help="open-loop rate / capacity")
+    parser.add_argument(
+        "--open-rate", type=float, default=0.0, help="open-loop rate /s (default: --factor x)"
+    )
     parser.add_argument("--open-seconds", type=float, default=10.0)
     parser.add_argument("--open-connections", type=int, default=256)
     parser.add_argument("--drain-timeout", type=float, default=600.0)

@@ -36,7 +36,7 @@ WINDOW = 0.05  # seconds of lag judged together
 CUT = 0.7  # the admitted rate after a late window, times the rate admitted in it
 GROWTH = 1.15  # the limit's growth after a window in which the loop kept up
 FLOOR = 20.0  # deliveries per second admitted however late the loop
-QUIET = 0.5  # seconds without a webhook that lift the limit
+QUIET = 0.1  # seconds without a webhook that lift the limit (a burst's end frees the pipeline)
 EPSILON = 1e-6  # tokens: what float rounding may leave missing
 MIN_WAIT = 0.001  # seconds: the shortest wait for the bucket to fill
 
@@ -95,6 +95,11 @@ class AckPacer:
     def behind(self) -> bool:
         """The pipeline is behind: it may be paced while webhooks arrive and the loop is late."""
         return self._behind()
+
+    @property
+    def last_webhook_at(self) -> float:
+        """When the last webhook was acknowledged (the pacer's clock)."""
+        return self._last_ack
 
     @property
     def webhooks_arriving(self) -> bool:
