@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -160,7 +160,7 @@ def build_pipeline(
         starting_agent=settings.agents.starting_agent,
         account_agents=account_agents(settings),
         metrics=metrics,
-        on_sessions=partial(_recorded, dispatcher, media),
+        on_sessions=partial(_recorded, dispatcher, media.wake.set),
         pacer=pacer,
     )
     keep = settings.dedup.ttl_hours * 3600  # statuses of sent replies may arrive for days
@@ -174,10 +174,39 @@ def build_pipeline(
     return Pipeline(intake, dispatcher, sender, purger, media, intake_wake)
 
 
-def _recorded(dispatcher: Dispatcher, media: MediaWorker, session_ids: Iterable[str]) -> None:
-    """New inbox rows: their lanes run, and their files (if any) start downloading."""
+OTHERS_GRACE = 1.0  # seconds another live process gets to send and fetch what it wrote
+
+
+class DelayedWake:
+    """Sets ``event`` ``delay`` seconds after the first call since it was last set.
+
+    Another process's new outbox rows and files are its own to handle, at once and without a
+    race: woken at once, this process would read them too and race for each claim. It steps in
+    only for what is still waiting after the grace (a process that died, a CLI that wrote).
+    """
+
+    def __init__(self, event: asyncio.Event, delay: float = OTHERS_GRACE) -> None:
+        self._event = event
+        self._delay = delay
+        self._handle: asyncio.TimerHandle | None = None
+
+    def __call__(self) -> None:
+        if self._handle is None:
+            self._handle = asyncio.get_running_loop().call_later(self._delay, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        self._event.set()
+
+
+def _recorded(
+    dispatcher: Dispatcher, media: Callable[[], None], session_ids: Iterable[str]
+) -> None:
+    """New inbox rows: their lanes run (another process's too: a turn of the session may be
+    running here), and ``media`` looks at their files (at once for this process's rows, after
+    the grace for another's)."""
     dispatcher.wake(session_ids)
-    media.wake.set()
+    media()
 
 
 def fetch_policy(settings: Settings) -> FetchPolicy:
@@ -221,8 +250,10 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
         await pipeline.start()
         try:
             # Work other processes commit (PostgreSQL) starts here at once, not at the next poll.
-            on_inbox = partial(_recorded, pipeline.dispatcher, pipeline.media)
-            async with app[STORE].watch_work(on_inbox, app[SENDER_WAKE].set):
+            media_later = DelayedWake(pipeline.media.wake)
+            sender_later = DelayedWake(app[SENDER_WAKE])
+            on_inbox = partial(_recorded, pipeline.dispatcher, media_later)
+            async with app[STORE].watch_work(on_inbox, sender_later):
                 yield
         finally:
             app[STOPPING].set()
