@@ -59,6 +59,9 @@ MAX_ERROR = 500
 Clock = Callable[[], float]
 
 
+OTHERS_GRACE = 1.0  # seconds another live process gets to answer and send what it wrote
+
+
 class Dispatcher:
     """Runs the turns of every session with pending inbox rows."""
 
@@ -76,6 +79,7 @@ class Dispatcher:
         max_lanes: int | None = None,
         media: MediaWait | None = None,
         pacer: AckPacer | None = None,
+        others_grace: float = OTHERS_GRACE,
     ) -> None:
         self._store = store
         self._pacer = pacer  # acks first: a turn may wait to start while acks are pressed
@@ -91,6 +95,9 @@ class Dispatcher:
         self._slots = asyncio.Semaphore(config.max_concurrent_turns)
         self._lanes: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()  # woken while running: look for rows once more
+        self._others_grace = others_grace
+        self._heard: set[str] = set()  # another process's sessions, looked at after the grace
+        self._heard_timer: asyncio.TimerHandle | None = None
         self._overflow = False  # sessions were left out because every lane was taken
         self._poll_now = asyncio.Event()
         self._stop = asyncio.Event()
@@ -128,6 +135,25 @@ class Dispatcher:
                 self._overflow = True  # picked up by poll() when lanes free up
             else:
                 self._lanes[sid] = asyncio.create_task(self._lane(sid), name=f"lane {sid}")
+
+    def heard(self, session_ids: Iterable[str]) -> None:
+        """Another process wrote inbox rows for these sessions. A lane here looks again (a turn
+        of the session runs here, and the rows follow it in order); the others are the writer's
+        to answer, and get a lane here ``others_grace`` seconds later, whose one read finds
+        nothing unless the writer died or could not take them (a CLI command wrote them)."""
+        for sid in session_ids:
+            if sid in self._lanes:
+                self._again.add(sid)
+            elif len(self._heard) < self._max_lanes:  # beyond: the periodic poll finds them
+                self._heard.add(sid)
+        if self._heard and self._heard_timer is None:
+            loop = asyncio.get_running_loop()
+            self._heard_timer = loop.call_later(self._others_grace, self._wake_heard)
+
+    def _wake_heard(self) -> None:
+        self._heard_timer = None
+        heard, self._heard = self._heard, set()
+        self.wake(heard)
 
     async def run(self, poll_seconds: float = 5.0) -> None:
         """Poll now and then until ``drain`` (call ``start()`` first)."""

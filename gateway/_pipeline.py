@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -20,7 +20,7 @@ from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.store import Store
 
 from ._accounts import account_agents, gateway_registry
-from ._dispatcher import Dispatcher
+from ._dispatcher import OTHERS_GRACE, Dispatcher
 from ._intake import Intake
 from ._keys import (
     ADAPTERS,
@@ -160,7 +160,7 @@ def build_pipeline(
         starting_agent=settings.agents.starting_agent,
         account_agents=account_agents(settings),
         metrics=metrics,
-        on_sessions=partial(_recorded, dispatcher, media.wake.set),
+        on_sessions=partial(_recorded, dispatcher, media),
         pacer=pacer,
     )
     keep = settings.dedup.ttl_hours * 3600  # statuses of sent replies may arrive for days
@@ -172,9 +172,6 @@ def build_pipeline(
     )
     metrics.set_function(TURNS_IN_FLIGHT, lambda: dispatcher.running_turns)
     return Pipeline(intake, dispatcher, sender, purger, media, intake_wake)
-
-
-OTHERS_GRACE = 1.0  # seconds another live process gets to send and fetch what it wrote
 
 
 class DelayedWake:
@@ -199,13 +196,15 @@ class DelayedWake:
         self._event.set()
 
 
-def _recorded(
-    dispatcher: Dispatcher, media: Callable[[], None], session_ids: Iterable[str]
-) -> None:
-    """New inbox rows: their lanes run (another process's too: a turn of the session may be
-    running here), and ``media`` looks at their files (at once for this process's rows, after
-    the grace for another's)."""
+def _recorded(dispatcher: Dispatcher, media: MediaWorker, session_ids: Iterable[str]) -> None:
+    """This process's new inbox rows: their lanes run, and their files start downloading."""
     dispatcher.wake(session_ids)
+    media.wake.set()
+
+
+def _heard(dispatcher: Dispatcher, media: DelayedWake, session_ids: Iterable[str]) -> None:
+    """Another process's new inbox rows: they are its own; see ``Dispatcher.heard``."""
+    dispatcher.heard(session_ids)
     media()
 
 
@@ -252,7 +251,7 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
             # Work other processes commit (PostgreSQL) starts here at once, not at the next poll.
             media_later = DelayedWake(pipeline.media.wake)
             sender_later = DelayedWake(app[SENDER_WAKE])
-            on_inbox = partial(_recorded, pipeline.dispatcher, media_later)
+            on_inbox = partial(_heard, pipeline.dispatcher, media_later)
             async with app[STORE].watch_work(on_inbox, sender_later):
                 yield
         finally:

@@ -55,6 +55,7 @@ class Harness:
         max_lanes: int | None = None,
         clock: Callable[[], float] = time.time,
         pacer: AckPacer | None = None,
+        others_grace: float = 3600.0,
         **config: Any,
     ) -> None:
         self.store = store
@@ -73,6 +74,7 @@ class Harness:
             max_lanes=max_lanes,
             clock=clock,
             pacer=pacer,
+            others_grace=others_grace,
         )
         self.committed = asyncio.Event()
 
@@ -90,6 +92,12 @@ class Harness:
         items = [inbound(t, n=first + i, chat_id=chat_id) for i, t in enumerate(texts)]
         [sid] = await add_inbox(self.store, *items)
         self.dispatcher.wake([sid])
+        return sid
+
+    async def store_only(self, *texts: str, chat_id: str = "42", first: int = 1) -> str:
+        """Rows another process wrote: stored, this dispatcher not woken."""
+        items = [inbound(t, n=first + i, chat_id=chat_id) for i, t in enumerate(texts)]
+        [sid] = await add_inbox(self.store, *items)
         return sid
 
     async def run(self, *texts: str, chat_id: str = "42") -> str:
@@ -549,3 +557,45 @@ async def test_dispatcher_says_when_a_sessions_turns_stay_refused(
         assert "tries" in record.getMessage()
         assert harness.turns("committed") == 0
         await harness.dispatcher.drain(1.0)
+
+
+async def test_another_processs_new_rows_are_left_to_it_for_the_grace(store: SQLiteStore) -> None:
+    """Heard of over PostgreSQL's NOTIFY: the writer answers its own rows; a lane here would
+    only race it for the turn (and be refused). Within the grace nothing starts here."""
+    harness = Harness(store, ScriptedModel(echo()), others_grace=3600)
+    sid = await harness.store_only("theirs")
+    harness.dispatcher.heard([sid])
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert harness.dispatcher.lanes == frozenset()
+    assert harness.model.calls == []
+
+
+async def test_another_processs_rows_still_pending_after_the_grace_are_answered_here(
+    store: SQLiteStore,
+) -> None:
+    """The writer died before answering (or a CLI command wrote the rows): after the grace a
+    lane here finds them pending and answers them."""
+    harness = Harness(store, ScriptedModel(echo()), others_grace=0)
+    sid = await harness.store_only("orphan")
+    harness.dispatcher.heard([sid])
+    assert harness.dispatcher.lanes == frozenset()  # not at once
+    await harness.until_committed(1)
+    assert await harness.replies(sid) == ["re: orphan"]
+
+
+async def test_another_processs_row_for_a_turn_running_here_follows_it_at_once(
+    store: SQLiteStore,
+) -> None:
+    """The session's turn runs here: the rows another process recorded meanwhile are read once
+    that turn ends, without waiting for the grace, in order."""
+    hang = Hang()
+    harness = Harness(store, ScriptedModel(hang, echo()), double_texting="enqueue")
+    sid = await harness.feed("one")
+    await asyncio.wait_for(hang.started.wait(), 5)
+    await harness.store_only("two", first=2)
+    harness.dispatcher.heard([sid])
+    hang.release.set()
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert await harness.user_texts(sid) == ["one", "two"]
+    assert await harness.replies(sid) == ["re: two"]  # the hung step said nothing
