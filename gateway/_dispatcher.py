@@ -42,7 +42,7 @@ from ._metrics import HANDOFFS, STORE_ERRORS, TURN_SECONDS, TURNS, Metrics
 from ._pacer import AckPacer
 from ._templates import TEMPLATE_TOOL, queued_templates, template_outbox
 from ._typing import Typing
-from ._wait import wait_event
+from ._wait import OTHERS_GRACE, Later, wait_event
 from ._window import free_text_refusal
 from .config import DispatcherConfig
 
@@ -57,9 +57,6 @@ DRAINED = -1.0
 MAX_ERROR = 500
 
 Clock = Callable[[], float]
-
-
-OTHERS_GRACE = 1.0  # seconds another live process gets to answer and send what it wrote
 
 
 class Dispatcher:
@@ -95,9 +92,8 @@ class Dispatcher:
         self._slots = asyncio.Semaphore(config.max_concurrent_turns)
         self._lanes: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()  # woken while running: look for rows once more
-        self._others_grace = others_grace
         self._heard: set[str] = set()  # another process's sessions, looked at after the grace
-        self._heard_timer: asyncio.TimerHandle | None = None
+        self._wake_heard_later = Later(self._wake_heard, others_grace)
         self._overflow = False  # sessions were left out because every lane was taken
         self._poll_now = asyncio.Event()
         self._stop = asyncio.Event()
@@ -146,12 +142,10 @@ class Dispatcher:
                 self._again.add(sid)
             elif len(self._heard) < self._max_lanes:  # beyond: the periodic poll finds them
                 self._heard.add(sid)
-        if self._heard and self._heard_timer is None:
-            loop = asyncio.get_running_loop()
-            self._heard_timer = loop.call_later(self._others_grace, self._wake_heard)
+        if self._heard:
+            self._wake_heard_later()
 
     def _wake_heard(self) -> None:
-        self._heard_timer = None
         heard, self._heard = self._heard, set()
         self.wake(heard)
 

@@ -20,7 +20,7 @@ from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.store import Store
 
 from ._accounts import account_agents, gateway_registry
-from ._dispatcher import OTHERS_GRACE, Dispatcher
+from ._dispatcher import Dispatcher
 from ._intake import Intake
 from ._keys import (
     ADAPTERS,
@@ -40,6 +40,7 @@ from ._metrics import HANDOFFS, MODEL_SECONDS, TURNS_IN_FLIGHT, Metrics
 from ._pacer import AckPacer
 from ._purge import Purger, retention_of
 from ._sender import Sender
+from ._wait import Later
 from .config import Settings
 
 log = logging.getLogger("gateway.pipeline")
@@ -174,35 +175,13 @@ def build_pipeline(
     return Pipeline(intake, dispatcher, sender, purger, media, intake_wake)
 
 
-class DelayedWake:
-    """Sets ``event`` ``delay`` seconds after the first call since it was last set.
-
-    Another process's new outbox rows and files are its own to handle, at once and without a
-    race: woken at once, this process would read them too and race for each claim. It steps in
-    only for what is still waiting after the grace (a process that died, a CLI that wrote).
-    """
-
-    def __init__(self, event: asyncio.Event, delay: float = OTHERS_GRACE) -> None:
-        self._event = event
-        self._delay = delay
-        self._handle: asyncio.TimerHandle | None = None
-
-    def __call__(self) -> None:
-        if self._handle is None:
-            self._handle = asyncio.get_running_loop().call_later(self._delay, self._fire)
-
-    def _fire(self) -> None:
-        self._handle = None
-        self._event.set()
-
-
 def _recorded(dispatcher: Dispatcher, media: MediaWorker, session_ids: Iterable[str]) -> None:
     """This process's new inbox rows: their lanes run, and their files start downloading."""
     dispatcher.wake(session_ids)
     media.wake.set()
 
 
-def _heard(dispatcher: Dispatcher, media: DelayedWake, session_ids: Iterable[str]) -> None:
+def _heard(dispatcher: Dispatcher, media: Later, session_ids: Iterable[str]) -> None:
     """Another process's new inbox rows: they are its own; see ``Dispatcher.heard``."""
     dispatcher.heard(session_ids)
     media()
@@ -248,11 +227,10 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
         app[PIPELINE_TASKS] = pipeline.tasks
         await pipeline.start()
         try:
-            # Work other processes commit (PostgreSQL) starts here at once, not at the next poll.
-            media_later = DelayedWake(pipeline.media.wake)
-            sender_later = DelayedWake(app[SENDER_WAKE])
-            on_inbox = partial(_heard, pipeline.dispatcher, media_later)
-            async with app[STORE].watch_work(on_inbox, sender_later):
+            # Work other processes commit (PostgreSQL) is theirs: looked at here after a grace
+            # (what still waits then), not at the next poll; a turn running here at once.
+            on_inbox = partial(_heard, pipeline.dispatcher, Later(pipeline.media.wake.set))
+            async with app[STORE].watch_work(on_inbox, Later(app[SENDER_WAKE].set)):
                 yield
         finally:
             app[STOPPING].set()
