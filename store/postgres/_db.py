@@ -198,6 +198,21 @@ class Database:
         sees one snapshot of its own), so no ``BEGIN`` and ``COMMIT`` round trips."""
         return await self.call(fn)
 
+    async def write_one(self, fn: Fn[T]) -> T:
+        """``fn`` that sends ONE data-modifying statement that logs no event: no transaction
+        around it (a statement commits on its own, whole or not at all), so no ``BEGIN`` and
+        ``COMMIT`` round trips. A deadlock or serialization failure is tried again, as in
+        ``write``."""
+        attempt = 1
+        while True:
+            try:
+                return await self.call(fn)
+            except RETRYABLE:
+                if attempt == RETRIES:
+                    raise
+                log.debug("statement rolled back by a conflict; trying again (%d)", attempt)
+                attempt += 1
+
     async def read(self, fn: Fn[T]) -> T:
         """``fn`` in a read-only transaction with one snapshot."""
         self._check_open()

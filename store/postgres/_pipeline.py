@@ -199,7 +199,7 @@ class PipelineMethods:
         run = partial(
             outbox.claim, outbox_id=outbox_id, owner=self.owner, until=now + length, now=now
         )
-        return await self._db.write(run)
+        return await self._db.write_one(run)
 
     async def outbox_sent(self, outbox_id: int, platform_ids: Sequence[str]) -> None:
         """Mark a pending row sent with the platform's ids (one UPDATE)."""

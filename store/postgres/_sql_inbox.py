@@ -38,9 +38,17 @@ async def _check_all(
     session_id: str | None,
 ) -> None:
     """Raise (so the caller's transaction rolls back) unless every id was updated."""
-    if len(updated) == len(ids):
+    await check_found(conn, ids, [row[0] for row in updated], session_id)
+
+
+async def check_found(
+    conn: asyncpg.Connection, ids: Sequence[int], found: Sequence[int], session_id: str | None
+) -> None:
+    """Raise InboxNotFound or InboxNotPending unless every id is among ``found`` (the rows a
+    statement found pending): the caller's transaction then rolls back."""
+    if len(found) == len(ids):
         return
-    done = {row[0] for row in updated}
+    done = set(found)
     refused = [i for i in ids if i not in done]
     rows = await conn.fetch(
         "SELECT id, session_id FROM inbox WHERE id = ANY($1::bigint[])", refused
@@ -66,18 +74,6 @@ async def complete(
         list(ids),
     )
     await _check_all(conn, ids, updated, session_id)
-
-
-async def check_pending(conn: asyncpg.Connection, session_id: str, ids: Sequence[int]) -> None:
-    """Raise InboxNotPending or InboxNotFound, as ``complete`` would, unless every row is a
-    pending row of the session now (a turn's begin: nothing is locked or written)."""
-    found = await conn.fetch(
-        "SELECT id FROM inbox WHERE id = ANY($1::bigint[]) AND session_id = $2"
-        " AND state = 'pending'",
-        list(ids),
-        session_id,
-    )
-    await _check_all(conn, ids, found, session_id)
 
 
 async def fail(

@@ -22,6 +22,7 @@ from . import _sql_attachments as attachments
 from . import _sql_inbox as inbox
 from . import _sql_outbox as outbox
 from ._db import noted_locked
+from ._sql_arrivals import only_messages, record_messages
 from ._sql_quarantine import insert_many as insert_quarantine
 from ._sql_sessions import add_event
 
@@ -109,8 +110,15 @@ async def record_many(
         statuses += rows.statuses
     await _lock_sessions(conn, sessions, await outbox.status_sessions(conn, statuses), now)
     fresh: dict[str, None] = {}  # an ordered set
+    run: list[Rows] = []  # deliveries of messages only, written together when the run ends
     for delivery_id, source, rows in todo:
+        if only_messages(rows):
+            run.append(rows)
+            continue
+        fresh.update(dict.fromkeys(await record_messages(conn, run, now)))
+        run = []
         fresh.update(dict.fromkeys(await _apply(conn, delivery_id, source, rows, now, False)))
+    fresh.update(dict.fromkeys(await record_messages(conn, run, now)))
     if todo:  # the deliveries applied, in one statement
         done = [delivery_id for delivery_id, _, _ in todo]
         await conn.execute("DELETE FROM deliveries WHERE id = ANY($1::bigint[])", done)

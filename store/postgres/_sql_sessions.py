@@ -506,7 +506,7 @@ async def set_agent(
 
 
 # One row per (kind, detail, created_at), numbered after the session's last seq, in order.
-_APPEND_EVENTS = (
+APPEND_EVENTS = (
     "INSERT INTO session_events (session_id, kind, detail, created_at, seq)"
     " SELECT $1, e.kind, e.detail, e.created_at, last.seq + e.n"
     " FROM unnest($2::text[], $3::text[], $4::float8[]) WITH ORDINALITY"
@@ -516,41 +516,23 @@ _APPEND_EVENTS = (
 )
 
 
+def event_columns(events: list[tuple[str, str, float]]) -> tuple[list[str], list[str], list[float]]:
+    """``APPEND_EVENTS``' $2, $3 and $4: the kinds, details and times of ``events``."""
+    return [e[0] for e in events], [e[1] for e in events], [e[2] for e in events]
+
+
 async def append_events(
-    conn: asyncpg.Connection,
-    session_id: str,
-    events: list[tuple[str, str, float]],
-    *,
-    with_update: tuple[str, tuple[Any, ...]] | None = None,
+    conn: asyncpg.Connection, session_id: str, events: list[tuple[str, str, float]]
 ) -> list[int]:
     """Append ``(kind, detail JSON text, created_at)`` events in one statement; their ids.
 
     Only for a caller that holds the session's row lock (``lock_row``, or an UPDATE of the
     row earlier in the transaction): that is what keeps two writers from taking one seq.
-
-    ``with_update``: ``(sql, args)`` of a data-modifying statement sent in the same round trip
-    (a ``WITH`` of the insert), its parameters numbered from ``$5``; keep ``sql`` a constant,
-    so the connection's prepared statement is reused. It runs even with no events. It sees
-    the snapshot of the insert: only for rows the transaction has locked already.
     """
-    if with_update is not None:
-        sql, extra = with_update
-        kinds, details, times = zip(*events, strict=True) if events else ((), (), ())
-        rows = await conn.fetch(
-            f"WITH changed AS ({sql}) {_APPEND_EVENTS}",
-            session_id,
-            list(kinds),
-            list(details),
-            list(times),
-            *extra,
-        )
-    elif events:
-        kinds, details, times = zip(*events, strict=True)
-        rows = await conn.fetch(_APPEND_EVENTS, session_id, list(kinds), list(details), list(times))
-    else:
+    if not events:
         return []
-    if rows:
-        noted_events((session_id,))
+    rows = await conn.fetch(APPEND_EVENTS, session_id, *event_columns(events))
+    noted_events((session_id,))
     return sorted(row[0] for row in rows)
 
 

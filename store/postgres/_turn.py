@@ -32,9 +32,11 @@ from .._turn_buffer import TurnScope as _Scope
 from .._types import Message, Session, SessionStatus
 from . import _sql_inbox as inbox_sql
 from . import _sql_outbox as outbox_sql
-from ._db import Database, noted_locked
+from ._db import Database, noted_events, noted_locked, returned
 from ._sql_sessions import (
+    APPEND_EVENTS,
     append_events,
+    event_columns,
     insert_messages,
     lock_row,
     select_branch,
@@ -70,12 +72,30 @@ def taken_over(session_id: str) -> TurnActive:
     return error
 
 
-# The session's row as the commit sets it, sent with the turn's events (``append_events``).
+# The session's row as the commit sets it, the turn's inbox rows done (locked in id order,
+# only those still pending) and every event of the turn, in one statement after the session's
+# lock; RETURNING gives each event's id beside the ids of the rows marked done.
 _FINISH = (
-    "UPDATE sessions SET head_id = $5, active_agent = coalesce($6, active_agent),"
-    " metadata = $7, status = 'idle', owner = NULL, updated_at = $8 WHERE session_id = $1"
+    "WITH changed AS (UPDATE sessions SET head_id = $5, active_agent = coalesce($6, active_agent),"
+    " metadata = $7, status = 'idle', owner = NULL, updated_at = $8 WHERE session_id = $1),"
+    " mine AS (SELECT id FROM inbox WHERE id = ANY($9::bigint[]) AND session_id = $1"
+    " AND state = 'pending' ORDER BY id FOR UPDATE),"
+    " done AS (UPDATE inbox SET state = 'done', finished_at = $8 FROM mine"
+    " WHERE inbox.id = mine.id AND inbox.state = 'pending' RETURNING inbox.id),"
+    " done_ids AS (SELECT coalesce(array_agg(id), '{}') AS ids FROM done)"
+    f" {APPEND_EVENTS}, (SELECT ids FROM done_ids)"
 )
-_START = "UPDATE sessions SET status = 'running', owner = $5 WHERE session_id = $1"
+# The status, this turn's ``turn_started`` event and which of its inbox rows are still pending,
+# in one statement sent after the session's lock (so its snapshot follows what the lock's
+# previous holder committed); a row no longer pending rolls the whole transaction back.
+_START = (
+    "WITH changed AS (UPDATE sessions SET status = 'running', owner = $2 WHERE session_id = $1),"
+    " pending AS (SELECT coalesce(array_agg(id), '{}') AS ids FROM inbox"
+    " WHERE id = ANY($5::bigint[]) AND session_id = $1 AND state = 'pending')"
+    " INSERT INTO session_events (session_id, kind, detail, created_at, seq)"
+    " SELECT $1, 'turn_started', $3, $4, coalesce(max(seq), 0) + 1 FROM session_events"
+    " WHERE session_id = $1 RETURNING id, (SELECT ids FROM pending)"
+)
 
 
 class PostgresTurn(TurnBuffer[CommitHook]):
@@ -97,15 +117,16 @@ class PostgresTurn(TurnBuffer[CommitHook]):
         committed = await insert_messages(conn, sid, row[0], list(self._rows))
         parent: int | None = committed[-1].id if committed else row[0]
         metadata = dump_json({**load_json(row[1]), **self._metadata})
-        if self._inbox_done:
-            await inbox_sql.complete(conn, sid, list(self._inbox_done), now)
         outbox = [await outbox_sql.insert(conn, values, now) for values in self._outbox]
         closing = self._closing_events(committed, outbox)
-        # The session's row and every event in one statement: the turn's own events, then
-        # the closing ones, numbered in that order as before.
+        # The turn's own events, then the closing ones (never none), numbered in that order.
         events = [*self._events, *((kind, dump_json(d), now) for kind, d in closing)]
-        finish = (_FINISH, (parent, self._agent, metadata, now))
-        await append_events(conn, sid, events, with_update=finish)
+        inbox_ids = list(self._inbox_done)
+        logged = await conn.fetch(
+            _FINISH, sid, *event_columns(events), parent, self._agent, metadata, now, inbox_ids
+        )
+        await inbox_sql.check_found(conn, inbox_ids, list(logged[0][1]), sid)
+        noted_events((sid,))
         for hook in self._hooks:
             await hook(conn, committed)
         return committed, outbox
@@ -137,15 +158,14 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
         if session.status == "running":
             # Another process's turn, or a crash that interrupt_running() has not reconciled.
             raise RunActive(self._sid)
-        if self._inbox_ids:
-            # A stale batch (another process answered it meanwhile) is refused before any work.
-            await inbox_sql.check_pending(conn, self._sid, self._inbox_ids)
-        [started] = await append_events(
-            conn,
-            self._sid,
-            [("turn_started", dump_json({}), self._clock())],
-            with_update=(_START, (self._owner,)),
+        inbox_ids = list(self._inbox_ids or ())
+        row_started = await conn.fetchrow(
+            _START, self._sid, self._owner, dump_json({}), self._clock(), inbox_ids
         )
+        started, pending = returned(row_started)
+        # A stale batch (another process answered it meanwhile) is refused before any work.
+        await inbox_sql.check_found(conn, inbox_ids, list(pending), self._sid)
+        noted_events((self._sid,))
         if self._recent_turns is None:
             history = await select_branch(conn, session.head_id)
         else:

@@ -295,3 +295,48 @@ async def test_record_parsed_refuses_an_empty_account_starting_agent(store: Stor
     with pytest.raises(ValueError, match="agent name"):
         await store.record_parsed(delivery_id, ParsedDelivery(inbox=(item,)), starting_agent=AGENT)
     assert await store.get_session(sid("new")) is None
+
+
+async def test_record_parsed_many_keeps_the_order_of_one_delivery_after_another(
+    store: Store, raw: Raw
+) -> None:
+    """Runs of deliveries holding only messages are written together (PostgreSQL): the inbox
+    ids, each session's event seqs and ``last_user_message_at`` are those of one delivery
+    after the other, a key repeated in a later delivery stays the first's, and a delivery of
+    another kind in the middle keeps its place in the sessions' logs."""
+
+    def written(chat: str, key: str, at: float) -> InboxIn:
+        stamp = datetime.fromtimestamp(at, tz=UTC).isoformat()
+        return InboxIn(CHANNEL, ACCOUNT, chat, key, {"text": key, "timestamp": stamp})
+
+    parsed = [
+        ParsedDelivery(inbox=(written("a", "k1", 100.0), written("b", "k2", 300.0))),
+        ParsedDelivery(inbox=(written("a", "k3", 200.0), written("a", "k1", 900.0))),
+        ParsedDelivery(memberships=(MembershipIn(CHANNEL, ACCOUNT, "b", True),)),
+        ParsedDelivery(inbox=(written("b", "k4", 250.0), written("c", "k5", 50.0))),
+    ]
+    ids = [await stored(store, f"d{n}") for n in range(len(parsed))]
+    sessions = await store.record_parsed_many(list(zip(ids, parsed)), starting_agent=AGENT)
+    assert sessions == [sid("a"), sid("b"), sid("c")]
+    rows = await raw.rows("SELECT session_id, dedup_key FROM inbox ORDER BY id")
+    assert [tuple(row) for row in rows] == [
+        (sid("a"), "k1"),
+        (sid("b"), "k2"),
+        (sid("a"), "k3"),
+        (sid("b"), "k4"),
+        (sid("c"), "k5"),
+    ]
+
+    async def log(chat: str) -> list[tuple[int, str, object]]:
+        events = await store.list_events(sid(chat))
+        return [(e.seq, e.kind, e.detail.get("text")) for e in events]
+
+    assert await log("a") == [(1, "message", "k1"), (2, "message", "k3")]
+    assert await log("b") == [(1, "message", "k2"), (2, "user_blocked", None), (3, "message", "k4")]
+    assert await log("c") == [(1, "message", "k5")]
+    wrote = {}
+    for chat in "abc":
+        session = await store.get_session(sid(chat))
+        assert session is not None
+        wrote[chat] = session.metadata[LAST_USER_MESSAGE_AT]
+    assert wrote == {"a": 200.0, "b": 300.0, "c": 50.0}
