@@ -198,21 +198,6 @@ class Database:
         sees one snapshot of its own), so no ``BEGIN`` and ``COMMIT`` round trips."""
         return await self.call(fn)
 
-    async def write_one(self, fn: Fn[T]) -> T:
-        """``fn`` that sends ONE data-modifying statement that logs no event: no transaction
-        around it (a statement commits on its own, whole or not at all), so no ``BEGIN`` and
-        ``COMMIT`` round trips. A deadlock or serialization failure is tried again, as in
-        ``write``."""
-        attempt = 1
-        while True:
-            try:
-                return await self.call(fn)
-            except RETRYABLE:
-                if attempt == RETRIES:
-                    raise
-                log.debug("statement rolled back by a conflict; trying again (%d)", attempt)
-                attempt += 1
-
     async def read(self, fn: Fn[T]) -> T:
         """``fn`` in a read-only transaction with one snapshot."""
         self._check_open()
@@ -232,16 +217,31 @@ class Database:
         so an ack never queues behind another write's transaction.
         """
         del urgent
+        return await self._write(fn, one_statement=False)
+
+    async def write_one(self, fn: Fn[T]) -> T:
+        """``write`` for ``fn`` that sends ONE data-modifying statement (and reads only if it
+        failed): no transaction around it, since a statement commits on its own, whole or not
+        at all; so no ``BEGIN`` and ``COMMIT`` round trips. (With ``verify_events`` on it runs
+        in a transaction, where the trigger's setting can be read before the COMMIT.)"""
+        return await self._write(fn, one_statement=not self.verify_events)
+
+    async def _write(self, fn: Fn[T], *, one_statement: bool) -> T:
         self._check_open()
         for attempt in range(1, RETRIES + 1):
             try:
                 tx = Tx()
                 token = _TX.set(tx)
                 try:
-                    async with self._pool.acquire() as proxy, proxy.transaction():
-                        result = await fn(cast(asyncpg.Connection, proxy))
-                        if self.verify_events:
-                            await _verify(cast(asyncpg.Connection, proxy), tx)
+                    async with self._pool.acquire() as proxy:
+                        conn = cast(asyncpg.Connection, proxy)
+                        if one_statement:
+                            result = await fn(conn)
+                        else:
+                            async with proxy.transaction():
+                                result = await fn(conn)
+                                if self.verify_events:
+                                    await _verify(conn, tx)
                 finally:
                     _TX.reset(token)
                 break

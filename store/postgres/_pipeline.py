@@ -202,11 +202,11 @@ class PipelineMethods:
         return await self._db.write_one(run)
 
     async def outbox_sent(self, outbox_id: int, platform_ids: Sequence[str]) -> None:
-        """Mark a pending row sent with the platform's ids (one UPDATE)."""
+        """Mark a pending row sent with the platform's ids (one call, no transaction around)."""
         check_int("outbox_id", outbox_id, 1)
         ids = args.platform_ids(platform_ids)
         run = partial(outbox.sent, outbox_id=outbox_id, platform_ids=ids, now=self._now())
-        await self._db.write(run)
+        await self._db.write_one(run)
 
     async def outbox_retry(self, outbox_id: int, *, next_attempt_at: float, error: str) -> None:
         """Record a retryable failure: attempts + 1, stays pending until ``next_attempt_at``."""

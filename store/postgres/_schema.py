@@ -242,7 +242,45 @@ _V4 = (
     "UPDATE messages SET role = 'operator' WHERE role = 'assistant' AND agent = 'operator'",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+# A reply's send recorded in one round trip (it was four: BEGIN, the session's lock, the
+# statement, COMMIT). A function, because the status event's seq must be read after the lock
+# is held: each statement of a VOLATILE function takes a new snapshot, as the statements of a
+# READ COMMITTED transaction do. The caller sends it alone, in its own implicit transaction.
+# No row when the outbox row is not pending (the caller says why); else one, with the row's
+# session id (NULL for a row of no session).
+_V5 = (
+    """
+    CREATE FUNCTION gateway_outbox_sent(
+        p_id BIGINT, p_now DOUBLE PRECISION, p_ids TEXT, p_platform TEXT[], p_detail TEXT
+    ) RETURNS TABLE (sent_session TEXT) LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM 1 FROM sessions WHERE sessions.session_id =
+            (SELECT outbox.session_id FROM outbox WHERE outbox.id = p_id) FOR NO KEY UPDATE;
+        RETURN QUERY
+        WITH moved AS (
+            UPDATE outbox SET state = 'sent', sent_at = p_now, platform_ids = p_ids,
+                attempts = attempts + 1, error = NULL, claimed_by = NULL, claimed_until = NULL
+            WHERE outbox.id = p_id AND outbox.state = 'pending'
+            RETURNING outbox.channel, outbox.account, outbox.session_id
+        ), indexed AS (
+            INSERT INTO outbox_platform_ids (channel, account, platform_id, outbox_id)
+            SELECT moved.channel, moved.account, platform_id, p_id
+            FROM moved, unnest(p_platform) AS platform_id ORDER BY platform_id COLLATE "C"
+            ON CONFLICT (channel, account, platform_id)
+            DO UPDATE SET outbox_id = excluded.outbox_id
+        ), logged AS (
+            INSERT INTO session_events (session_id, kind, detail, created_at, seq)
+            SELECT moved.session_id, 'status', p_detail, p_now,
+                (SELECT coalesce(max(e.seq), 0) + 1 FROM session_events AS e
+                 WHERE e.session_id = moved.session_id)
+            FROM moved WHERE moved.session_id IS NOT NULL
+        )
+        SELECT moved.session_id FROM moved;
+    END $$
+    """,
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 LATEST = len(MIGRATIONS)
 
 _VERSION_TABLE = (

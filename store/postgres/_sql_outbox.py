@@ -188,36 +188,17 @@ async def _lock_session_of(conn: asyncpg.Connection, outbox_id: int) -> None:
         noted_locked((session_id,))
 
 
-# A sent row, its platform ids (see ``_index_platform_ids``) and the session's ``status``
-# event in one statement; the session's row is locked by the statement before (its snapshot
-# is taken after the lock, so the event's seq follows what the previous holder committed).
-_SENT = (
-    "WITH moved AS (UPDATE outbox SET state = 'sent', sent_at = $1, platform_ids = $2,"
-    f" attempts = attempts + 1, error = NULL, {_UNCLAIM}"
-    " WHERE id = $3 AND state = 'pending' RETURNING channel, account, session_id),"
-    " indexed AS (INSERT INTO outbox_platform_ids (channel, account, platform_id, outbox_id)"
-    " SELECT moved.channel, moved.account, platform_id, $3 FROM moved,"
-    ' unnest($4::text[]) AS platform_id ORDER BY platform_id COLLATE "C"'
-    " ON CONFLICT (channel, account, platform_id) DO UPDATE SET outbox_id = excluded.outbox_id),"
-    " logged AS (INSERT INTO session_events (session_id, kind, detail, created_at, seq)"
-    " SELECT moved.session_id, 'status', $5, $1, (SELECT coalesce(max(seq), 0) + 1"
-    " FROM session_events WHERE session_id = moved.session_id)"
-    " FROM moved WHERE moved.session_id IS NOT NULL)"
-    " SELECT session_id FROM moved"
-)
-
-
 async def sent(
     conn: asyncpg.Connection, outbox_id: int, platform_ids: Sequence[str], now: float
 ) -> None:
-    """Mark a pending row sent, index its platform ids and log the status event: the session's
-    lock, then one statement."""
-    await _lock_session_of(conn, outbox_id)
+    """Mark a pending row sent, index its platform ids (see ``_index_platform_ids``) and log
+    the session's ``status`` event, all in one call of ``gateway_outbox_sent`` (schema 5): the
+    session's lock, then one statement. Alone, it needs no transaction around it."""
     row = await conn.fetchrow(
-        _SENT,
+        "SELECT sent_session FROM gateway_outbox_sent($1, $2, $3, $4, $5)",
+        outbox_id,
         now,
         dump_list(list(platform_ids)),
-        outbox_id,
         sorted(set(platform_ids)),
         dump_json({"outbox_id": outbox_id, "state": "sent"}),
     )
