@@ -242,12 +242,14 @@ _V4 = (
     "UPDATE messages SET role = 'operator' WHERE role = 'assistant' AND agent = 'operator'",
 )
 
-# A reply's send recorded in one round trip (it was four: BEGIN, the session's lock, the
-# statement, COMMIT). A function, because the status event's seq must be read after the lock
-# is held: each statement of a VOLATILE function takes a new snapshot, as the statements of a
-# READ COMMITTED transaction do. The caller sends it alone, in its own implicit transaction.
-# No row when the outbox row is not pending (the caller says why); else one, with the row's
-# session id (NULL for a row of no session).
+# Two hot writes as functions, each called alone in its own implicit transaction: one round
+# trip, no BEGIN and COMMIT. Functions, because each reads after taking the session's lock
+# (an event's seq, the inbox rows' state): each statement of a VOLATILE function takes a new
+# snapshot, as the statements of a READ COMMITTED transaction do, where one statement would
+# read with the snapshot taken before it waited for the lock.
+# gateway_outbox_sent: a reply's send recorded (it was four round trips: BEGIN, the session's
+# lock, the statement, COMMIT). No row when the outbox row is not pending (the caller says
+# why); else one, with the row's session id (NULL for a row of no session).
 _V5 = (
     """
     CREATE FUNCTION gateway_outbox_sent(
@@ -276,6 +278,46 @@ _V5 = (
             FROM moved WHERE moved.session_id IS NOT NULL
         )
         SELECT moved.session_id FROM moved;
+    END $$
+    """,
+    # A turn's begin in one round trip (it was five): lock the session, then, unless it is
+    # running, check that the turn's inbox rows are still pending and, if so, mark it running
+    # and log turn_started, each statement with a snapshot taken after the lock. One row: the
+    # session as locked (SESSION_COLUMNS), the turn_started id (NULL if nothing was written)
+    # and which of the inbox rows were found pending; no row for a session that is not there.
+    """
+    CREATE FUNCTION gateway_turn_begin(
+        p_sid TEXT, p_owner TEXT, p_detail TEXT, p_now DOUBLE PRECISION, p_inbox BIGINT[]
+    ) RETURNS TABLE (
+        r_session_id TEXT, r_channel TEXT, r_account TEXT, r_chat_id TEXT,
+        r_active_agent TEXT, r_status TEXT, r_head_id BIGINT, r_metadata TEXT,
+        r_created_at DOUBLE PRECISION, r_updated_at DOUBLE PRECISION,
+        r_started BIGINT, r_pending BIGINT[]
+    ) LANGUAGE plpgsql AS $$
+    DECLARE
+        s sessions%ROWTYPE;
+        v_pending BIGINT[] := '{}';
+        v_started BIGINT;
+    BEGIN
+        SELECT * INTO s FROM sessions WHERE sessions.session_id = p_sid FOR NO KEY UPDATE;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        IF s.status <> 'running' THEN
+            SELECT coalesce(array_agg(inbox.id), '{}') INTO v_pending FROM inbox
+            WHERE inbox.id = ANY(p_inbox) AND inbox.session_id = p_sid
+                AND inbox.state = 'pending';
+            IF cardinality(v_pending) = cardinality(p_inbox) THEN
+                UPDATE sessions SET status = 'running', owner = p_owner
+                WHERE sessions.session_id = p_sid;
+                INSERT INTO session_events (session_id, kind, detail, created_at, seq)
+                SELECT p_sid, 'turn_started', p_detail, p_now, coalesce(max(e.seq), 0) + 1
+                FROM session_events AS e WHERE e.session_id = p_sid
+                RETURNING session_events.id INTO v_started;
+            END IF;
+        END IF;
+        RETURN QUERY SELECT s.session_id, s.channel, s.account, s.chat_id, s.active_agent,
+            s.status, s.head_id, s.metadata, s.created_at, s.updated_at, v_started, v_pending;
     END $$
     """,
 )

@@ -1,9 +1,11 @@
 """Turns on PostgreSQL: buffer the writes in memory, then commit them in one transaction.
 
-As on SQLite: entering a turn is one short transaction (status ``running``, load the branch,
-or with ``recent_turns`` only what pruning to that many whole turns can keep); the body runs
-with no transaction open and no lock held; a clean exit is one transaction that writes
-everything; any exception restores the status and writes nothing else.
+As on SQLite: entering a turn is one short write (status ``running`` and ``turn_started``: a
+call of ``gateway_turn_begin``, schema 5, that commits on its own), then a read of the branch
+(or with ``recent_turns`` only what pruning to that many whole turns can keep); should the
+read fail, the begin is undone. The body runs with no transaction open and no lock held; a
+clean exit is one transaction that writes everything; any exception restores the status and
+writes nothing else.
 
 Several processes may share the database, so both transactions lock the session's row first:
 of two processes beginning a turn of one session, the second sees ``running`` and gets
@@ -19,26 +21,26 @@ another process's ``running``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
 import asyncpg
 
-from .._errors import RunActive, SessionDeletedError, TurnActive
+from .._errors import RunActive, SessionDeletedError, SessionNotFound, StoreError, TurnActive
 from .._rows import dump_json, load_json, to_session
 from .._turn_buffer import TurnBuffer, Written, end_reason
 from .._turn_buffer import TurnScope as _Scope
 from .._types import Message, Session, SessionStatus
 from . import _sql_inbox as inbox_sql
 from . import _sql_outbox as outbox_sql
-from ._db import Database, noted_events, noted_locked, returned
+from ._db import Database, noted_events, noted_locked
 from ._sql_sessions import (
     APPEND_EVENTS,
     append_events,
     event_columns,
     insert_messages,
-    lock_row,
     select_branch,
     select_recent,
 )
@@ -85,17 +87,8 @@ _FINISH = (
     " done_ids AS (SELECT coalesce(array_agg(id), '{}') AS ids FROM done)"
     f" {APPEND_EVENTS}, (SELECT ids FROM done_ids)"
 )
-# The status, this turn's ``turn_started`` event and which of its inbox rows are still pending,
-# in one statement sent after the session's lock (so its snapshot follows what the lock's
-# previous holder committed); a row no longer pending rolls the whole transaction back.
-_START = (
-    "WITH changed AS (UPDATE sessions SET status = 'running', owner = $2 WHERE session_id = $1),"
-    " pending AS (SELECT coalesce(array_agg(id), '{}') AS ids FROM inbox"
-    " WHERE id = ANY($5::bigint[]) AND session_id = $1 AND state = 'pending')"
-    " INSERT INTO session_events (session_id, kind, detail, created_at, seq)"
-    " SELECT $1, 'turn_started', $3, $4, coalesce(max(seq), 0) + 1 FROM session_events"
-    " WHERE session_id = $1 RETURNING id, (SELECT ids FROM pending)"
-)
+# The session's lock, its status and this turn's ``turn_started`` event (schema 5).
+_BEGIN = "SELECT * FROM gateway_turn_begin($1, $2, $3, $4, $5)"
 
 
 class PostgresTurn(TurnBuffer[CommitHook]):
@@ -140,7 +133,23 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
     """
 
     async def _enter(self) -> tuple[Session, list[Message]]:
-        return await self._db.write(self._begin)
+        # Once sent, the begin commits or not whatever becomes of this task: a cancel waits for
+        # its outcome (``_begin`` notes the snapshot), so that the undo knows what to put back.
+        begin = asyncio.ensure_future(self._db.write_one(self._begin))
+        try:
+            session = await asyncio.shield(begin)
+        except asyncio.CancelledError:
+            await asyncio.wait({begin})
+            if not begin.cancelled():
+                begin.exception()  # retrieved: the caller hears of the cancel
+            raise
+        try:
+            # Read after the begin's commit: nobody else moves the head of a running session.
+            history = await self._db.call(partial(self._history, head_id=session.head_id))
+        except BaseException as exc:
+            await self._undo(end_reason(exc))
+            raise
+        return replace(session, status="running"), history
 
     async def _commit_buffer(self, turn: PostgresTurn, now: float) -> Written:
         assert self._snapshot is not None
@@ -152,26 +161,30 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
     def _new_turn(self, session: Session, history: list[Message]) -> PostgresTurn:
         return PostgresTurn(session, history, self._clock)
 
-    async def _begin(self, conn: asyncpg.Connection) -> tuple[Session, list[Message]]:
-        row = await lock_row(conn, self._sid)
-        session = to_session(row)
-        if session.status == "running":
-            # Another process's turn, or a crash that interrupt_running() has not reconciled.
-            raise RunActive(self._sid)
-        inbox_ids = list(self._inbox_ids or ())
-        row_started = await conn.fetchrow(
-            _START, self._sid, self._owner, dump_json({}), self._clock(), inbox_ids
+    async def _begin(self, conn: asyncpg.Connection) -> Session:
+        inbox_ids = list(self._inbox_ids)
+        row = await conn.fetchrow(
+            _BEGIN, self._sid, self._owner, dump_json({}), self._clock(), inbox_ids
         )
-        started, pending = returned(row_started)
-        # A stale batch (another process answered it meanwhile) is refused before any work.
-        await inbox_sql.check_found(conn, inbox_ids, list(pending), self._sid)
+        if row is None:
+            raise SessionNotFound(self._sid)
+        session = to_session(row)
+        started, pending = row[10], row[11]
+        if started is None:
+            if session.status == "running":
+                # Another process's turn, or a crash that interrupt_running() has not reconciled.
+                raise RunActive(self._sid)
+            # A stale batch (another process answered it meanwhile) is refused before any work.
+            await inbox_sql.check_found(conn, inbox_ids, list(pending), self._sid)
+            raise StoreError(f"the begin of a turn of {self._sid!r} wrote nothing")
         noted_events((self._sid,))
-        if self._recent_turns is None:
-            history = await select_branch(conn, session.head_id)
-        else:
-            history = await select_recent(conn, self._sid, session.head_id, self._recent_turns)
         self._snapshot = _Snapshot(session.status, row[8], started, self._owner)
-        return replace(session, status="running"), history
+        return session
+
+    async def _history(self, conn: asyncpg.Connection, head_id: int | None) -> list[Message]:
+        if self._recent_turns is None:
+            return await select_branch(conn, head_id)
+        return await select_recent(conn, self._sid, head_id, self._recent_turns)
 
     async def _restore(self, conn: asyncpg.Connection, reason: str) -> None:
         """Put the status back as it was before the turn and log why it ended; nothing else."""

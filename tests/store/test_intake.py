@@ -316,7 +316,9 @@ async def test_record_parsed_many_keeps_the_order_of_one_delivery_after_another(
         ParsedDelivery(inbox=(written("b", "k4", 250.0), written("c", "k5", 50.0))),
     ]
     ids = [await stored(store, f"d{n}") for n in range(len(parsed))]
-    sessions = await store.record_parsed_many(list(zip(ids, parsed)), starting_agent=AGENT)
+    sessions = await store.record_parsed_many(
+        list(zip(ids, parsed, strict=True)), starting_agent=AGENT
+    )
     assert sessions == [sid("a"), sid("b"), sid("c")]
     rows = await raw.rows("SELECT session_id, dedup_key FROM inbox ORDER BY id")
     assert [tuple(row) for row in rows] == [

@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+import asyncpg
 import pytest
 
 from webhook_bot_gateway.store import (
@@ -358,3 +359,82 @@ async def test_turn_works_in_memory(store: Store) -> None:
         turn.append(NewMessage("user", "y"))
     assert [m.text for m in await store.get_branch(SID)] == ["y"]
     assert (await store.get_session(SID)).status == "idle"  # type: ignore[union-attr]
+
+
+POSTGRES = pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+
+
+async def _waiting_on_lock(url: str, query: str) -> None:
+    """Until a backend runs ``query`` and waits for a lock (PostgreSQL; a connection of its own,
+    since a transaction sees one snapshot of ``pg_stat_activity``)."""
+    watcher = await asyncpg.connect(url)
+    try:
+        for _ in range(1000):
+            waiting = await watcher.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE $1",
+                f"%{query}%",
+            )
+            if waiting:
+                return
+            await asyncio.sleep(0.01)
+    finally:
+        await watcher.close()
+    raise AssertionError(f"no backend waits on a lock in {query!r}")
+
+
+@POSTGRES
+async def test_turn_cancelled_while_its_begin_waits_is_undone_once_the_begin_commits(
+    seeded: Store, raw: Raw, backend: Backend
+) -> None:
+    """The begin is one call that commits on its own: a cancel while it waits for the session's
+    lock waits for its outcome, then puts the status back and logs why."""
+    before = await session_row(raw)
+    holder = await raw._postgres()
+    lock = holder.transaction()
+    await lock.start()
+    await holder.execute("SELECT 1 FROM sessions WHERE session_id = $1 FOR UPDATE", SID)
+    reached: list[bool] = []
+
+    async def enter() -> None:
+        async with seeded.turn(SID):
+            reached.append(True)
+
+    task = asyncio.create_task(enter())
+    await _waiting_on_lock(backend.url, "gateway_turn_begin")
+    task.cancel()
+    await asyncio.sleep(0)
+    await lock.commit()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert reached == []
+    assert await session_row(raw) == before
+    kinds = await raw.rows(
+        "SELECT kind, detail FROM session_events WHERE session_id = $1 ORDER BY seq", SID
+    )
+    assert [tuple(row) for row in kinds][-2:] == [
+        ("turn_started", "{}"),
+        ("turn_cancelled", '{"reason":"interrupted"}'),
+    ]
+    async with seeded.turn(SID):  # neither running nor open in this process
+        pass
+
+
+@POSTGRES
+async def test_turn_whose_history_cannot_be_read_is_undone(seeded: Store, raw: Raw) -> None:
+    """The history is read after the begin committed: when that read fails, the begin is undone
+    before the error reaches the caller."""
+    before = await session_row(raw)
+    await raw.execute("ALTER TABLE messages RENAME TO messages_away")
+    try:
+        with pytest.raises(Exception, match="messages"):
+            async with seeded.turn(SID):
+                pass
+    finally:
+        await raw.execute("ALTER TABLE messages_away RENAME TO messages")
+    assert await session_row(raw) == before
+    [last] = await raw.rows(
+        "SELECT kind, detail FROM session_events WHERE session_id = $1 ORDER BY seq DESC LIMIT 1",
+        SID,
+    )
+    assert tuple(last) == ("turn_cancelled", '{"reason":"failed"}')
