@@ -305,9 +305,12 @@ class Sender:
         return capped * (0.5 + self._jitter() / 2)
 
     async def _failed(self, row: OutboxItem, state: str, error: str) -> None:
+        # Logged before it is recorded: a process killed in between leaves the line beside a row
+        # still pending (sent again later, with the crash-window line), never an ``uncertain``
+        # row that no line explains.
+        log.warning("outbox row %d %s: %s", row.id, state, error)
         await self._store.outbox_failed(row.id, error=error, state=state)
         self._metrics.inc(OUTBOX, outcome=state, channel=row.channel)
-        log.warning("outbox row %d %s: %s", row.id, state, error)
         if row.session_id is not None:
             detail: dict[str, Any] = {"outbox_id": row.id, "state": state, "error": error}
             await self._event(row.session_id, "send_failed", detail)

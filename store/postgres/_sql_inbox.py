@@ -45,7 +45,7 @@ async def check_found(
     conn: asyncpg.Connection, ids: Sequence[int], found: Sequence[int], session_id: str | None
 ) -> None:
     """Raise InboxNotFound or InboxNotPending unless every id is among ``found`` (the rows a
-    statement found pending): the caller's transaction then rolls back."""
+    statement found pending); a caller in a transaction then rolls back."""
     if len(found) == len(ids):
         return
     done = set(found)

@@ -149,7 +149,15 @@ def _uncertain(
     dropped = _dropped(platforms)
     rows = [(key, row_id) for key, (row_id, state) in outbox.items() if state == "uncertain"]
     logged = set(logged)
-    unexplained = [
-        f"outbox row {row_id}" for key, row_id in rows if key not in dropped or row_id not in logged
-    ]
+    unexplained = []
+    for key, row_id in rows:
+        if key not in dropped:
+            sends = [(r.text, r.outcome) for r in _requests(platforms) if r.chat_id == key[0]]
+            unexplained.append(f"outbox row {row_id}: no cut-off send of {key}; sends {sends}")
+        elif row_id not in logged:
+            unexplained.append(f"outbox row {row_id}: not logged")
     return len(rows), unexplained
+
+
+def _requests(platforms: Platforms) -> list[Any]:
+    return [*platforms.telegram.requests, *platforms.graph.requests]
