@@ -3,8 +3,9 @@
 ``read`` runs a function of the connection in a read-only REPEATABLE READ transaction (one
 snapshot for all its statements); ``write`` in a READ COMMITTED one, committed if the function
 returns. ``query`` and ``write_one`` are for functions that send one statement: it is its own
-transaction, so they send no ``BEGIN`` and ``COMMIT``. Writes that must not interleave with another process's (a session's event numbers,
-its status) take row locks or a per-session advisory lock inside the function.
+transaction, so they send no ``BEGIN`` and ``COMMIT``. Writes that must not interleave with
+another process's (a session's event numbers, its status) take row locks or a per-session
+advisory lock inside the function.
 
 Each ``write`` keeps a per-transaction ``Tx`` (in a context variable, so the statement modules
 reach it without another argument): the event helpers of ``_sql_sessions`` note there every
