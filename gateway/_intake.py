@@ -133,6 +133,7 @@ class Intake:
         account_agents: AccountAgents | None = None,
         metrics: Metrics,
         on_sessions: Callable[[Sequence[str]], None] = lambda ids: None,
+        on_files: Callable[[], None] = lambda: None,
         batch: int = 100,
         chunk: int = 32,
         pacer: AckPacer | None = None,
@@ -143,6 +144,7 @@ class Intake:
         self._account_agents = dict(account_agents or {})
         self._metrics = metrics
         self._on_sessions = on_sessions
+        self._on_files = on_files  # recorded messages brought platform files to fetch
         self._batch = batch
         self._chunk = chunk  # deliveries recorded per transaction (one disk flush each)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -207,6 +209,8 @@ class Intake:
             self._answer_callbacks(delivery, item.inbox)
         if sessions:
             self._on_sessions(sessions)
+        if any(message.attachments for _, item in parsed for message in item.inbox):
+            self._on_files()
 
     async def _record_one_by_one(
         self, parsed: Sequence[tuple[Delivery, ParsedDelivery]]

@@ -161,7 +161,8 @@ def build_pipeline(
         starting_agent=settings.agents.starting_agent,
         account_agents=account_agents(settings),
         metrics=metrics,
-        on_sessions=partial(_recorded, dispatcher, media),
+        on_sessions=dispatcher.wake,
+        on_files=media.wake.set,
         pacer=pacer,
     )
     keep = settings.dedup.ttl_hours * 3600  # statuses of sent replies may arrive for days
@@ -173,12 +174,6 @@ def build_pipeline(
     )
     metrics.set_function(TURNS_IN_FLIGHT, lambda: dispatcher.running_turns)
     return Pipeline(intake, dispatcher, sender, purger, media, intake_wake)
-
-
-def _recorded(dispatcher: Dispatcher, media: MediaWorker, session_ids: Iterable[str]) -> None:
-    """This process's new inbox rows: their lanes run, and their files start downloading."""
-    dispatcher.wake(session_ids)
-    media.wake.set()
 
 
 def _heard(dispatcher: Dispatcher, media: Later, session_ids: Iterable[str]) -> None:

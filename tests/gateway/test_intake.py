@@ -26,6 +26,9 @@ from .pipeline_helpers import rows
 from .test_pacer import Clock
 
 NUMBER = wa.NUMBER_A
+IMAGE_FIXTURE = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "whatsapp" / "image_with_caption.json"
+)
 
 
 @pytest.fixture
@@ -370,3 +373,24 @@ async def test_intake_answers_only_the_configured_number_of_a_delivery_that_name
     assert inbox(db) == [(make_session_id("whatsapp", NUMBER, "111"), "whatsapp:wamid.ours")]
     assert woken.sessions == [make_session_id("whatsapp", NUMBER, "111")]
     assert rows(db, "SELECT count(*) FROM sessions WHERE account = '999'") == [(0,)]
+
+
+async def test_intake_wakes_the_file_fetcher_only_for_messages_with_platform_files(
+    store: SQLiteStore, db: Path, adapters: dict[str, ChannelAdapter]
+) -> None:
+    fetches: list[None] = []
+    intake = Intake(
+        store,
+        adapters,
+        starting_agent="triage",
+        metrics=Metrics(),
+        on_files=lambda: fetches.append(None),
+    )
+    await store_delivery(store, adapters["whatsapp"], wa_messages(("wamid.1", "111", "hi")))
+    await intake.step()
+    assert fetches == []  # a text has no file: no read of pending attachments
+    image = IMAGE_FIXTURE.read_bytes()
+    await store_delivery(store, adapters["whatsapp"], image)
+    await intake.step()
+    assert fetches == [None]
+    assert rows(db, "SELECT count(*) FROM attachments WHERE state = 'pending'") == [(1,)]
