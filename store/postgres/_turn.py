@@ -29,12 +29,12 @@ from functools import partial
 import asyncpg
 
 from .._errors import RunActive, SessionDeletedError, SessionNotFound, StoreError, TurnActive
+from .._pipeline_rows import OUTBOX_COLUMNS, to_outbox
 from .._rows import dump_json, load_json, to_session
 from .._turn_buffer import TurnBuffer, Written, end_reason
 from .._turn_buffer import TurnScope as _Scope
 from .._types import Message, Session, SessionStatus
 from . import _sql_inbox as inbox_sql
-from . import _sql_outbox as outbox_sql
 from ._db import Database, noted_events, noted_locked
 from ._sql_sessions import (
     APPEND_EVENTS,
@@ -74,6 +74,21 @@ def taken_over(session_id: str) -> TurnActive:
     return error
 
 
+# The session's row locked, and the turn's outbox rows inserted once the lock is held (their ids
+# drawn in the given order): one row per outbox row, or one with NULLs after the session's
+# columns when there is none, or none when the session is gone.
+_QUEUED = ("channel", "account", "chat_id", "payload", "due", "error")
+_LOCK_AND_QUEUE = (
+    "WITH s AS (SELECT head_id, metadata, created_at, owner FROM sessions WHERE session_id = $1"
+    " FOR NO KEY UPDATE),"
+    " o AS (INSERT INTO outbox (session_id, channel, account, chat_id, payload, next_attempt_at,"
+    " error, created_at) SELECT $1, g.channel, g.account, g.chat_id, g.payload,"
+    " coalesce(g.due, $2), g.error, $2 FROM s, unnest($3::text[], $4::text[], $5::text[],"
+    " $6::text[], $7::float8[], $8::text[]) WITH ORDINALITY AS g (channel, account, chat_id,"
+    f" payload, due, error, n) ORDER BY g.n RETURNING {OUTBOX_COLUMNS})"
+    " SELECT s.head_id, s.metadata, s.created_at, s.owner, o.* FROM s LEFT JOIN o ON true"
+    " ORDER BY o.id"
+)
 # The session's row as the commit sets it, the turn's inbox rows done (locked in id order,
 # only those still pending) and every event of the turn, in one statement after the session's
 # lock; RETURNING gives each event's id beside the ids of the rows marked done.
@@ -97,20 +112,18 @@ class PostgresTurn(TurnBuffer[CommitHook]):
     async def _write(self, conn: asyncpg.Connection, snapshot: _Snapshot, now: float) -> Written:
         """Everything the turn buffered, in the caller's transaction."""
         sid = self._session.session_id
-        row = await conn.fetchrow(
-            "SELECT head_id, metadata, created_at, owner FROM sessions WHERE session_id = $1"
-            " FOR NO KEY UPDATE",
-            sid,
-        )
-        if row is None or row[2] != snapshot.created_at:
+        queued = [[values[key] for values in self._outbox] for key in _QUEUED]
+        rows = await conn.fetch(_LOCK_AND_QUEUE, sid, now, *queued)
+        if not rows or rows[0][2] != snapshot.created_at:
             raise SessionDeletedError(sid)
         noted_locked((sid,))
-        if row[3] != snapshot.owner:
+        head, stored_metadata, _, owner = rows[0][:4]
+        if owner != snapshot.owner:
             raise taken_over(sid)
-        committed = await insert_messages(conn, sid, row[0], list(self._rows))
-        parent: int | None = committed[-1].id if committed else row[0]
-        metadata = dump_json({**load_json(row[1]), **self._metadata})
-        outbox = [await outbox_sql.insert(conn, values, now) for values in self._outbox]
+        outbox = [to_outbox(tuple(row)[4:]) for row in rows if row[4] is not None]
+        committed = await insert_messages(conn, sid, head, list(self._rows))
+        parent: int | None = committed[-1].id if committed else head
+        metadata = dump_json({**load_json(stored_metadata), **self._metadata})
         closing = self._closing_events(committed, outbox)
         # The turn's own events, then the closing ones (never none), numbered in that order.
         events = [*self._events, *((kind, dump_json(d), now) for kind, d in closing)]
