@@ -75,13 +75,14 @@ async def record_messages(conn: asyncpg.Connection, run: Sequence[Rows], now: fl
     latest: dict[str, float] = {}
     for session_id, arrival in new:
         latest[session_id] = max(latest.get(session_id, arrival.wrote_at), arrival.wrote_at)
-    await _set_wrote_at(conn, latest)
+    await set_wrote_at(conn, latest)
     return sessions
 
 
-async def _set_wrote_at(conn: asyncpg.Connection, latest: dict[str, float]) -> None:
-    """Keep the latest ``metadata.last_user_message_at`` of each session, merged in Python as
-    ``_sql_intake`` merges it (the stored text stays as ``dump_json`` writes it)."""
+async def set_wrote_at(conn: asyncpg.Connection, latest: dict[str, float]) -> None:
+    """Keep the latest ``metadata.last_user_message_at`` of each session (a missing session is
+    skipped), merged in Python as ``_sql_intake`` merges ``blocked``: the stored text stays as
+    ``dump_json`` writes it, as on SQLite."""
     stored = await conn.fetch(
         "SELECT session_id, metadata FROM sessions WHERE session_id = ANY($1::text[])",
         list(latest),

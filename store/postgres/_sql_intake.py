@@ -16,13 +16,13 @@ from typing import Any
 import asyncpg
 
 from .._errors import DeliveryNotFound
-from .._intake_rows import LAST_USER_MESSAGE_AT, Arrival, Rows, prepare
+from .._intake_rows import Arrival, Rows, prepare
 from .._rows import dump_json, load_json
 from . import _sql_attachments as attachments
 from . import _sql_inbox as inbox
 from . import _sql_outbox as outbox
 from ._db import noted_locked
-from ._sql_arrivals import only_messages, record_messages
+from ._sql_arrivals import only_messages, record_messages, set_wrote_at
 from ._sql_quarantine import insert_many as insert_quarantine
 from ._sql_sessions import add_event
 
@@ -164,22 +164,7 @@ async def _arrived(
     for values in arrival.attachments:
         await attachments.insert(conn, {**values, "session_id": session_id}, now)
     await add_event(conn, session_id, "message", arrival.detail, now)
-    await _set_wrote_at(conn, session_id, arrival.wrote_at)
-
-
-async def _set_wrote_at(conn: asyncpg.Connection, session_id: str, wrote_at: float) -> None:
-    """Keep the latest ``metadata.last_user_message_at``, merged as ``_set_blocked`` merges."""
-    stored = await conn.fetchval("SELECT metadata FROM sessions WHERE session_id = $1", session_id)
-    if stored is None:
-        return
-    metadata = load_json(stored)
-    previous = metadata.get(LAST_USER_MESSAGE_AT)
-    if isinstance(previous, int | float) and previous >= wrote_at:
-        return
-    metadata[LAST_USER_MESSAGE_AT] = wrote_at
-    await conn.execute(
-        "UPDATE sessions SET metadata = $1 WHERE session_id = $2", dump_json(metadata), session_id
-    )
+    await set_wrote_at(conn, {session_id: arrival.wrote_at})
 
 
 async def _membership_changed(

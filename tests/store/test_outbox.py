@@ -466,3 +466,40 @@ async def test_a_block_parks_the_sessions_replies_and_an_unblock_releases_them(
         assert (now.id, now.error) == (row.id, PARKED_ERROR if blocked else None)
     events = [(e.kind, e.detail) for e in await store.list_events(sid("a"))]
     assert events[-2:] == [("user_blocked", {"parked": 1}), ("user_unblocked", {"released": 1})]
+
+
+async def test_a_turns_outbox_rows_commit_in_order_parked_ones_too(
+    store: Store, clock: FakeClock
+) -> None:
+    """The rows a turn adds are inserted with its commit, in the order added, each as stored:
+    a parked one (a blocked user's reply) pending with the parked time, the others due now."""
+    await store.get_or_create_session(CHANNEL, ACCOUNT, "a", AGENT)
+    parked = OutboxIn(sid("a"), CHANNEL, ACCOUNT, "a", {"text": "two"}, parked=True)
+    async with store.turn(sid("a")) as turn:
+        turn.append(NewMessage("assistant", "one", agent=AGENT))
+        turn.append(NewMessage("assistant", "two", agent=AGENT))
+        turn.add_outbox(reply("a", "one"))
+        turn.add_outbox(parked)
+    committed = list(turn.committed_outbox)
+    assert committed == await store.list_outbox(sid("a"))
+    assert committed[0].id < committed[1].id
+    assert [(row.payload["text"], row.state, row.error) for row in committed] == [
+        ("one", "pending", None),
+        ("two", "pending", PARKED_ERROR),
+    ]
+    assert [row.next_attempt_at for row in committed] == [clock.now, PARKED_AT]
+    outbox_ids = [
+        event.detail.get("outbox_id")
+        for event in await store.list_events(sid("a"))
+        if event.kind == "message"
+    ]
+    assert outbox_ids == [row.id for row in committed]  # each answer names its row
+
+
+async def test_a_turn_with_no_outbox_rows_commits_its_messages(store: Store) -> None:
+    await store.get_or_create_session(CHANNEL, ACCOUNT, "a", AGENT)
+    async with store.turn(sid("a")) as turn:
+        turn.append(NewMessage("assistant", "quiet", agent=AGENT))
+    assert turn.committed_outbox == ()
+    assert [m.text for m in turn.committed] == ["quiet"]
+    assert await store.list_outbox(sid("a")) == []
