@@ -20,12 +20,14 @@ from webhook_bot_gateway.agents import DEAD_LETTER, Reply, Runner
 from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.channels.web import CHANNEL as WEB
 from webhook_bot_gateway.store import (
+    PENDING_HANDED,
     InboxItem,
     InboxNotFound,
     InboxNotPending,
     RunActive,
     Session,
     SessionDeletedError,
+    SessionInbox,
     SessionNotFound,
     Store,
     StoreError,
@@ -50,7 +52,7 @@ log = logging.getLogger("gateway.dispatcher")
 
 BUSY_RETRY_SECONDS = 0.5  # a session whose turn runs elsewhere is tried again this soon
 BUSY_WARN_SECONDS = 30.0  # a session refused this long is logged (and again each such period)
-PENDING_PAGE = 100  # pending rows read per turn
+PENDING_PAGE = PENDING_HANDED  # pending rows read per turn, or held in memory per lane
 # A committed turn took every pending row it read: new rows wake the lane (the intake's wake,
 # or the poll for rows another process wrote), so it ends without reading the store again.
 DRAINED = -1.0
@@ -92,6 +94,9 @@ class Dispatcher:
         self._slots = asyncio.Semaphore(config.max_concurrent_turns)
         self._lanes: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()  # woken while running: look for rows once more
+        # Lanes that hold every pending row of their session (the intake hands them over):
+        # their turns start without a read. A lane with no entry reads the store.
+        self._known: dict[str, _Known] = {}
         self._heard: set[str] = set()  # another process's sessions, looked at after the grace
         self._wake_heard_later = Later(self._wake_heard, others_grace)
         self._overflow = False  # sessions were left out because every lane was taken
@@ -121,16 +126,42 @@ class Dispatcher:
         self.wake(await self._store.pending_sessions())
 
     def wake(self, session_ids: Iterable[str]) -> None:
-        """These sessions got inbox rows: start their lanes, or tell running ones to look again."""
+        """These sessions got inbox rows: start their lanes, or tell running ones to look again
+        (in the store: what they hold in memory may no longer be all)."""
         for sid in session_ids:
             if self._stop.is_set():
                 return
             if sid in self._lanes:
+                self._known.pop(sid, None)
                 self._again.add(sid)
-            elif len(self._lanes) >= self._max_lanes:
-                self._overflow = True  # picked up by poll() when lanes free up
             else:
-                self._lanes[sid] = asyncio.create_task(self._lane(sid), name=f"lane {sid}")
+                self._start_lane(sid, None)
+
+    def offer(self, news: Iterable[SessionInbox]) -> None:
+        """The intake recorded rows for these sessions and read, in the same transaction, each
+        one's pending rows: a lane holding its session's rows adds the new ones; a new lane
+        starts from them. A session without its rows (too many) is woken instead."""
+        for new in news:
+            sid, pending = new.session_id, new.pending
+            if self._stop.is_set():
+                return
+            if pending is None:
+                self.wake([sid])
+            elif sid not in self._lanes:
+                self._start_lane(sid, _Known(list(pending)))
+            elif (known := self._known.get(sid)) is None:
+                self._again.add(sid)  # the lane reads the store: these rows are there
+            elif not known.learn(pending):
+                del self._known[sid]  # more than a page waits: read them
+                self._again.add(sid)
+
+    def _start_lane(self, sid: str, known: _Known | None) -> None:
+        if len(self._lanes) >= self._max_lanes:
+            self._overflow = True  # picked up by poll() when lanes free up
+            return
+        if known is not None:
+            self._known[sid] = known
+        self._lanes[sid] = asyncio.create_task(self._lane(sid), name=f"lane {sid}")
 
     def heard(self, session_ids: Iterable[str]) -> None:
         """Another process wrote inbox rows for these sessions. A lane here looks again (a turn
@@ -139,6 +170,7 @@ class Dispatcher:
         nothing unless the writer died or could not take them (a CLI command wrote them)."""
         for sid in session_ids:
             if sid in self._lanes:
+                self._known.pop(sid, None)
                 self._again.add(sid)
             elif len(self._heard) < self._max_lanes:  # beyond: the periodic poll finds them
                 self._heard.add(sid)
@@ -217,6 +249,7 @@ class Dispatcher:
             self._busy.pop(sid, None)
             if self._lanes.get(sid) is asyncio.current_task():
                 del self._lanes[sid]
+                self._known.pop(sid, None)
             if self._overflow:
                 self._poll_now.set()
 
@@ -228,7 +261,7 @@ class Dispatcher:
         async with self._slots:
             if self._stop.is_set():
                 return 0.0
-            rows = await self._store.pending_inbox(sid, PENDING_PAGE)
+            rows = await self._pending(sid)
             if not rows:
                 return None
             wait = rows[0].next_attempt_at - self._clock()
@@ -236,9 +269,25 @@ class Dispatcher:
                 return wait  # a retry in backoff; later rows wait behind it
             batch = _next_batch(rows, self._config.double_texting)
             retry = await self._logged_turn(sid, batch)
+            known = self._known.get(sid)
             if retry is not None:
+                self._known.pop(sid, None)  # failed, refused, taken elsewhere: read again
                 return retry
+            if known is not None:
+                return known.took(batch)
             return DRAINED if len(batch) == len(rows) < PENDING_PAGE else 0.0
+
+    async def _pending(self, sid: str) -> Sequence[InboxItem]:
+        """The session's pending rows: those the lane holds, else read. A read that found
+        fewer than a page, with no wake-up since the lane looked, is every pending row: the
+        lane holds them from there (the intake's later rows are handed over)."""
+        known = self._known.get(sid)
+        if known is not None:
+            return known.rows[:PENDING_PAGE]
+        rows = await self._store.pending_inbox(sid, PENDING_PAGE)
+        if len(rows) < PENDING_PAGE and sid not in self._again and sid in self._lanes:
+            self._known[sid] = _Known(list(rows))
+        return rows
 
     async def _logged_turn(self, sid: str, batch: Sequence[InboxItem]) -> float | None:
         """``_turn``, every line logged meanwhile tagged with the session and its inbox rows, and
@@ -401,6 +450,29 @@ class Dispatcher:
         if handoff is not None:
             source, target = handoff
             self._metrics.inc(HANDOFFS, from_agent=source, to_agent=target, reason=DEAD_LETTER)
+
+
+class _Known:
+    """The pending rows of a session, oldest first, as its lane knows them."""
+
+    __slots__ = ("rows", "last_id")
+
+    def __init__(self, rows: list[InboxItem]) -> None:
+        self.rows = rows
+        self.last_id = rows[-1].id if rows else 0  # the newest row this lane has seen
+
+    def learn(self, pending: Sequence[InboxItem]) -> bool:
+        """Add the rows newer than any seen (older ones were taken); False past a page."""
+        new = [row for row in pending if row.id > self.last_id]
+        if new:
+            self.rows += new
+            self.last_id = new[-1].id
+        return len(self.rows) <= PENDING_PAGE
+
+    def took(self, batch: Sequence[InboxItem]) -> float:
+        """A turn committed ``batch`` (the first rows): DRAINED when none is left, else 0."""
+        del self.rows[: len(batch)]
+        return 0.0 if self.rows else DRAINED
 
 
 def _log_turn_end(outcome: str | None, seconds: float) -> None:

@@ -30,6 +30,7 @@ from webhook_bot_gateway.store import (
     InboxIn,
     MembershipIn,
     ParsedDelivery,
+    SessionInbox,
     StatusIn,
     Store,
     StoreError,
@@ -122,7 +123,7 @@ def _status(event: DeliveryStatus) -> StatusIn:
 
 
 class Intake:
-    """Turns stored deliveries into inbox rows; wakes the dispatcher for their sessions."""
+    """Turns stored deliveries into inbox rows; hands their sessions' pending rows on."""
 
     def __init__(
         self,
@@ -132,7 +133,7 @@ class Intake:
         starting_agent: str,
         account_agents: AccountAgents | None = None,
         metrics: Metrics,
-        on_sessions: Callable[[Sequence[str]], None] = lambda ids: None,
+        on_inbox: Callable[[Sequence[SessionInbox]], None] = lambda news: None,
         on_files: Callable[[], None] = lambda: None,
         batch: int = 100,
         chunk: int = 32,
@@ -143,7 +144,7 @@ class Intake:
         self._starting_agent = starting_agent
         self._account_agents = dict(account_agents or {})
         self._metrics = metrics
-        self._on_sessions = on_sessions
+        self._on_inbox = on_inbox  # sessions with new rows, and their pending rows if known
         self._on_files = on_files  # recorded messages brought platform files to fetch
         self._batch = batch
         self._chunk = chunk  # deliveries recorded per transaction (one disk flush each)
@@ -196,26 +197,27 @@ class Intake:
             for delivery, result in chunk
         ]
         try:
-            sessions = await self._store.record_parsed_many(
+            news = await self._store.record_parsed_many(
                 [(delivery.id, item) for delivery, item in parsed],
                 starting_agent=self._starting_agent,
             )
         except ValueError:
             # One delivery the store refuses (e.g. ids too long for a session id) must not stall
             # every later one: record them one by one, quarantining the refused.
-            parsed, sessions = await self._record_one_by_one(parsed)
+            parsed, news = await self._record_one_by_one(parsed)
         for (delivery, result), (_, item) in zip(chunk, parsed, strict=True):
             self._count(delivery, result, item)
             self._answer_callbacks(delivery, item.inbox)
-        if sessions:
-            self._on_sessions(sessions)
+        if news:
+            self._on_inbox(news)
         if any(message.attachments for _, item in parsed for message in item.inbox):
             self._on_files()
 
     async def _record_one_by_one(
         self, parsed: Sequence[tuple[Delivery, ParsedDelivery]]
-    ) -> tuple[list[tuple[Delivery, ParsedDelivery]], list[str]]:
-        """Each delivery in its own transaction; one the store refuses goes to quarantine."""
+    ) -> tuple[list[tuple[Delivery, ParsedDelivery]], list[SessionInbox]]:
+        """Each delivery in its own transaction; one the store refuses goes to quarantine.
+        The sessions come back without their pending rows (the dispatcher reads them)."""
         done: list[tuple[Delivery, ParsedDelivery]] = []
         sessions: dict[str, None] = {}
         for delivery, item in parsed:
@@ -231,7 +233,7 @@ class Intake:
                 )
             done.append((delivery, item))
             sessions.update(dict.fromkeys(fresh))
-        return done, list(sessions)
+        return done, [SessionInbox(sid, None) for sid in sessions]
 
     def _count(self, delivery: Delivery, result: ParseResult, parsed: ParsedDelivery) -> None:
         if parsed.failure is not None:

@@ -161,7 +161,7 @@ def build_pipeline(
         starting_agent=settings.agents.starting_agent,
         account_agents=account_agents(settings),
         metrics=metrics,
-        on_sessions=dispatcher.wake,
+        on_inbox=dispatcher.offer,
         on_files=media.wake.set,
         pacer=pacer,
     )

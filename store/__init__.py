@@ -28,6 +28,7 @@ from ._pipeline_types import (
     OUTBOX_STATES,
     PARKED_AT,
     PARKED_ERROR,
+    PENDING_HANDED,
     AttachmentIn,
     Delivery,
     DeliveryIn,
@@ -41,6 +42,7 @@ from ._pipeline_types import (
     PipelineCounts,
     QuarantineIn,
     QuarantineItem,
+    SessionInbox,
     StatusIn,
 )
 from ._protocol import Store, Turn
@@ -97,6 +99,7 @@ __all__ = [
     "NewMessage",
     "PARKED_AT",
     "PARKED_ERROR",
+    "PENDING_HANDED",
     "OutboxIn",
     "OutboxItem",
     "OutboxNotFound",
@@ -105,6 +108,7 @@ __all__ = [
     "PipelineCounts",
     "QuarantineIn",
     "QuarantineItem",
+    "SessionInbox",
     "QuarantineNotFound",
     "Role",
     "RunActive",

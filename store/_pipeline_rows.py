@@ -6,7 +6,15 @@ import json
 from collections.abc import Sequence
 from typing import Any, cast
 
-from ._pipeline_types import DELIVERY_STATES, Delivery, InboxItem, OutboxItem, QuarantineItem
+from ._pipeline_types import (
+    DELIVERY_STATES,
+    PENDING_HANDED,
+    Delivery,
+    InboxItem,
+    OutboxItem,
+    QuarantineItem,
+    SessionInbox,
+)
 from ._rows import Row, load_json, to_datetime
 
 DELIVERY_COLUMNS = "id, channel, account, body, keys, received_at"
@@ -42,6 +50,18 @@ def to_delivery(row: Row) -> Delivery:
         keys=frozenset(_load_list(row[4])),
         received_at=to_datetime(row[5]),
     )
+
+
+def to_session_inboxes(sessions: Sequence[str], items: Sequence[InboxItem]) -> list[SessionInbox]:
+    """``sessions`` (in order) with their pending rows ``items``, read oldest first with at
+    most ``PENDING_HANDED + 1`` per session (a session with more gets None)."""
+    by_session: dict[str, list[InboxItem]] = {sid: [] for sid in sessions}
+    for item in items:
+        by_session[item.session_id].append(item)
+    return [
+        SessionInbox(sid, tuple(pending) if len(pending) <= PENDING_HANDED else None)
+        for sid, pending in by_session.items()
+    ]
 
 
 def to_inbox(row: Row) -> InboxItem:

@@ -126,6 +126,19 @@ class InboxItem:
     created_at: datetime
 
 
+# The pending rows ``record_parsed_many`` hands back per session, at most (more: None, read them)
+PENDING_HANDED = 100
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInbox:
+    """A session that ``record_parsed_many`` gave new inbox rows, with every pending row of it
+    as that transaction left them, oldest first; None when more than ``PENDING_HANDED`` wait."""
+
+    session_id: str
+    pending: tuple[InboxItem, ...] | None
+
+
 # A parked row is pending with this next_attempt_at (far beyond any clock: never due) and
 # PARKED_ERROR, until unpark_outbox makes it due again.
 PARKED_AT = 1e15

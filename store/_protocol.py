@@ -17,6 +17,7 @@ from ._pipeline_types import (
     PipelineCounts,
     QuarantineIn,
     QuarantineItem,
+    SessionInbox,
 )
 from ._retention import HistoryPurged
 from ._types import Attachment, Message, NewMessage, Role, Session, SessionEvent, SessionStatus
@@ -280,8 +281,13 @@ class Store(Protocol):
     # inbox
     async def record_parsed_many(
         self, items: Sequence[tuple[int, ParsedDelivery]], *, starting_agent: str
-    ) -> list[str]:
-        """``record_parsed`` for several deliveries in one transaction; a missing one is skipped."""
+    ) -> list[SessionInbox]:
+        """``record_parsed`` for several deliveries in one transaction; a missing one is skipped.
+
+        Returns each session given new inbox rows, in the order of their first new row, with
+        its pending rows as the transaction left them (None past ``PENDING_HANDED``): the
+        dispatcher starts from them instead of reading them back.
+        """
 
     async def pending_sessions(self) -> list[str]:
         """Sessions with pending inbox rows, by their oldest pending row."""

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import asyncpg
 
 from .._errors import InboxNotFound, InboxNotPending
-from .._pipeline_rows import INBOX_COLUMNS, to_inbox
-from .._pipeline_types import InboxItem
+from .._pipeline_rows import INBOX_COLUMNS, to_inbox, to_session_inboxes
+from .._pipeline_types import PENDING_HANDED, InboxItem, SessionInbox
 
 
 async def insert(conn: asyncpg.Connection, row: tuple[object, ...]) -> str | None:
@@ -107,6 +107,22 @@ async def pending_sessions(conn: asyncpg.Connection) -> list[str]:
         "SELECT session_id FROM inbox WHERE state = 'pending' GROUP BY session_id ORDER BY min(id)"
     )
     return [str(row[0]) for row in rows]
+
+
+_PENDING_OF = (
+    f"SELECT {INBOX_COLUMNS} FROM (SELECT {INBOX_COLUMNS}, row_number() OVER"
+    " (PARTITION BY session_id ORDER BY id) AS n FROM inbox"
+    " WHERE session_id = ANY($1::text[]) AND state = 'pending') AS mine"
+    " WHERE n <= $2 ORDER BY id"
+)
+
+
+async def pending_of(conn: asyncpg.Connection, session_ids: Sequence[str]) -> list[SessionInbox]:
+    """Each session with its pending rows, oldest first (see ``to_session_inboxes``)."""
+    if not session_ids:
+        return []
+    rows = await conn.fetch(_PENDING_OF, list(session_ids), PENDING_HANDED + 1)
+    return to_session_inboxes(session_ids, [to_inbox(row) for row in rows])
 
 
 async def pending(conn: asyncpg.Connection, session_id: str, limit: int) -> list[InboxItem]:

@@ -17,6 +17,7 @@ import asyncpg
 
 from .._errors import DeliveryNotFound
 from .._intake_rows import Arrival, Rows, prepare
+from .._pipeline_types import SessionInbox
 from .._rows import dump_json, load_json
 from . import _sql_attachments as attachments
 from . import _sql_inbox as inbox
@@ -93,9 +94,10 @@ async def record(
 
 async def record_many(
     conn: asyncpg.Connection, items: Sequence[tuple[int, Rows]], now: float
-) -> list[str]:
+) -> list[SessionInbox]:
     """``record`` for several deliveries in the caller's one transaction; one already gone
-    (another intake recorded it) is skipped before anything of it is written."""
+    (another intake recorded it) is skipped before anything of it is written. Each session
+    with new rows comes back with its pending rows as the transaction leaves them."""
     sources = await _lock_deliveries(conn, (delivery_id for delivery_id, _ in items))
     todo: list[tuple[int, asyncpg.Record, Rows]] = []
     for delivery_id, rows in items:
@@ -122,7 +124,7 @@ async def record_many(
     if todo:  # the deliveries applied, in one statement
         done = [delivery_id for delivery_id, _, _ in todo]
         await conn.execute("DELETE FROM deliveries WHERE id = ANY($1::bigint[])", done)
-    return list(fresh)
+    return await inbox.pending_of(conn, list(fresh))
 
 
 async def _apply(

@@ -32,6 +32,7 @@ from .._pipeline_types import (
     PipelineCounts,
     QuarantineIn,
     QuarantineItem,
+    SessionInbox,
 )
 from . import _sql_inbox as inbox
 from . import _sql_ingest as ingest_sql
@@ -92,10 +93,11 @@ class PipelineMethods:
 
     async def record_parsed_many(
         self, items: Sequence[tuple[int, ParsedDelivery]], *, starting_agent: str
-    ) -> list[str]:
+    ) -> list[SessionInbox]:
         """``record_parsed`` for several deliveries in ONE transaction (one disk flush).
 
-        A delivery no longer stored is skipped. Returns the sessions with new inbox rows.
+        A delivery no longer stored is skipped. Returns the sessions with new inbox rows, each
+        with its pending rows as the transaction left them.
         """
         check_agent(starting_agent)
         now = self._now()

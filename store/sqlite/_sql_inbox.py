@@ -6,8 +6,8 @@ import sqlite3
 from collections.abc import Sequence
 
 from .._errors import InboxNotFound, InboxNotPending
-from .._pipeline_rows import INBOX_COLUMNS, dump_ids, to_inbox
-from .._pipeline_types import InboxItem
+from .._pipeline_rows import INBOX_COLUMNS, dump_ids, to_inbox, to_session_inboxes
+from .._pipeline_types import PENDING_HANDED, InboxItem, SessionInbox
 
 _IDS = "id IN (SELECT value FROM json_each(?))"  # one parameter, however many ids
 
@@ -88,6 +88,12 @@ def pending_sessions(conn: sqlite3.Connection) -> list[str]:
         "SELECT session_id FROM inbox WHERE state = 'pending' GROUP BY session_id ORDER BY min(id)"
     ).fetchall()
     return [row[0] for row in rows]
+
+
+def pending_of(conn: sqlite3.Connection, session_ids: Sequence[str]) -> list[SessionInbox]:
+    """Each session with its pending rows, oldest first (see ``to_session_inboxes``)."""
+    items = [item for sid in session_ids for item in pending(conn, sid, PENDING_HANDED + 1)]
+    return to_session_inboxes(session_ids, items)
 
 
 def pending(conn: sqlite3.Connection, session_id: str, limit: int) -> list[InboxItem]:

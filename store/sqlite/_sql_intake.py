@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from .._errors import DeliveryNotFound
 from .._intake_rows import LAST_USER_MESSAGE_AT, Arrival, Rows, prepare
+from .._pipeline_types import SessionInbox
 from . import _sql_attachments as attachments
 from . import _sql_inbox as inbox
 from . import _sql_outbox as outbox
@@ -80,13 +81,15 @@ _WROTE_AT = (
 
 def record_many(
     conn: sqlite3.Connection, items: Sequence[tuple[int, Rows]], now: float
-) -> list[str]:
+) -> list[SessionInbox]:
     """``record`` for several deliveries in the caller's one transaction; one already gone
-    (another intake recorded it) is skipped: ``record`` refuses it before writing anything."""
+    (another intake recorded it) is skipped: ``record`` refuses it before writing anything.
+    Each session with new rows comes back with its pending rows as this transaction leaves
+    them, so that the dispatcher need not read them again."""
     fresh: dict[str, None] = {}
     for delivery_id, rows in items:
         try:
             fresh.update(dict.fromkeys(record(conn, delivery_id, rows, now)))
         except DeliveryNotFound:
             continue
-    return list(fresh)
+    return inbox.pending_of(conn, list(fresh))

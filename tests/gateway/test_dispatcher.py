@@ -24,7 +24,7 @@ from webhook_bot_gateway.gateway._dispatcher import BUSY_WARN_SECONDS, TURNS, Di
 from webhook_bot_gateway.gateway._metrics import Metrics
 from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
 from webhook_bot_gateway.gateway.config import DispatcherConfig
-from webhook_bot_gateway.store import SQLiteStore
+from webhook_bot_gateway.store import SessionInbox, SQLiteStore
 
 from .pipeline_helpers import RecordingAdapter, add_inbox, inbound, registry, rows
 from .test_pacer import Clock
@@ -92,6 +92,14 @@ class Harness:
         items = [inbound(t, n=first + i, chat_id=chat_id) for i, t in enumerate(texts)]
         [sid] = await add_inbox(self.store, *items)
         self.dispatcher.wake([sid])
+        return sid
+
+    async def hand(self, *texts: str, chat_id: str = "42", first: int = 1) -> str:
+        """Rows the intake recorded, handed over with the session's pending rows as the
+        store gives them back (read past any counting subclass: the intake reads nothing)."""
+        sid = await self.store_only(*texts, chat_id=chat_id, first=first)
+        pending = await SQLiteStore.pending_inbox(self.store, sid)
+        self.dispatcher.offer([SessionInbox(sid, tuple(pending))])
         return sid
 
     async def store_only(self, *texts: str, chat_id: str = "42", first: int = 1) -> str:
@@ -526,12 +534,76 @@ async def test_dispatcher_lane_ends_after_a_turn_that_took_every_pending_row(db:
         assert await harness.replies(sid) == ["re: one", "re: two"]
 
 
-async def test_dispatcher_lane_reads_again_when_a_turn_left_rows(db: Path) -> None:
+async def test_dispatcher_lane_that_read_every_pending_row_runs_the_rest_from_memory(
+    db: Path,
+) -> None:
     async with CountingStore(db) as counting:
         harness = Harness(counting, ScriptedModel(echo(), echo()), double_texting="enqueue")
         sid = await harness.run("one", "two")  # enqueue: one turn per row
         assert await harness.replies(sid) == ["re: one", "re: two"]
-        assert counting.reads == 2  # the second turn's rows were read, then it drained
+        assert counting.reads == 1  # the read found both rows: the second turn needs none
+
+
+def gated(gate: asyncio.Event, started: asyncio.Event) -> Step:
+    """Echo, once ``gate`` opens; ``started`` says the turn is at the model."""
+
+    async def step(messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]) -> ModelResponse:
+        started.set()
+        await gate.wait()
+        return reply(f"re: {last_user(messages)}")
+
+    return step
+
+
+async def test_dispatcher_runs_handed_rows_without_reading_them_and_adds_later_ones(
+    db: Path,
+) -> None:
+    """The intake hands a session's pending rows over: its lane reads nothing, and rows
+    handed while a turn runs follow in order."""
+    gate, started = asyncio.Event(), asyncio.Event()
+    async with CountingStore(db) as counting:
+        await counting.renew_lease(3600)
+        model = ScriptedModel(gated(gate, started), echo(), echo())
+        harness = Harness(counting, model, double_texting="enqueue")
+        sid = await harness.hand("one", "two")
+        await asyncio.wait_for(started.wait(), 10)
+        await harness.hand("three", first=3)  # its snapshot holds "one" (running) too
+        gate.set()
+        await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+        assert await harness.replies(sid) == ["re: one", "re: two", "re: three"]
+        assert counting.reads == 0
+
+
+async def test_dispatcher_lane_holding_rows_reads_the_store_when_another_process_wrote(
+    db: Path,
+) -> None:
+    """Rows another process wrote are not in what the lane holds: told of them, it reads."""
+    gate, started = asyncio.Event(), asyncio.Event()
+    async with CountingStore(db) as counting:
+        await counting.renew_lease(3600)
+        harness = Harness(counting, ScriptedModel(gated(gate, started), echo()))
+        sid = await harness.hand("one")
+        await asyncio.wait_for(started.wait(), 10)
+        await harness.store_only("two", first=2)
+        harness.dispatcher.heard([sid])  # its lane runs here: it looks again at once
+        gate.set()
+        await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+        assert await harness.replies(sid) == ["re: one", "re: two"]
+        assert counting.reads >= 1
+
+
+async def test_dispatcher_retry_of_handed_rows_counts_the_attempts_stored(
+    store: SQLiteStore,
+) -> None:
+    """After a failed turn the lane reads its rows again: the held ones would not show the
+    attempt, and the row would be tried forever instead of dead-lettered."""
+    boom = ModelBackendError("scripted", "HTTP 500")
+    harness = Harness(store, ScriptedModel(boom, boom), max_attempts=2, apology="Sorry!")
+    sid = await harness.hand("hello")
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    [dead] = await store.list_dead_inbox()
+    assert (dead.session_id, dead.attempts) == (sid, 2)
+    assert await harness.replies(sid) == ["Sorry!"]
 
 
 async def test_dispatcher_says_when_a_sessions_turns_stay_refused(

@@ -20,7 +20,13 @@ from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 from webhook_bot_gateway.gateway._intake import IGNORED, QUARANTINED, Intake
 from webhook_bot_gateway.gateway._metrics import TEMPLATE_UPDATES, Metrics
 from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
-from webhook_bot_gateway.store import DeliveryIn, OutboxIn, SQLiteStore, make_session_id
+from webhook_bot_gateway.store import (
+    DeliveryIn,
+    OutboxIn,
+    SessionInbox,
+    SQLiteStore,
+    make_session_id,
+)
 
 from .pipeline_helpers import rows
 from .test_pacer import Clock
@@ -66,8 +72,8 @@ class Woken:
         self.sessions: list[str] = []
         self.event = asyncio.Event()
 
-    def __call__(self, ids: Sequence[str]) -> None:
-        self.sessions.extend(ids)
+    def __call__(self, news: Sequence[SessionInbox]) -> None:
+        self.sessions.extend(new.session_id for new in news)
         self.event.set()
 
     async def until(self, count: int) -> None:
@@ -81,7 +87,7 @@ def make_intake(
     store: SQLiteStore, adapters: dict[str, ChannelAdapter]
 ) -> tuple[Intake, Woken, Metrics]:
     woken, metrics = Woken(), Metrics()
-    intake = Intake(store, adapters, starting_agent="triage", metrics=metrics, on_sessions=woken)
+    intake = Intake(store, adapters, starting_agent="triage", metrics=metrics, on_inbox=woken)
     return intake, woken, metrics
 
 
@@ -348,7 +354,7 @@ async def test_the_intake_asks_the_pacer_before_it_parses(
         adapters,
         starting_agent="triage",
         metrics=Metrics(),
-        on_sessions=Woken(),
+        on_inbox=Woken(),
         pacer=p,
     )
     p.lagged(0.030)

@@ -8,6 +8,7 @@ import pytest
 
 from webhook_bot_gateway.store import (
     LAST_USER_MESSAGE_AT,
+    PENDING_HANDED,
     DeliveryNotFound,
     InboxIn,
     MembershipIn,
@@ -223,10 +224,53 @@ async def test_record_parsed_many_applies_every_delivery_and_skips_one_gone(
         (first, ParsedDelivery(inbox=(message("a", "k1"),))),
         (second, ParsedDelivery(inbox=(message("b", "k2"),))),
     ]
-    assert await store.record_parsed_many(items, starting_agent=AGENT) == [sid("a"), sid("b")]
+    news = await store.record_parsed_many(items, starting_agent=AGENT)
+    assert [new.session_id for new in news] == [sid("a"), sid("b")]
     assert await store.unparsed_deliveries() == []
     assert await store.record_parsed_many(items, starting_agent=AGENT) == []  # both gone now
     assert await store.record_parsed_many([], starting_agent=AGENT) == []
+
+
+async def test_record_parsed_many_hands_back_each_sessions_pending_rows(
+    store: Store,
+) -> None:
+    """Each session given rows comes back with every pending row of it as the transaction
+    left them, oldest first: older pending rows too, none already done; the same rows a
+    read would give, so the dispatcher can start from them."""
+    await store.record_parsed(
+        None, ParsedDelivery(inbox=(message("a", "k0"),)), starting_agent=AGENT
+    )
+    [old] = await store.pending_inbox(sid("a"))
+    first, second = await stored(store, "k1", "k2"), await stored(store, "k3")
+    items = [
+        (first, ParsedDelivery(inbox=(message("b", "k1"), message("a", "k2")))),
+        (second, ParsedDelivery(inbox=(message("a", "k3"),))),
+    ]
+    news = await store.record_parsed_many(items, starting_agent=AGENT)
+    assert [new.session_id for new in news] == [sid("b"), sid("a")]
+    for new in news:
+        assert new.pending == tuple(await store.pending_inbox(new.session_id))
+    handed = {new.session_id: new.pending for new in news}
+    assert [row.dedup_key for row in handed[sid("a")] or ()] == ["k0", "k2", "k3"]
+    assert (handed[sid("a")] or ())[0] == old
+    assert all(row.state == "pending" and row.attempts == 0 for row in handed[sid("b")] or ())
+
+
+async def test_record_parsed_many_hands_back_no_rows_of_a_session_past_the_limit(
+    store: Store,
+) -> None:
+    """More than PENDING_HANDED pending rows: the session comes back with None (read them)."""
+    many = tuple(message("a", f"old-{n}") for n in range(PENDING_HANDED))
+    await store.record_parsed(None, ParsedDelivery(inbox=many), starting_agent=AGENT)
+    items = [
+        (await stored(store, "k1"), ParsedDelivery(inbox=(message("a", "k1"),))),
+        (await stored(store, "k2"), ParsedDelivery(inbox=(message("b", "k2"),))),
+    ]
+    news = await store.record_parsed_many(items, starting_agent=AGENT)
+    assert [(new.session_id, new.pending is None) for new in news] == [
+        (sid("a"), True),
+        (sid("b"), False),
+    ]
 
 
 async def test_record_parsed_many_is_one_transaction(store: Store, raw: Raw) -> None:
@@ -316,10 +360,8 @@ async def test_record_parsed_many_keeps_the_order_of_one_delivery_after_another(
         ParsedDelivery(inbox=(written("b", "k4", 250.0), written("c", "k5", 50.0))),
     ]
     ids = [await stored(store, f"d{n}") for n in range(len(parsed))]
-    sessions = await store.record_parsed_many(
-        list(zip(ids, parsed, strict=True)), starting_agent=AGENT
-    )
-    assert sessions == [sid("a"), sid("b"), sid("c")]
+    news = await store.record_parsed_many(list(zip(ids, parsed, strict=True)), starting_agent=AGENT)
+    assert [new.session_id for new in news] == [sid("a"), sid("b"), sid("c")]
     rows = await raw.rows("SELECT session_id, dedup_key FROM inbox ORDER BY id")
     assert [tuple(row) for row in rows] == [
         (sid("a"), "k1"),
