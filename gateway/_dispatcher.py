@@ -123,7 +123,11 @@ class Dispatcher:
         taken = await self._store.interrupt_running(running_here=self._cancels.keys())
         if taken:
             log.warning("took over %d running session(s) with no turn under way", len(taken))
-        self.wake(await self._store.pending_sessions())
+        pending = await self._store.pending_sessions()
+        for sid in pending:  # rows a lane does not hold may be among them (a CLI wrote them)
+            if (known := self._known.get(sid)) is not None:
+                known.recheck = True
+        self.wake(sid for sid in pending if sid not in self._known)
 
     def wake(self, session_ids: Iterable[str]) -> None:
         """These sessions got inbox rows: start their lanes, or tell running ones to look again
@@ -282,8 +286,9 @@ class Dispatcher:
         fewer than a page, with no wake-up since the lane looked, is every pending row: the
         lane holds them from there (the intake's later rows are handed over)."""
         known = self._known.get(sid)
-        if known is not None:
+        if known is not None and (known.rows or not known.recheck):
             return known.rows[:PENDING_PAGE]
+        self._known.pop(sid, None)  # or held none, and a poll saw rows: read once
         rows = await self._store.pending_inbox(sid, PENDING_PAGE)
         if len(rows) < PENDING_PAGE and sid not in self._again and sid in self._lanes:
             self._known[sid] = _Known(list(rows))
@@ -455,11 +460,12 @@ class Dispatcher:
 class _Known:
     """The pending rows of a session, oldest first, as its lane knows them."""
 
-    __slots__ = ("rows", "last_id")
+    __slots__ = ("rows", "last_id", "recheck")
 
     def __init__(self, rows: list[InboxItem]) -> None:
         self.rows = rows
         self.last_id = rows[-1].id if rows else 0  # the newest row this lane has seen
+        self.recheck = False  # a poll saw the session's rows: read once these are done
 
     def learn(self, pending: Sequence[InboxItem]) -> bool:
         """Add the rows newer than any seen (older ones were taken); False past a page."""
@@ -470,9 +476,10 @@ class _Known:
         return len(self.rows) <= PENDING_PAGE
 
     def took(self, batch: Sequence[InboxItem]) -> float:
-        """A turn committed ``batch`` (the first rows): DRAINED when none is left, else 0."""
+        """A turn committed ``batch`` (the first rows): DRAINED when none is left (and no
+        read is due), else 0."""
         del self.rows[: len(batch)]
-        return 0.0 if self.rows else DRAINED
+        return 0.0 if self.rows or self.recheck else DRAINED
 
 
 def _log_turn_end(outcome: str | None, seconds: float) -> None:

@@ -592,6 +592,26 @@ async def test_dispatcher_lane_holding_rows_reads_the_store_when_another_process
         assert counting.reads >= 1
 
 
+async def test_dispatcher_lane_holding_rows_reads_once_when_a_poll_saw_its_session(
+    db: Path,
+) -> None:
+    """A poll finds the session's rows, some perhaps written by a command the lane was not
+    told of: the lane finishes what it holds, then reads the store once before it ends."""
+    gate, started = asyncio.Event(), asyncio.Event()
+    async with CountingStore(db) as counting:
+        await counting.renew_lease(3600)
+        model = ScriptedModel(gated(gate, started), echo(), echo())
+        harness = Harness(counting, model, double_texting="enqueue")
+        sid = await harness.hand("one", "two")
+        await asyncio.wait_for(started.wait(), 10)
+        await harness.store_only("three", first=3)  # not handed, not heard
+        await harness.dispatcher.poll()
+        gate.set()
+        await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+        assert await harness.replies(sid) == ["re: one", "re: two", "re: three"]
+        assert counting.reads == 1  # after "two", finding "three" (and holding it from there)
+
+
 async def test_dispatcher_retry_of_handed_rows_counts_the_attempts_stored(
     store: SQLiteStore,
 ) -> None:
