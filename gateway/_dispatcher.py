@@ -20,7 +20,6 @@ from webhook_bot_gateway.agents import DEAD_LETTER, Reply, Runner
 from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.channels.web import CHANNEL as WEB
 from webhook_bot_gateway.store import (
-    PENDING_HANDED,
     InboxItem,
     InboxNotFound,
     InboxNotPending,
@@ -52,7 +51,7 @@ log = logging.getLogger("gateway.dispatcher")
 
 BUSY_RETRY_SECONDS = 0.5  # a session whose turn runs elsewhere is tried again this soon
 BUSY_WARN_SECONDS = 30.0  # a session refused this long is logged (and again each such period)
-PENDING_PAGE = PENDING_HANDED  # pending rows read per turn, or held in memory per lane
+PENDING_PAGE = 100  # pending rows read per turn, or held in memory per lane
 # A committed turn took every pending row it read: new rows wake the lane (the intake's wake,
 # or the poll for rows another process wrote), so it ends without reading the store again.
 DRAINED = -1.0
@@ -142,20 +141,19 @@ class Dispatcher:
                 self._start_lane(sid, None)
 
     def offer(self, news: Iterable[SessionInbox]) -> None:
-        """The intake recorded rows for these sessions and read, in the same transaction, each
-        one's pending rows: a lane holding its session's rows adds the new ones; a new lane
-        starts from them. A session without its rows (too many) is woken instead."""
+        """The intake recorded rows for these sessions and hands them over: a lane holding its
+        session's rows adds them; a new lane starts from them if they are all that wait
+        (else it reads the store, as a lane that holds no rows does)."""
         for new in news:
-            sid, pending = new.session_id, new.pending
+            sid = new.session_id
             if self._stop.is_set():
                 return
-            if pending is None:
-                self.wake([sid])
-            elif sid not in self._lanes:
-                self._start_lane(sid, _Known(list(pending)))
+            if sid not in self._lanes:
+                whole = new.complete and len(new.new) <= PENDING_PAGE
+                self._start_lane(sid, _Known(list(new.new)) if whole else None)
             elif (known := self._known.get(sid)) is None:
                 self._again.add(sid)  # the lane reads the store: these rows are there
-            elif not known.learn(pending):
+            elif not known.learn(new.new):
                 del self._known[sid]  # more than a page waits: read them
                 self._again.add(sid)
 
@@ -467,9 +465,9 @@ class _Known:
         self.last_id = rows[-1].id if rows else 0  # the newest row this lane has seen
         self.recheck = False  # a poll saw the session's rows: read once these are done
 
-    def learn(self, pending: Sequence[InboxItem]) -> bool:
+    def learn(self, handed: Sequence[InboxItem]) -> bool:
         """Add the rows newer than any seen (older ones were taken); False past a page."""
-        new = [row for row in pending if row.id > self.last_id]
+        new = [row for row in handed if row.id > self.last_id]
         if new:
             self.rows += new
             self.last_id = new[-1].id

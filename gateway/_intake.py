@@ -233,7 +233,7 @@ class Intake:
                 )
             done.append((delivery, item))
             sessions.update(dict.fromkeys(fresh))
-        return done, [SessionInbox(sid, None) for sid in sessions]
+        return done, [SessionInbox(sid, (), complete=False) for sid in sessions]
 
     def _count(self, delivery: Delivery, result: ParseResult, parsed: ParsedDelivery) -> None:
         if parsed.failure is not None:

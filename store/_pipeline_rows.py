@@ -8,7 +8,6 @@ from typing import Any, cast
 
 from ._pipeline_types import (
     DELIVERY_STATES,
-    PENDING_HANDED,
     Delivery,
     InboxItem,
     OutboxItem,
@@ -52,15 +51,18 @@ def to_delivery(row: Row) -> Delivery:
     )
 
 
-def to_session_inboxes(sessions: Sequence[str], items: Sequence[InboxItem]) -> list[SessionInbox]:
-    """``sessions`` (in order) with their pending rows ``items``, read oldest first with at
-    most ``PENDING_HANDED + 1`` per session (a session with more gets None)."""
-    by_session: dict[str, list[InboxItem]] = {sid: [] for sid in sessions}
-    for item in items:
-        by_session[item.session_id].append(item)
+def to_session_inboxes(sessions: Sequence[str], rows: Sequence[Row]) -> list[SessionInbox]:
+    """``sessions`` (in order), each with its ``rows``: ``INBOX_COLUMNS`` of pending rows,
+    oldest first, then the count of the session's pending rows."""
+    new: dict[str, list[InboxItem]] = {sid: [] for sid in sessions}
+    pending: dict[str, int] = {}
+    for row in rows:
+        if (items := new.get(row[1])) is not None:
+            items.append(to_inbox(row))
+            pending[row[1]] = row[9]
     return [
-        SessionInbox(sid, tuple(pending) if len(pending) <= PENDING_HANDED else None)
-        for sid, pending in by_session.items()
+        SessionInbox(sid, tuple(items), bool(items) and pending[sid] == len(items))
+        for sid, items in new.items()
     ]
 
 

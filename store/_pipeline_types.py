@@ -126,17 +126,15 @@ class InboxItem:
     created_at: datetime
 
 
-# The pending rows ``record_parsed_many`` hands back per session, at most (more: None, read them)
-PENDING_HANDED = 100
-
-
 @dataclass(frozen=True, slots=True)
 class SessionInbox:
-    """A session that ``record_parsed_many`` gave new inbox rows, with every pending row of it
-    as that transaction left them, oldest first; None when more than ``PENDING_HANDED`` wait."""
+    """A session that ``record_parsed_many`` gave inbox rows: its pending rows with the keys
+    recorded, oldest first, and whether they were every pending row of the session when the
+    transaction ended (if not, older ones wait too)."""
 
     session_id: str
-    pending: tuple[InboxItem, ...] | None
+    new: tuple[InboxItem, ...]
+    complete: bool
 
 
 # A parked row is pending with this next_attempt_at (far beyond any clock: never due) and

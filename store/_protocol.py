@@ -285,8 +285,8 @@ class Store(Protocol):
         """``record_parsed`` for several deliveries in one transaction; a missing one is skipped.
 
         Returns each session given new inbox rows, in the order of their first new row, with
-        its pending rows as the transaction left them (None past ``PENDING_HANDED``): the
-        dispatcher starts from them instead of reading them back.
+        its pending rows of the recorded keys and whether they were all its pending rows when
+        the transaction ended: the dispatcher starts from them instead of reading them back.
         """
 
     async def pending_sessions(self) -> list[str]:

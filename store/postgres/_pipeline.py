@@ -102,7 +102,7 @@ class PipelineMethods:
         """``record_parsed`` for several deliveries in ONE transaction.
 
         A delivery no longer stored is skipped. Returns the sessions with new inbox rows, each
-        with its pending rows as the transaction left them.
+        with those rows and whether they are all its pending rows.
         """
         check_agent(starting_agent)
         now = self._now()

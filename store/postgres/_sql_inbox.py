@@ -14,7 +14,7 @@ import asyncpg
 
 from .._errors import InboxNotFound, InboxNotPending
 from .._pipeline_rows import INBOX_COLUMNS, to_inbox, to_session_inboxes
-from .._pipeline_types import PENDING_HANDED, InboxItem, SessionInbox
+from .._pipeline_types import InboxItem, SessionInbox
 
 
 async def insert(conn: asyncpg.Connection, row: tuple[object, ...]) -> str | None:
@@ -109,20 +109,20 @@ async def pending_sessions(conn: asyncpg.Connection) -> list[str]:
     return [str(row[0]) for row in rows]
 
 
-_PENDING_OF = (
-    f"SELECT {INBOX_COLUMNS} FROM (SELECT {INBOX_COLUMNS}, row_number() OVER"
-    " (PARTITION BY session_id ORDER BY id) AS n FROM inbox"
-    " WHERE session_id = ANY($1::text[]) AND state = 'pending') AS mine"
-    " WHERE n <= $2 ORDER BY id"
+_RECORDED = (
+    f"SELECT {INBOX_COLUMNS}, (SELECT count(*) FROM inbox AS other WHERE other.session_id ="
+    " inbox.session_id AND other.state = 'pending') FROM inbox"
+    " WHERE dedup_key = ANY($1::text[]) AND state = 'pending' ORDER BY id"
 )
 
 
-async def pending_of(conn: asyncpg.Connection, session_ids: Sequence[str]) -> list[SessionInbox]:
-    """Each session with its pending rows, oldest first (see ``to_session_inboxes``)."""
-    if not session_ids:
-        return []
-    rows = await conn.fetch(_PENDING_OF, list(session_ids), PENDING_HANDED + 1)
-    return to_session_inboxes(session_ids, [to_inbox(row) for row in rows])
+async def recorded(
+    conn: asyncpg.Connection, session_ids: Sequence[str], keys: Sequence[str]
+) -> list[SessionInbox]:
+    """The sessions given rows, each with its pending rows of ``keys`` (see
+    ``to_session_inboxes``)."""
+    rows = await conn.fetch(_RECORDED, list(keys)) if session_ids else []
+    return to_session_inboxes(session_ids, rows)
 
 
 async def pending(conn: asyncpg.Connection, session_id: str, limit: int) -> list[InboxItem]:

@@ -97,7 +97,7 @@ async def record_many(
 ) -> list[SessionInbox]:
     """``record`` for several deliveries in the caller's one transaction; one already gone
     (another intake recorded it) is skipped before anything of it is written. Each session
-    with new rows comes back with its pending rows as the transaction leaves them."""
+    with new rows comes back with them, and whether they are all its pending rows."""
     sources = await _lock_deliveries(conn, (delivery_id for delivery_id, _ in items))
     todo: list[tuple[int, asyncpg.Record, Rows]] = []
     for delivery_id, rows in items:
@@ -124,7 +124,8 @@ async def record_many(
     if todo:  # the deliveries applied, in one statement
         done = [delivery_id for delivery_id, _, _ in todo]
         await conn.execute("DELETE FROM deliveries WHERE id = ANY($1::bigint[])", done)
-    return await inbox.pending_of(conn, list(fresh))
+    keys = [str(row[1]) for _, _, rows in todo for row in rows.inbox]
+    return await inbox.recorded(conn, list(fresh), keys)
 
 
 async def _apply(

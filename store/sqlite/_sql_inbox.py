@@ -6,8 +6,8 @@ import sqlite3
 from collections.abc import Sequence
 
 from .._errors import InboxNotFound, InboxNotPending
-from .._pipeline_rows import INBOX_COLUMNS, dump_ids, to_inbox, to_session_inboxes
-from .._pipeline_types import PENDING_HANDED, InboxItem, SessionInbox
+from .._pipeline_rows import INBOX_COLUMNS, dump_ids, dump_list, to_inbox, to_session_inboxes
+from .._pipeline_types import InboxItem, SessionInbox
 
 _IDS = "id IN (SELECT value FROM json_each(?))"  # one parameter, however many ids
 
@@ -90,10 +90,20 @@ def pending_sessions(conn: sqlite3.Connection) -> list[str]:
     return [row[0] for row in rows]
 
 
-def pending_of(conn: sqlite3.Connection, session_ids: Sequence[str]) -> list[SessionInbox]:
-    """Each session with its pending rows, oldest first (see ``to_session_inboxes``)."""
-    items = [item for sid in session_ids for item in pending(conn, sid, PENDING_HANDED + 1)]
-    return to_session_inboxes(session_ids, items)
+_RECORDED = (
+    f"SELECT {INBOX_COLUMNS}, (SELECT count(*) FROM inbox AS other WHERE other.session_id ="
+    " inbox.session_id AND other.state = 'pending') FROM inbox"
+    " WHERE dedup_key IN (SELECT value FROM json_each(?)) AND state = 'pending' ORDER BY id"
+)
+
+
+def recorded(
+    conn: sqlite3.Connection, session_ids: Sequence[str], keys: Sequence[str]
+) -> list[SessionInbox]:
+    """The sessions given rows, each with its pending rows of ``keys`` (see
+    ``to_session_inboxes``)."""
+    rows = conn.execute(_RECORDED, (dump_list(list(keys)),)).fetchall() if session_ids else []
+    return to_session_inboxes(session_ids, rows)
 
 
 def pending(conn: sqlite3.Connection, session_id: str, limit: int) -> list[InboxItem]:

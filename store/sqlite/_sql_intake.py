@@ -84,12 +84,13 @@ def record_many(
 ) -> list[SessionInbox]:
     """``record`` for several deliveries in the caller's one transaction; one already gone
     (another intake recorded it) is skipped: ``record`` refuses it before writing anything.
-    Each session with new rows comes back with its pending rows as this transaction leaves
-    them, so that the dispatcher need not read them again."""
+    Each session with new rows comes back with them, and whether they are all its pending
+    rows, so that the dispatcher need not read them again."""
     fresh: dict[str, None] = {}
     for delivery_id, rows in items:
         try:
             fresh.update(dict.fromkeys(record(conn, delivery_id, rows, now)))
         except DeliveryNotFound:
             continue
-    return inbox.pending_of(conn, list(fresh))
+    keys = [str(row[1]) for _, rows in items for row in rows.inbox]
+    return inbox.recorded(conn, list(fresh), keys)

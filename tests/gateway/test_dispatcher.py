@@ -95,11 +95,12 @@ class Harness:
         return sid
 
     async def hand(self, *texts: str, chat_id: str = "42", first: int = 1) -> str:
-        """Rows the intake recorded, handed over with the session's pending rows as the
-        store gives them back (read past any counting subclass: the intake reads nothing)."""
+        """Rows the intake recorded, handed over as the store gives them back (read past any
+        counting subclass: the intake reads nothing)."""
         sid = await self.store_only(*texts, chat_id=chat_id, first=first)
         pending = await SQLiteStore.pending_inbox(self.store, sid)
-        self.dispatcher.offer([SessionInbox(sid, tuple(pending))])
+        new = tuple(row for row in pending if row.event["text"] in texts)
+        self.dispatcher.offer([SessionInbox(sid, new, complete=new == tuple(pending))])
         return sid
 
     async def store_only(self, *texts: str, chat_id: str = "42", first: int = 1) -> str:

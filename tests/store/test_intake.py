@@ -8,7 +8,6 @@ import pytest
 
 from webhook_bot_gateway.store import (
     LAST_USER_MESSAGE_AT,
-    PENDING_HANDED,
     DeliveryNotFound,
     InboxIn,
     MembershipIn,
@@ -231,46 +230,38 @@ async def test_record_parsed_many_applies_every_delivery_and_skips_one_gone(
     assert await store.record_parsed_many([], starting_agent=AGENT) == []
 
 
-async def test_record_parsed_many_hands_back_each_sessions_pending_rows(
-    store: Store,
-) -> None:
-    """Each session given rows comes back with every pending row of it as the transaction
-    left them, oldest first: older pending rows too, none already done; the same rows a
-    read would give, so the dispatcher can start from them."""
+async def test_record_parsed_many_hands_back_the_rows_it_recorded(store: Store) -> None:
+    """Each session given rows comes back with them as a read would give them, oldest first,
+    and whether they are every pending row of it (a new lane may start from them alone)."""
     await store.record_parsed(
         None, ParsedDelivery(inbox=(message("a", "k0"),)), starting_agent=AGENT
     )
-    [old] = await store.pending_inbox(sid("a"))
     first, second = await stored(store, "k1", "k2"), await stored(store, "k3")
     items = [
         (first, ParsedDelivery(inbox=(message("b", "k1"), message("a", "k2")))),
         (second, ParsedDelivery(inbox=(message("a", "k3"),))),
     ]
     news = await store.record_parsed_many(items, starting_agent=AGENT)
-    assert [new.session_id for new in news] == [sid("b"), sid("a")]
-    for new in news:
-        assert new.pending == tuple(await store.pending_inbox(new.session_id))
-    handed = {new.session_id: new.pending for new in news}
-    assert [row.dedup_key for row in handed[sid("a")] or ()] == ["k0", "k2", "k3"]
-    assert (handed[sid("a")] or ())[0] == old
-    assert all(row.state == "pending" and row.attempts == 0 for row in handed[sid("b")] or ())
+    assert [(new.session_id, new.complete) for new in news] == [(sid("b"), True), (sid("a"), False)]
+    handed = {new.session_id: new.new for new in news}
+    assert handed[sid("b")] == tuple(await store.pending_inbox(sid("b")))
+    assert handed[sid("a")] == tuple(await store.pending_inbox(sid("a")))[1:]  # k0 is older
+    assert [row.dedup_key for row in handed[sid("a")]] == ["k2", "k3"]
+    assert all(row.state == "pending" and row.attempts == 0 for row in handed[sid("b")])
 
 
-async def test_record_parsed_many_hands_back_no_rows_of_a_session_past_the_limit(
+async def test_record_parsed_many_says_a_session_is_complete_once_its_older_rows_are_done(
     store: Store,
 ) -> None:
-    """More than PENDING_HANDED pending rows: the session comes back with None (read them)."""
-    many = tuple(message("a", f"old-{n}") for n in range(PENDING_HANDED))
-    await store.record_parsed(None, ParsedDelivery(inbox=many), starting_agent=AGENT)
-    items = [
-        (await stored(store, "k1"), ParsedDelivery(inbox=(message("a", "k1"),))),
-        (await stored(store, "k2"), ParsedDelivery(inbox=(message("b", "k2"),))),
-    ]
-    news = await store.record_parsed_many(items, starting_agent=AGENT)
-    assert [(new.session_id, new.pending is None) for new in news] == [
-        (sid("a"), True),
-        (sid("b"), False),
-    ]
+    await store.record_parsed(
+        None, ParsedDelivery(inbox=(message("a", "k0"),)), starting_agent=AGENT
+    )
+    [old] = await store.pending_inbox(sid("a"))
+    async with store.turn(sid("a")) as turn:
+        turn.complete_inbox([old.id])
+    items = [(await stored(store, "k1"), ParsedDelivery(inbox=(message("a", "k1"),)))]
+    [new] = await store.record_parsed_many(items, starting_agent=AGENT)
+    assert (new.complete, [row.dedup_key for row in new.new]) == (True, ["k1"])
 
 
 async def test_record_parsed_many_is_one_transaction(store: Store, raw: Raw) -> None:
