@@ -29,6 +29,7 @@ from webhook_bot_gateway.store import (
     Delivery,
     InboxIn,
     MembershipIn,
+    OlderDeliveries,
     ParsedDelivery,
     SessionInbox,
     StatusIn,
@@ -36,6 +37,7 @@ from webhook_bot_gateway.store import (
     StoreError,
 )
 
+from ._handed import HandedDeliveries
 from ._media.files import clean_name
 from ._metrics import IGNORED, QUARANTINED, STORE_ERRORS, TEMPLATE_UPDATES, Metrics
 from ._pacer import AckPacer
@@ -138,6 +140,7 @@ class Intake:
         batch: int = 100,
         chunk: int = 32,
         pacer: AckPacer | None = None,
+        handed: HandedDeliveries | None = None,
     ) -> None:
         self._store = store
         self._adapters = adapters
@@ -151,19 +154,25 @@ class Intake:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._pacer = pacer  # acks first: may hold new deliveries back while acks are slow
+        self._handed = handed  # None: always read the store
 
     async def run(self, wake: asyncio.Event, poll_seconds: float = 2.0) -> None:
-        """Parse whatever is stored, then wait for a wake-up or the next poll; until ``stop``."""
+        """Parse what is handed over (or stored), then wait for a wake-up or the next poll,
+        which reads the store (another process may have stored deliveries); until ``stop``."""
+        woken = False
         while not self._stopping:
             wake.clear()
             try:
-                done = await self.step()
+                done = await self.step(from_store=not woken)
             except StoreError as exc:
+                if self._handed is not None:
+                    self._handed.forget()
                 self._metrics.inc(STORE_ERRORS, component="intake")
                 log.warning("intake pass failed: %s", exc)
                 done = 0
+            woken = True
             if done < self._batch:
-                await wait_event(wake, poll_seconds)
+                woken = await wait_event(wake, poll_seconds)
 
     async def stop(self) -> None:
         """Finish the pass under way (its deliveries stay stored if cut) and the answers."""
@@ -171,9 +180,19 @@ class Intake:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def step(self) -> int:
-        """Handle one batch of stored deliveries, oldest first; return how many."""
-        deliveries = await self._store.unparsed_deliveries(self._batch)
+    async def step(self, from_store: bool = True) -> int:
+        """Handle one batch of deliveries, oldest first: those handed over unless
+        ``from_store`` (or none can be trusted to be all), else read; return how many."""
+        deliveries, handed = await self._next(from_store)
+        try:
+            await self._handle(deliveries, oldest_first=handed)
+        except OlderDeliveries:  # another process stored one before these: read, in order
+            if self._handed is not None:
+                self._handed.forget()
+            return await self.step(from_store=True)
+        return len(deliveries)
+
+    async def _handle(self, deliveries: Sequence[Delivery], oldest_first: bool) -> None:
         writing: asyncio.Task[None] | None = None
         try:
             for start in range(0, len(deliveries), self._chunk):
@@ -185,13 +204,27 @@ class Intake:
                 # The next chunk is parsed while this one is written; writes stay in order.
                 if writing is not None:
                     await writing
-                writing = asyncio.create_task(self._record(chunk))
+                writing = asyncio.create_task(self._record(chunk, oldest_first))
         finally:
             if writing is not None:
                 await writing
-        return len(deliveries)
 
-    async def _record(self, chunk: Sequence[tuple[Delivery, ParseResult]]) -> None:
+    async def _next(self, from_store: bool) -> tuple[list[Delivery], bool]:
+        """The next deliveries, and whether they were handed over (not read)."""
+        handed = self._handed
+        if handed is None:
+            return await self._store.unparsed_deliveries(self._batch), False
+        taken = None if from_store else handed.take(self._batch)
+        if taken is not None:
+            return taken, True
+        mark = handed.before_read()
+        deliveries = await self._store.unparsed_deliveries(self._batch)
+        handed.after_read(deliveries, self._batch, mark)
+        return deliveries, False
+
+    async def _record(
+        self, chunk: Sequence[tuple[Delivery, ParseResult]], oldest_first: bool = False
+    ) -> None:
         parsed = [
             (delivery, to_parsed(delivery, result, self._account_agents))
             for delivery, result in chunk
@@ -200,6 +233,7 @@ class Intake:
             news = await self._store.record_parsed_many(
                 [(delivery.id, item) for delivery, item in parsed],
                 starting_agent=self._starting_agent,
+                oldest_first=oldest_first,
             )
         except ValueError:
             # One delivery the store refuses (e.g. ids too long for a session id) must not stall

@@ -13,6 +13,7 @@ from webhook_bot_gateway.store import Store
 
 from ._backlog import Backlog
 from ._dispatcher import Dispatcher
+from ._handed import HandedDeliveries
 from ._metrics import Metrics
 from ._pacer import AckPacer
 from ._store_gauges import StoreGauges
@@ -38,6 +39,7 @@ STOPPING = web.AppKey("stopping", asyncio.Event)
 # Wake-ups between the pipeline's tasks. Each task also polls now and then, so a missed
 # wake-up (or a row written by another process, e.g. `gateway quarantine replay`) only delays.
 INTAKE_WAKE = web.AppKey("intake_wake", asyncio.Event)  # new deliveries were committed
+HANDED = web.AppKey("handed", HandedDeliveries)  # ...and here they are (the intake's to trust)
 SENDER_WAKE = web.AppKey("sender_wake", asyncio.Event)  # new outbox rows were committed
 ADAPTERS = web.AppKey("adapters", Mapping[str, ChannelAdapter])  # by channel name
 # Factories the adapters are built with; channels.ADAPTERS unless a test substitutes one.

@@ -21,10 +21,12 @@ from webhook_bot_gateway.store import Store
 
 from ._accounts import account_agents, gateway_registry
 from ._dispatcher import Dispatcher
+from ._handed import HandedDeliveries
 from ._intake import Intake
 from ._keys import (
     ADAPTERS,
     DISPATCHER,
+    HANDED,
     INTAKE_WAKE,
     METRICS,
     PACER,
@@ -124,6 +126,7 @@ def build_pipeline(
     sender_wake: asyncio.Event,
     http: aiohttp.ClientSession,
     pacer: AckPacer | None = None,
+    handed: HandedDeliveries | None = None,
 ) -> Pipeline:
     """Wire the pipeline's parts; nothing runs until ``start()``."""
     sender = Sender(
@@ -164,6 +167,7 @@ def build_pipeline(
         on_inbox=dispatcher.offer,
         on_files=media.wake.set,
         pacer=pacer,
+        handed=handed,
     )
     keep = settings.dedup.ttl_hours * 3600  # statuses of sent replies may arrive for days
     purger = Purger(
@@ -217,6 +221,7 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
             sender_wake=app[SENDER_WAKE],
             http=http,
             pacer=app[PACER],
+            handed=app[HANDED],
         )
         app[DISPATCHER] = pipeline.dispatcher
         app[PIPELINE_TASKS] = pipeline.tasks

@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 
-from webhook_bot_gateway.store import DeliveryIn, IngestResult, QuarantineIn, Store
+from webhook_bot_gateway.store import Delivery, DeliveryIn, IngestResult, QuarantineIn, Store
 
 log = logging.getLogger("gateway.writer")
 
@@ -35,13 +36,13 @@ class GroupCommitWriter:
         *,
         window: float,
         max_batch: int,
-        on_delivery: Callable[[], None] = lambda: None,
+        on_delivery: Callable[[Sequence[Delivery]], None] = lambda stored: None,
         on_commit: Callable[[int], None] = lambda size: None,
     ) -> None:
         self._store = store
         self._window = window
         self._max_batch = max_batch
-        self._on_delivery = on_delivery
+        self._on_delivery = on_delivery  # told the deliveries each commit stored
         self._on_commit = on_commit  # told each committed batch's size (/metrics)
         self._queue: list[_Waiting] = []
         self._ready = asyncio.Event()  # something is queued (or we are closing)
@@ -130,5 +131,16 @@ class GroupCommitWriter:
         for (_, future), result in zip(batch, results, strict=True):
             if not future.done():
                 future.set_result(result)
-        if any(result.delivery_id is not None for result in results):
-            self._on_delivery()
+        stored = _stored(batch, results)
+        if stored:
+            self._on_delivery(stored)
+
+
+def _stored(batch: Sequence[_Waiting], results: Sequence[IngestResult]) -> list[Delivery]:
+    """The deliveries a commit stored, as the intake would read them back."""
+    now = datetime.now(UTC)  # the intake does not use it; the stored row has the store's
+    return [
+        Delivery(result.delivery_id, item.channel, item.account, item.body, result.new_keys, now)
+        for (item, _), result in zip(batch, results, strict=True)
+        if result.delivery_id is not None and isinstance(item, DeliveryIn)
+    ]

@@ -5,26 +5,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from aiohttp import WSCloseCode, web
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
 
 from webhook_bot_gateway.channels import ADAPTERS, AdapterFactory
-from webhook_bot_gateway.store import open_store
+from webhook_bot_gateway.store import Delivery, open_store
 
 from ._admin import add_admin_routes
 from ._backlog import Backlog
 from ._channels_ctx import channels_ctx
 from ._console import add_console_routes
 from ._gc import freeze_startup_objects
+from ._handed import HandedDeliveries
 from ._http import unmatched
 from ._keys import ADAPTERS as CHANNEL_ADAPTERS
 from ._keys import (
     BACKLOG,
     FACTORIES,
     FEED,
+    HANDED,
     INTAKE_WAKE,
     METRICS,
     PACER,
@@ -113,12 +115,17 @@ async def _gauges_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _writer_ctx(app: web.Application) -> AsyncIterator[None]:
     ingest = app[SETTINGS].ingest
-    wake, metrics = app[INTAKE_WAKE], app[METRICS]
+    wake, handed, metrics = app[INTAKE_WAKE], app[HANDED], app[METRICS]
+
+    def stored(deliveries: Sequence[Delivery]) -> None:
+        handed.hand(deliveries)
+        wake.set()
+
     writer = GroupCommitWriter(
         app[STORE],
         window=ingest.window_ms / 1000,
         max_batch=ingest.max_batch,
-        on_delivery=wake.set,
+        on_delivery=stored,
         on_commit=lambda size: metrics.observe(BATCH_SIZE, size),
     )
     writer.start()
@@ -224,6 +231,7 @@ def build_app(
     app[METRICS] = Metrics()
     app[STOPPING] = asyncio.Event()
     app[INTAKE_WAKE] = asyncio.Event()
+    app[HANDED] = HandedDeliveries()
     app[SENDER_WAKE] = asyncio.Event()
     app[FEED] = EventFeed()
     app[SOCKETS] = set()

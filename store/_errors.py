@@ -95,6 +95,16 @@ class DeliveryNotFound(StoreError):
         self.delivery_id = delivery_id
 
 
+class OlderDeliveries(StoreError):
+    """``record_parsed_many(..., oldest_first=True)``: an older delivery is stored, not given."""
+
+    code = "older_deliveries"
+
+    def __init__(self, delivery_id: int) -> None:
+        super().__init__(f"delivery {delivery_id} is stored and older: record it first")
+        self.delivery_id = delivery_id
+
+
 class InboxNotFound(StoreError):
     code = "unknown_inbox"
 

@@ -280,13 +280,20 @@ class Store(Protocol):
 
     # inbox
     async def record_parsed_many(
-        self, items: Sequence[tuple[int, ParsedDelivery]], *, starting_agent: str
+        self,
+        items: Sequence[tuple[int, ParsedDelivery]],
+        *,
+        starting_agent: str,
+        oldest_first: bool = False,
     ) -> list[SessionInbox]:
         """``record_parsed`` for several deliveries in one transaction; a missing one is skipped.
 
         Returns each session given new inbox rows, in the order of their first new row, with
         its pending rows of the recorded keys and whether they were all its pending rows when
         the transaction ended: the dispatcher starts from them instead of reading them back.
+        ``oldest_first``: if a stored delivery older than the newest given is not among them,
+        write nothing and raise OlderDeliveries (the intake, given deliveries in memory, then
+        reads the store so that they are recorded in order).
         """
 
     async def pending_sessions(self) -> list[str]:

@@ -97,7 +97,11 @@ class PipelineMethods:
         )
 
     async def record_parsed_many(
-        self, items: Sequence[tuple[int, ParsedDelivery]], *, starting_agent: str
+        self,
+        items: Sequence[tuple[int, ParsedDelivery]],
+        *,
+        starting_agent: str,
+        oldest_first: bool = False,
     ) -> list[SessionInbox]:
         """``record_parsed`` for several deliveries in ONE transaction.
 
@@ -112,7 +116,9 @@ class PipelineMethods:
             prepared.append((delivery_id, intake.prepare(parsed, starting_agent, now)))
         if not prepared:
             return []
-        return await self._db.write(partial(intake.record_many, items=prepared, now=now))
+        return await self._db.write(
+            partial(intake.record_many, items=prepared, now=now, oldest_first=oldest_first)
+        )
 
     # inbox
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from .._errors import DeliveryNotFound
+from .._errors import DeliveryNotFound, OlderDeliveries
 from .._intake_rows import Arrival, Rows, prepare
 from .._pipeline_types import SessionInbox
 from .._rows import dump_json, load_json
@@ -58,6 +58,17 @@ async def _lock_deliveries(
     return {int(row[0]): row for row in rows}
 
 
+async def _check_oldest(conn: asyncpg.Connection, ids: list[int]) -> None:
+    """OlderDeliveries if a stored delivery older than the newest of ``ids`` is not one."""
+    older = await conn.fetchval(
+        "SELECT min(id) FROM deliveries WHERE id < $1 AND NOT id = ANY($2::bigint[])",
+        max(ids),
+        ids,
+    )
+    if older is not None:
+        raise OlderDeliveries(int(older))
+
+
 async def _lock_sessions(
     conn: asyncpg.Connection, new: dict[str, dict[str, Any]], others: Iterable[str], now: float
 ) -> None:
@@ -93,11 +104,16 @@ async def record(
 
 
 async def record_many(
-    conn: asyncpg.Connection, items: Sequence[tuple[int, Rows]], now: float
+    conn: asyncpg.Connection,
+    items: Sequence[tuple[int, Rows]],
+    now: float,
+    oldest_first: bool = False,
 ) -> list[SessionInbox]:
     """``record`` for several deliveries in the caller's one transaction; one already gone
     (another intake recorded it) is skipped before anything of it is written. Each session
     with new rows comes back with them, and whether they are all its pending rows."""
+    if oldest_first and items:
+        await _check_oldest(conn, [delivery_id for delivery_id, _ in items])
     sources = await _lock_deliveries(conn, (delivery_id for delivery_id, _ in items))
     todo: list[tuple[int, asyncpg.Record, Rows]] = []
     for delivery_id, rows in items:

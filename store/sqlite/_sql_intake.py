@@ -5,8 +5,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from .._errors import DeliveryNotFound
+from .._errors import DeliveryNotFound, OlderDeliveries
 from .._intake_rows import LAST_USER_MESSAGE_AT, Arrival, Rows, prepare
+from .._pipeline_rows import dump_ids
 from .._pipeline_types import SessionInbox
 from . import _sql_attachments as attachments
 from . import _sql_inbox as inbox
@@ -80,12 +81,17 @@ _WROTE_AT = (
 
 
 def record_many(
-    conn: sqlite3.Connection, items: Sequence[tuple[int, Rows]], now: float
+    conn: sqlite3.Connection,
+    items: Sequence[tuple[int, Rows]],
+    now: float,
+    oldest_first: bool = False,
 ) -> list[SessionInbox]:
     """``record`` for several deliveries in the caller's one transaction; one already gone
     (another intake recorded it) is skipped: ``record`` refuses it before writing anything.
     Each session with new rows comes back with them, and whether they are all its pending
     rows, so that the dispatcher need not read them again."""
+    if oldest_first:
+        _check_oldest(conn, [delivery_id for delivery_id, _ in items])
     fresh: dict[str, None] = {}
     for delivery_id, rows in items:
         try:
@@ -94,3 +100,14 @@ def record_many(
             continue
     keys = [str(row[1]) for _, rows in items for row in rows.inbox]
     return inbox.recorded(conn, list(fresh), keys)
+
+
+def _check_oldest(conn: sqlite3.Connection, ids: list[int]) -> None:
+    """OlderDeliveries if a stored delivery older than the newest of ``ids`` is not one."""
+    older = conn.execute(
+        "SELECT min(id) FROM deliveries"
+        " WHERE id < ? AND id NOT IN (SELECT value FROM json_each(?))",
+        (max(ids), dump_ids(ids)),
+    ).fetchone()[0]
+    if older is not None:
+        raise OlderDeliveries(older)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,12 @@ from tests.channels import whatsapp_fakes as wa
 from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.channels.telegram import TelegramAdapter
 from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
+from webhook_bot_gateway.gateway._handed import HandedDeliveries
 from webhook_bot_gateway.gateway._intake import IGNORED, QUARANTINED, Intake
 from webhook_bot_gateway.gateway._metrics import TEMPLATE_UPDATES, Metrics
 from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
 from webhook_bot_gateway.store import (
+    Delivery,
     DeliveryIn,
     OutboxIn,
     SessionInbox,
@@ -400,3 +403,56 @@ async def test_intake_wakes_the_file_fetcher_only_for_messages_with_platform_fil
     await intake.step()
     assert fetches == [None]
     assert rows(db, "SELECT count(*) FROM attachments WHERE state = 'pending'") == [(1,)]
+
+
+class CountingReads(SQLiteStore):
+    reads = 0
+
+    async def unparsed_deliveries(self, limit: int = 100) -> list[Delivery]:
+        self.reads += 1
+        return await super().unparsed_deliveries(limit)
+
+
+async def test_intake_parses_handed_deliveries_without_reading_and_polls_for_the_rest(
+    db: Path, adapters: dict[str, ChannelAdapter]
+) -> None:
+    """Deliveries the webhook path hands over are parsed from memory; one stored by another
+    process (not handed) is found by the next poll's read."""
+    handed = HandedDeliveries()
+    async with CountingReads(db) as store:
+        intake = Intake(store, adapters, starting_agent="triage", metrics=Metrics(), handed=handed)
+        assert await intake.step(from_store=False) == 0  # nothing trusted yet: reads
+        assert store.reads == 1
+        body = wa_messages(("wamid.1", "111", "hi"))
+        keys = tuple(adapters["whatsapp"].delivery_keys(body, None))
+        [result] = await store.ingest([DeliveryIn("whatsapp", None, body, keys)])
+        assert result.delivery_id is not None
+        when = datetime.now(UTC)
+        handed.hand([Delivery(result.delivery_id, "whatsapp", None, body, result.new_keys, when)])
+        assert await intake.step(from_store=False) == 1
+        assert store.reads == 1
+        assert inbox(db) == [(make_session_id("whatsapp", NUMBER, "111"), "whatsapp:wamid.1")]
+        await store_delivery(store, adapters["whatsapp"], wa_messages(("wamid.2", "222", "yo")))
+        assert await intake.step(from_store=False) == 0  # not handed: not seen until a poll
+        assert await intake.step(from_store=True) == 1
+        assert [key for _, key in inbox(db)] == ["whatsapp:wamid.1", "whatsapp:wamid.2"]
+
+
+async def test_intake_given_deliveries_records_an_older_stored_one_first(
+    db: Path, adapters: dict[str, ChannelAdapter]
+) -> None:
+    """A delivery another process stored before the handed one (it died before parsing it)
+    is recorded first: the handed one's record refuses to pass it, and the intake reads."""
+    handed = HandedDeliveries()
+    async with SQLiteStore(db) as store:
+        intake = Intake(store, adapters, starting_agent="triage", metrics=Metrics(), handed=handed)
+        assert await intake.step(from_store=False) == 0  # the first read: from here, memory
+        await store_delivery(store, adapters["whatsapp"], wa_messages(("wamid.1", "111", "one")))
+        body = wa_messages(("wamid.2", "111", "two"))
+        keys = tuple(adapters["whatsapp"].delivery_keys(body, None))
+        [result] = await store.ingest([DeliveryIn("whatsapp", None, body, keys)])
+        assert result.delivery_id is not None
+        when = datetime.now(UTC)
+        handed.hand([Delivery(result.delivery_id, "whatsapp", None, body, result.new_keys, when)])
+        assert await intake.step(from_store=False) == 2
+        assert [key for _, key in inbox(db)] == ["whatsapp:wamid.1", "whatsapp:wamid.2"]

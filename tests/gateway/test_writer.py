@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from webhook_bot_gateway.gateway._writer import GroupCommitWriter, WriterClosed
-from webhook_bot_gateway.store import DeliveryIn, IngestResult, QuarantineIn, SQLiteStore
+from webhook_bot_gateway.store import Delivery, DeliveryIn, IngestResult, QuarantineIn, SQLiteStore
 
 LONG = 30.0  # a window no test waits out: batches close because they are full or flushed
 
@@ -41,9 +41,11 @@ async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
 class Wakes:
     def __init__(self) -> None:
         self.count = 0
+        self.stored: list[Delivery] = []
 
-    def __call__(self) -> None:
+    def __call__(self, stored: Sequence[Delivery]) -> None:
         self.count += 1
+        self.stored += stored
 
 
 async def started(store: SQLiteStore, *, window: float, max_batch: int) -> GroupCommitWriter:
@@ -161,6 +163,16 @@ async def test_writer_wakes_the_intake_only_for_new_deliveries(store: SQLiteStor
         assert wakes.count == 1
     finally:
         await writer.aclose()
+    # What was handed over is what the intake would read back.
+    [handed] = wakes.stored
+    [read] = await store.unparsed_deliveries()
+    assert (handed.id, handed.channel, handed.account, handed.body, handed.keys) == (
+        read.id,
+        read.channel,
+        read.account,
+        read.body,
+        read.keys,
+    )
 
 
 async def test_writer_refuses_submits_before_start(store: SQLiteStore) -> None:

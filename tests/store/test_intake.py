@@ -11,6 +11,7 @@ from webhook_bot_gateway.store import (
     DeliveryNotFound,
     InboxIn,
     MembershipIn,
+    OlderDeliveries,
     ParsedDelivery,
     StatusIn,
     Store,
@@ -262,6 +263,23 @@ async def test_record_parsed_many_says_a_session_is_complete_once_its_older_rows
     items = [(await stored(store, "k1"), ParsedDelivery(inbox=(message("a", "k1"),)))]
     [new] = await store.record_parsed_many(items, starting_agent=AGENT)
     assert (new.complete, [row.dedup_key for row in new.new]) == (True, ["k1"])
+
+
+async def test_record_parsed_many_oldest_first_refuses_to_pass_an_older_delivery(
+    store: Store, raw: Raw
+) -> None:
+    """Given deliveries from memory, the intake asks that none older waits in the store (another
+    process stored it): then nothing is written, and it reads the store instead."""
+    older, newer = await stored(store, "k1"), await stored(store, "k2")
+    items = [(newer, ParsedDelivery(inbox=(message("a", "k2"),)))]
+    before = await raw.dump(*PIPELINE_TABLES, "sessions")
+    with pytest.raises(OlderDeliveries) as refused:
+        await store.record_parsed_many(items, starting_agent=AGENT, oldest_first=True)
+    assert refused.value.delivery_id == older
+    assert await raw.dump(*PIPELINE_TABLES, "sessions") == before
+    both = [(older, ParsedDelivery(inbox=(message("a", "k1"),))), *items]
+    news = await store.record_parsed_many(both, starting_agent=AGENT, oldest_first=True)
+    assert [row.dedup_key for new in news for row in new.new] == ["k1", "k2"]
 
 
 async def test_record_parsed_many_is_one_transaction(store: Store, raw: Raw) -> None:
