@@ -90,10 +90,11 @@ def pending_sessions(conn: sqlite3.Connection) -> list[str]:
     return [row[0] for row in rows]
 
 
+# "+state": not the state index (a scan of every pending row); the keys' unique index instead.
 _RECORDED = (
     f"SELECT {INBOX_COLUMNS}, (SELECT count(*) FROM inbox AS other WHERE other.session_id ="
     " inbox.session_id AND other.state = 'pending') FROM inbox"
-    " WHERE dedup_key IN (SELECT value FROM json_each(?)) AND state = 'pending' ORDER BY id"
+    " WHERE dedup_key IN (SELECT value FROM json_each(?)) AND +state = 'pending' ORDER BY id"
 )
 
 
