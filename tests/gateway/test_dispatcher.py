@@ -7,6 +7,8 @@ import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -556,61 +558,74 @@ def gated(gate: asyncio.Event, started: asyncio.Event) -> Step:
     return step
 
 
+@dataclass
+class HeldTurn:
+    """A harness over a counting store whose first turn waits at the model until ``finish``."""
+
+    harness: Harness
+    counting: CountingStore
+    gate: asyncio.Event
+    started: asyncio.Event
+
+    async def at_model(self) -> None:
+        await asyncio.wait_for(self.started.wait(), 10)
+
+    async def finish(self) -> None:
+        self.gate.set()
+        await asyncio.wait_for(self.harness.dispatcher.wait_idle(), 10)
+
+
+@asynccontextmanager
+async def first_turn_held(db: Path, later_turns: int) -> AsyncIterator[HeldTurn]:
+    gate, started = asyncio.Event(), asyncio.Event()
+    async with CountingStore(db) as counting:
+        await counting.renew_lease(3600)
+        model = ScriptedModel(gated(gate, started), *[echo()] * later_turns)
+        harness = Harness(counting, model, double_texting="enqueue")
+        yield HeldTurn(harness, counting, gate, started)
+
+
 async def test_dispatcher_runs_handed_rows_without_reading_them_and_adds_later_ones(
     db: Path,
 ) -> None:
     """The intake hands a session's pending rows over: its lane reads nothing, and rows
     handed while a turn runs follow in order."""
-    gate, started = asyncio.Event(), asyncio.Event()
-    async with CountingStore(db) as counting:
-        await counting.renew_lease(3600)
-        model = ScriptedModel(gated(gate, started), echo(), echo())
-        harness = Harness(counting, model, double_texting="enqueue")
-        sid = await harness.hand("one", "two")
-        await asyncio.wait_for(started.wait(), 10)
-        await harness.hand("three", first=3)  # its snapshot holds "one" (running) too
-        gate.set()
-        await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
-        assert await harness.replies(sid) == ["re: one", "re: two", "re: three"]
-        assert counting.reads == 0
+    async with first_turn_held(db, later_turns=2) as held:
+        sid = await held.harness.hand("one", "two")
+        await held.at_model()
+        await held.harness.hand("three", first=3)
+        await held.finish()
+        assert await held.harness.replies(sid) == ["re: one", "re: two", "re: three"]
+        assert held.counting.reads == 0
 
 
 async def test_dispatcher_lane_holding_rows_reads_the_store_when_another_process_wrote(
     db: Path,
 ) -> None:
     """Rows another process wrote are not in what the lane holds: told of them, it reads."""
-    gate, started = asyncio.Event(), asyncio.Event()
-    async with CountingStore(db) as counting:
-        await counting.renew_lease(3600)
-        harness = Harness(counting, ScriptedModel(gated(gate, started), echo()))
-        sid = await harness.hand("one")
-        await asyncio.wait_for(started.wait(), 10)
-        await harness.store_only("two", first=2)
-        harness.dispatcher.heard([sid])  # its lane runs here: it looks again at once
-        gate.set()
-        await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
-        assert await harness.replies(sid) == ["re: one", "re: two"]
-        assert counting.reads >= 1
+    async with first_turn_held(db, later_turns=1) as held:
+        sid = await held.harness.hand("one")
+        await held.at_model()
+        await held.harness.store_only("two", first=2)
+        held.harness.dispatcher.heard([sid])  # its lane runs here: it looks again at once
+        await held.finish()
+        assert await held.harness.replies(sid) == ["re: one", "re: two"]
+        assert held.counting.reads >= 1
 
 
 async def test_dispatcher_lane_holding_rows_reads_once_when_a_poll_saw_its_session(
     db: Path,
 ) -> None:
-    """A poll finds the session's rows, some perhaps written by a command the lane was not
-    told of: the lane finishes what it holds, then reads the store once before it ends."""
-    gate, started = asyncio.Event(), asyncio.Event()
-    async with CountingStore(db) as counting:
-        await counting.renew_lease(3600)
-        model = ScriptedModel(gated(gate, started), echo(), echo())
-        harness = Harness(counting, model, double_texting="enqueue")
-        sid = await harness.hand("one", "two")
-        await asyncio.wait_for(started.wait(), 10)
-        await harness.store_only("three", first=3)  # not handed, not heard
-        await harness.dispatcher.poll()
-        gate.set()
-        await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
-        assert await harness.replies(sid) == ["re: one", "re: two", "re: three"]
-        assert counting.reads == 1  # after "two", finding "three" (and holding it from there)
+    """A poll finds the session's rows, some perhaps written by another program the lane was
+    not told of: the lane finishes what it holds, then reads the store once before it ends."""
+    async with first_turn_held(db, later_turns=2) as held:
+        sid = await held.harness.hand("one", "two")
+        await held.at_model()
+        await held.harness.store_only("three", first=3)  # not handed, not heard
+        await held.harness.dispatcher.poll()
+        await held.finish()
+        assert await held.harness.replies(sid) == ["re: one", "re: two", "re: three"]
+        assert held.counting.reads == 1  # after "two", finding "three" (held from there)
 
 
 async def test_dispatcher_retry_of_handed_rows_counts_the_attempts_stored(

@@ -405,6 +405,17 @@ async def test_intake_wakes_the_file_fetcher_only_for_messages_with_platform_fil
     assert rows(db, "SELECT count(*) FROM attachments WHERE state = 'pending'") == [(1,)]
 
 
+async def store_and_hand(
+    store: SQLiteStore, adapter: ChannelAdapter, handed: HandedDeliveries, body: bytes
+) -> None:
+    """Ingest as the webhook handler does, then hand the delivery over as its writer does."""
+    keys = tuple(adapter.delivery_keys(body, None))
+    [result] = await store.ingest([DeliveryIn(adapter.name, None, body, keys)])
+    assert result.delivery_id is not None
+    now = datetime.now(UTC)
+    handed.hand([Delivery(result.delivery_id, adapter.name, None, body, result.new_keys, now)])
+
+
 class CountingReads(SQLiteStore):
     reads = 0
 
@@ -423,12 +434,9 @@ async def test_intake_parses_handed_deliveries_without_reading_and_polls_for_the
         intake = Intake(store, adapters, starting_agent="triage", metrics=Metrics(), handed=handed)
         assert await intake.step(from_store=False) == 0  # nothing trusted yet: reads
         assert store.reads == 1
-        body = wa_messages(("wamid.1", "111", "hi"))
-        keys = tuple(adapters["whatsapp"].delivery_keys(body, None))
-        [result] = await store.ingest([DeliveryIn("whatsapp", None, body, keys)])
-        assert result.delivery_id is not None
-        when = datetime.now(UTC)
-        handed.hand([Delivery(result.delivery_id, "whatsapp", None, body, result.new_keys, when)])
+        await store_and_hand(
+            store, adapters["whatsapp"], handed, wa_messages(("wamid.1", "111", "hi"))
+        )
         assert await intake.step(from_store=False) == 1
         assert store.reads == 1
         assert inbox(db) == [(make_session_id("whatsapp", NUMBER, "111"), "whatsapp:wamid.1")]
@@ -448,11 +456,7 @@ async def test_intake_given_deliveries_records_an_older_stored_one_first(
         intake = Intake(store, adapters, starting_agent="triage", metrics=Metrics(), handed=handed)
         assert await intake.step(from_store=False) == 0  # the first read: from here, memory
         await store_delivery(store, adapters["whatsapp"], wa_messages(("wamid.1", "111", "one")))
-        body = wa_messages(("wamid.2", "111", "two"))
-        keys = tuple(adapters["whatsapp"].delivery_keys(body, None))
-        [result] = await store.ingest([DeliveryIn("whatsapp", None, body, keys)])
-        assert result.delivery_id is not None
-        when = datetime.now(UTC)
-        handed.hand([Delivery(result.delivery_id, "whatsapp", None, body, result.new_keys, when)])
+        two = wa_messages(("wamid.2", "111", "two"))
+        await store_and_hand(store, adapters["whatsapp"], handed, two)
         assert await intake.step(from_store=False) == 2
         assert [key for _, key in inbox(db)] == ["whatsapp:wamid.1", "whatsapp:wamid.2"]
