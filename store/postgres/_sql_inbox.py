@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import asyncpg
 
 from .._errors import InboxNotFound, InboxNotPending
-from .._pipeline_rows import INBOX_COLUMNS, to_inbox, to_session_inboxes
-from .._pipeline_types import InboxItem, SessionInbox
+from .._pipeline_rows import INBOX_COLUMNS, to_inbox
+from .._pipeline_types import InboxItem
 
 
 async def insert(conn: asyncpg.Connection, row: tuple[object, ...]) -> str | None:
@@ -109,20 +109,12 @@ async def pending_sessions(conn: asyncpg.Connection) -> list[str]:
     return [str(row[0]) for row in rows]
 
 
-_RECORDED = (
+# The pending rows of the keys $1, each with the count of its session's pending rows.
+RECORDED = (
     f"SELECT {INBOX_COLUMNS}, (SELECT count(*) FROM inbox AS other WHERE other.session_id ="
     " inbox.session_id AND other.state = 'pending') FROM inbox"
     " WHERE dedup_key = ANY($1::text[]) AND state = 'pending' ORDER BY id"
 )
-
-
-async def recorded(
-    conn: asyncpg.Connection, session_ids: Sequence[str], keys: Sequence[str]
-) -> list[SessionInbox]:
-    """The sessions given rows, each with its pending rows of ``keys`` (see
-    ``to_session_inboxes``)."""
-    rows = await conn.fetch(_RECORDED, list(keys)) if session_ids else []
-    return to_session_inboxes(session_ids, rows)
 
 
 async def pending(conn: asyncpg.Connection, session_id: str, limit: int) -> list[InboxItem]:

@@ -17,6 +17,7 @@ import asyncpg
 
 from .._errors import DeliveryNotFound, OlderDeliveries
 from .._intake_rows import Arrival, Rows, prepare
+from .._pipeline_rows import to_session_inboxes
 from .._pipeline_types import SessionInbox
 from .._rows import dump_json, load_json
 from . import _sql_attachments as attachments
@@ -33,6 +34,9 @@ _LOCK_SESSIONS = (
     "SELECT session_id FROM sessions WHERE session_id = ANY($1::text[])"
     ' ORDER BY session_id COLLATE "C" FOR NO KEY UPDATE'
 )
+_DELETE_AND_READ = (
+    "WITH gone AS (DELETE FROM deliveries WHERE id = ANY($2::bigint[])) " + inbox.RECORDED
+)
 _ATTEMPTS = 3  # a session deleted between its insert and its lock is inserted again
 # The sessions that do not exist yet, in one statement (an existing one is kept as is), in
 # session id order as the lock that follows takes them.
@@ -46,27 +50,26 @@ _INSERT_SESSIONS = (
 _SESSION_FIELDS = ("session_id", "channel", "account", "chat_id", "active_agent", "metadata")
 
 
+# The deliveries given, locked in id order, each row with the oldest stored delivery below $2
+# that is not one of them (NULL with $2 = 0: no check).
+_LOCK_DELIVERIES = (
+    "SELECT id, channel, account, body, received_at, (SELECT min(other.id) FROM deliveries AS"
+    " other WHERE other.id < $2 AND NOT other.id = ANY($1::bigint[])) FROM deliveries"
+    " WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE"
+)
+
+
 async def _lock_deliveries(
-    conn: asyncpg.Connection, ids: Iterable[int]
+    conn: asyncpg.Connection, ids: Iterable[int], oldest_first: bool = False
 ) -> dict[int, asyncpg.Record]:
-    """Lock the deliveries still stored, in id order; their rows by id."""
-    rows = await conn.fetch(
-        "SELECT id, channel, account, body, received_at FROM deliveries"
-        " WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE",
-        sorted(set(ids)),
-    )
+    """Lock the deliveries still stored, in id order; their rows by id. ``oldest_first``:
+    OlderDeliveries if a stored delivery older than the newest of ``ids`` is not one."""
+    given = sorted(set(ids))
+    below = given[-1] if oldest_first and given else 0
+    rows = await conn.fetch(_LOCK_DELIVERIES, given, below)
+    if rows and rows[0][5] is not None:
+        raise OlderDeliveries(int(rows[0][5]))
     return {int(row[0]): row for row in rows}
-
-
-async def _check_oldest(conn: asyncpg.Connection, ids: list[int]) -> None:
-    """OlderDeliveries if a stored delivery older than the newest of ``ids`` is not one."""
-    older = await conn.fetchval(
-        "SELECT min(id) FROM deliveries WHERE id < $1 AND NOT id = ANY($2::bigint[])",
-        max(ids),
-        ids,
-    )
-    if older is not None:
-        raise OlderDeliveries(int(older))
 
 
 async def _lock_sessions(
@@ -112,9 +115,8 @@ async def record_many(
     """``record`` for several deliveries in the caller's one transaction; one already gone
     (another intake recorded it) is skipped before anything of it is written. Each session
     with new rows comes back with them, and whether they are all its pending rows."""
-    if oldest_first and items:
-        await _check_oldest(conn, [delivery_id for delivery_id, _ in items])
-    sources = await _lock_deliveries(conn, (delivery_id for delivery_id, _ in items))
+    given = (delivery_id for delivery_id, _ in items)
+    sources = await _lock_deliveries(conn, given, oldest_first)
     todo: list[tuple[int, asyncpg.Record, Rows]] = []
     for delivery_id, rows in items:
         source = sources.pop(delivery_id, None)  # a repeated id is gone the second time
@@ -137,11 +139,11 @@ async def record_many(
         run = []
         fresh.update(dict.fromkeys(await _apply(conn, delivery_id, source, rows, now, False)))
     fresh.update(dict.fromkeys(await record_messages(conn, run, now)))
-    if todo:  # the deliveries applied, in one statement
-        done = [delivery_id for delivery_id, _, _ in todo]
-        await conn.execute("DELETE FROM deliveries WHERE id = ANY($1::bigint[])", done)
+    # The deliveries applied go, and the rows recorded are read back, in one statement.
+    done = [delivery_id for delivery_id, _, _ in todo]
     keys = [str(row[1]) for _, _, rows in todo for row in rows.inbox]
-    return await inbox.recorded(conn, list(fresh), keys)
+    read = await conn.fetch(_DELETE_AND_READ, keys, done)
+    return to_session_inboxes(list(fresh), read)
 
 
 async def _apply(
@@ -167,7 +169,7 @@ async def _apply(
         await _membership_changed(conn, str(member), blocked == "true", now)
     if source is not None:
         if rows.failure is not None:
-            channel, account, body, received_at = source[1:]
+            channel, account, body, received_at = source[1:5]
             await insert_quarantine(conn, [(channel, account, body, rows.failure, received_at)])
         if delete:
             await conn.execute("DELETE FROM deliveries WHERE id = $1", delivery_id)
