@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
@@ -141,6 +143,7 @@ class Intake:
         chunk: int = 32,
         pacer: AckPacer | None = None,
         handed: HandedDeliveries | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._adapters = adapters
@@ -155,6 +158,8 @@ class Intake:
         self._stopping = False
         self._pacer = pacer  # acks first: may hold new deliveries back while acks are slow
         self._handed = handed  # None: always read the store
+        self._clock = clock
+        self._read_at = -math.inf  # when the store was last read
 
     async def run(self, wake: asyncio.Event, poll_seconds: float = 2.0) -> None:
         """Parse what is handed over (or stored), then wait for a wake-up or the next poll,
@@ -162,8 +167,11 @@ class Intake:
         woken = False
         while not self._stopping:
             wake.clear()
+            # A poll's read is due even while wake-ups keep coming: another process's
+            # deliveries (an ingest_only one's) are found only by reading.
+            due = self._clock() - self._read_at >= poll_seconds
             try:
-                done = await self.step(from_store=not woken)
+                done = await self.step(from_store=due or not woken)
             except StoreError as exc:
                 if self._handed is not None:
                     self._handed.forget()
@@ -213,14 +221,18 @@ class Intake:
         """The next deliveries, and whether they were handed over (not read)."""
         handed = self._handed
         if handed is None:
-            return await self._store.unparsed_deliveries(self._batch), False
+            return await self._read(), False
         taken = None if from_store else handed.take(self._batch)
         if taken is not None:
             return taken, True
         mark = handed.before_read()
-        deliveries = await self._store.unparsed_deliveries(self._batch)
+        deliveries = await self._read()
         handed.after_read(deliveries, self._batch, mark)
         return deliveries, False
+
+    async def _read(self) -> list[Delivery]:
+        self._read_at = self._clock()
+        return await self._store.unparsed_deliveries(self._batch)
 
     async def _record(
         self, chunk: Sequence[tuple[Delivery, ParseResult]], oldest_first: bool = False

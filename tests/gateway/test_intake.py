@@ -31,7 +31,7 @@ from webhook_bot_gateway.store import (
     make_session_id,
 )
 
-from .pipeline_helpers import rows
+from .pipeline_helpers import FakeClock, rows
 from .test_pacer import Clock
 
 NUMBER = wa.NUMBER_A
@@ -417,11 +417,18 @@ async def store_and_hand(
 
 
 class CountingReads(SQLiteStore):
-    reads = 0
+    """The real store, counting the intake's reads and saying when one is done."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.reads = 0
+        self.read = asyncio.Event()
 
     async def unparsed_deliveries(self, limit: int = 100) -> list[Delivery]:
         self.reads += 1
-        return await super().unparsed_deliveries(limit)
+        found = await super().unparsed_deliveries(limit)
+        self.read.set()
+        return found
 
 
 async def test_intake_parses_handed_deliveries_without_reading_and_polls_for_the_rest(
@@ -460,3 +467,33 @@ async def test_intake_given_deliveries_records_an_older_stored_one_first(
         await store_and_hand(store, adapters["whatsapp"], handed, two)
         assert await intake.step(from_store=False) == 2
         assert [key for _, key in inbox(db)] == ["whatsapp:wamid.1", "whatsapp:wamid.2"]
+
+
+async def test_intake_reads_the_store_once_a_poll_is_due_though_wake_ups_keep_coming(
+    db: Path, adapters: dict[str, ChannelAdapter]
+) -> None:
+    """A busy gateway is woken again and again; a delivery another process stored (one that
+    only acknowledges) is still found by the read each poll period brings."""
+    clock, woken, wake = FakeClock(), Woken(), asyncio.Event()
+    async with CountingReads(db) as store:
+        intake = Intake(
+            store,
+            adapters,
+            starting_agent="triage",
+            metrics=Metrics(),
+            on_inbox=woken,
+            handed=HandedDeliveries(),
+            clock=clock,
+        )
+        running = asyncio.create_task(intake.run(wake, poll_seconds=60))
+        try:
+            await asyncio.wait_for(store.read.wait(), 5)  # the first pass read: memory from here
+            await store_delivery(store, adapters["whatsapp"], wa_messages(("wamid.9", "9", "x")))
+            clock.now += 61  # a poll period passed, though the intake was never idle that long
+            wake.set()
+            await woken.until(1)
+        finally:
+            await intake.stop()
+            wake.set()
+            await asyncio.wait_for(running, 5)
+        assert woken.sessions == [make_session_id("whatsapp", NUMBER, "9")]
