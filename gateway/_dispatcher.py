@@ -143,12 +143,15 @@ class Dispatcher:
     def offer(self, news: Iterable[SessionInbox]) -> None:
         """The intake recorded rows for these sessions and hands them over: a lane holding its
         session's rows adds them; a new lane starts from them if they are all that wait
-        (else it reads the store, as a lane that holds no rows does)."""
+        (else it reads the store, as a lane that holds no rows does). A session whose rows
+        were not handed over (recorded one delivery at a time) is woken instead."""
         for new in news:
             sid = new.session_id
             if self._stop.is_set():
                 return
-            if sid not in self._lanes:
+            if not new.new:
+                self.wake([sid])
+            elif sid not in self._lanes:
                 whole = new.complete and len(new.new) <= PENDING_PAGE
                 self._start_lane(sid, _Known(list(new.new)) if whole else None)
             elif (known := self._known.get(sid)) is None:

@@ -628,6 +628,19 @@ async def test_dispatcher_lane_holding_rows_reads_once_when_a_poll_saw_its_sessi
         assert held.counting.reads == 1  # after "two", finding "three" (held from there)
 
 
+async def test_dispatcher_lane_holding_rows_reads_when_a_session_comes_without_its_rows(
+    db: Path,
+) -> None:
+    """The intake's one-by-one path names the session but hands no rows: the lane reads."""
+    async with first_turn_held(db, later_turns=1) as held:
+        sid = await held.harness.hand("one")
+        await held.at_model()
+        await held.harness.store_only("two", first=2)
+        held.harness.dispatcher.offer([SessionInbox(sid, (), complete=False)])
+        await held.finish()
+        assert await held.harness.replies(sid) == ["re: one", "re: two"]
+
+
 async def test_dispatcher_retry_of_handed_rows_counts_the_attempts_stored(
     store: SQLiteStore,
 ) -> None:
