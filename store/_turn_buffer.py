@@ -186,7 +186,7 @@ class TurnBuffer(Generic[Hook]):
     ) -> list[tuple[str, dict[str, Any]]]:
         """The ``message`` event of each answer, then ``turn_finished`` or ``turn_cancelled``:
         ``(kind, detail)``, logged by the commit after everything else."""
-        answers = [m for m in committed if m.role in ("assistant", "operator") and m.text]
+        answers = [committed[index] for index in self._answer_indexes()]
         # One outbox row per answer, in order (the dispatcher and the operator reply add them
         # so): the event names the row, so its delivery statuses can be shown beside it.
         sending = [row.id for row in outbox] if len(outbox) == len(answers) else []
@@ -196,11 +196,22 @@ class TurnBuffer(Generic[Hook]):
             if sending:
                 shown["outbox_id"] = sending[index]
             events.append(("message", shown))
-        if self._cancelled:
-            events.append(("turn_cancelled", {"reason": "cancelled"}))
-        else:
-            events.append(("turn_finished", {"replies": len(answers)}))
+        events.append(self._last_event(len(answers)))
         return events
+
+    def _answer_indexes(self) -> list[int]:
+        """Which of the turn's messages are answers, each shown by a ``message`` event."""
+        return [
+            index
+            for index, row in enumerate(self._rows)
+            if row["role"] in ("assistant", "operator") and row["text"]
+        ]
+
+    def _last_event(self, answers: int) -> tuple[str, dict[str, Any]]:
+        """``turn_finished``, or ``turn_cancelled`` for a discarded turn: ``(kind, detail)``."""
+        if self._cancelled:
+            return "turn_cancelled", {"reason": "cancelled"}
+        return "turn_finished", {"replies": answers}
 
     def _finish(self, written: Written) -> None:
         committed, outbox = written

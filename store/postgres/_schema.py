@@ -322,7 +322,121 @@ _V5 = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+# A turn's commit in one round trip (it was five: BEGIN, the session's lock with the outbox rows,
+# the messages, the rest, COMMIT), for a turn that merges no metadata and has no commit hook
+# (their JSON is merged or written in Python; such a turn commits as before). Locks the session,
+# refuses (writing nothing) a session deleted or taken over, or inbox rows no longer pending;
+# else inserts the outbox rows (ids in the given order), the messages (each after the one
+# before, the first after the head), the events (the turn's own, one ``message`` event per answer
+# built from the JSON text the caller gives without its ids, then the closing one, numbered in
+# that order), marks the inbox rows done and leaves the session idle. One row per outbox row
+# (one with NULLs when there is none): the outcome ('ok', 'deleted', 'taken' or 'stale'), the
+# head the messages follow, their ids, the inbox rows found pending, then the outbox row.
+_V6 = (
+    """
+    CREATE FUNCTION gateway_turn_commit(
+        p_sid TEXT, p_created_at DOUBLE PRECISION, p_owner TEXT, p_now DOUBLE PRECISION,
+        p_agent TEXT, p_inbox BIGINT[],
+        p_roles TEXT[], p_texts TEXT[], p_agents TEXT[], p_data TEXT[],
+        p_times DOUBLE PRECISION[],
+        p_channels TEXT[], p_accounts TEXT[], p_chats TEXT[], p_payloads TEXT[],
+        p_dues DOUBLE PRECISION[], p_errors TEXT[],
+        p_kinds TEXT[], p_details TEXT[], p_event_times DOUBLE PRECISION[],
+        p_answers INTEGER[], p_shown TEXT[], p_closing_kind TEXT, p_closing_detail TEXT
+    ) RETURNS TABLE (
+        r_outcome TEXT, r_head BIGINT, r_messages BIGINT[], r_found BIGINT[],
+        o_id BIGINT, o_session_id TEXT, o_channel TEXT, o_account TEXT, o_chat_id TEXT,
+        o_payload TEXT, o_state TEXT, o_attempts INTEGER, o_next_attempt_at DOUBLE PRECISION,
+        o_error TEXT, o_platform_ids TEXT, o_delivery_state TEXT,
+        o_created_at DOUBLE PRECISION, o_sent_at DOUBLE PRECISION, o_claimed_by TEXT
+    ) LANGUAGE plpgsql AS $$
+    DECLARE
+        s RECORD;
+        v_found BIGINT[];
+        v_outbox BIGINT[];
+        v_head BIGINT;
+        v_messages BIGINT[] := '{}';
+        v_kinds TEXT[] := p_kinds;
+        v_details TEXT[] := p_details;
+        v_times DOUBLE PRECISION[] := p_event_times;
+        v_detail TEXT;
+        i INTEGER;
+    BEGIN
+        SELECT head_id, created_at, owner INTO s FROM sessions
+        WHERE sessions.session_id = p_sid FOR NO KEY UPDATE;
+        IF NOT FOUND OR s.created_at <> p_created_at THEN
+            RETURN QUERY SELECT 'deleted'::TEXT, NULL::BIGINT, NULL::BIGINT[], NULL::BIGINT[],
+                NULL::BIGINT,
+                NULL, NULL, NULL, NULL, NULL, NULL, NULL::INTEGER, NULL::DOUBLE PRECISION, NULL,
+                NULL, NULL, NULL::DOUBLE PRECISION, NULL::DOUBLE PRECISION, NULL;
+            RETURN;
+        END IF;
+        IF s.owner IS DISTINCT FROM p_owner THEN
+            RETURN QUERY SELECT 'taken'::TEXT, NULL::BIGINT, NULL::BIGINT[], NULL::BIGINT[],
+                NULL::BIGINT,
+                NULL, NULL, NULL, NULL, NULL, NULL, NULL::INTEGER, NULL::DOUBLE PRECISION, NULL,
+                NULL, NULL, NULL::DOUBLE PRECISION, NULL::DOUBLE PRECISION, NULL;
+            RETURN;
+        END IF;
+        SELECT coalesce(array_agg(mine.id ORDER BY mine.id), '{}') INTO v_found
+        FROM (SELECT inbox.id FROM inbox WHERE inbox.id = ANY(p_inbox)
+              AND inbox.session_id = p_sid AND inbox.state = 'pending'
+              ORDER BY inbox.id FOR UPDATE) AS mine;
+        IF cardinality(v_found) <> cardinality(p_inbox) THEN
+            RETURN QUERY SELECT 'stale'::TEXT, NULL::BIGINT, NULL::BIGINT[], v_found,
+                NULL::BIGINT,
+                NULL, NULL, NULL, NULL, NULL, NULL, NULL::INTEGER, NULL::DOUBLE PRECISION, NULL,
+                NULL, NULL, NULL::DOUBLE PRECISION, NULL::DOUBLE PRECISION, NULL;
+            RETURN;
+        END IF;
+        WITH queued AS (
+            INSERT INTO outbox (session_id, channel, account, chat_id, payload,
+                next_attempt_at, error, created_at)
+            SELECT p_sid, g.channel, g.account, g.chat_id, g.payload, coalesce(g.due, p_now),
+                g.error, p_now
+            FROM unnest(p_channels, p_accounts, p_chats, p_payloads, p_dues, p_errors)
+                WITH ORDINALITY AS g (channel, account, chat_id, payload, due, error, n)
+            ORDER BY g.n RETURNING outbox.id
+        ) SELECT coalesce(array_agg(queued.id ORDER BY queued.id), '{}') INTO v_outbox
+        FROM queued;
+        v_head := s.head_id;
+        FOR i IN 1 .. coalesce(cardinality(p_roles), 0) LOOP
+            INSERT INTO messages (session_id, parent_id, role, text, agent, data, created_at)
+            VALUES (p_sid, v_head, p_roles[i], p_texts[i], p_agents[i], p_data[i], p_times[i])
+            RETURNING messages.id INTO v_head;
+            v_messages := v_messages || v_head;
+        END LOOP;
+        FOR i IN 1 .. coalesce(cardinality(p_answers), 0) LOOP
+            v_detail := '{"message_id":' || v_messages[p_answers[i]] || ',' || p_shown[i];
+            IF cardinality(v_outbox) = cardinality(p_answers) THEN
+                v_detail := left(v_detail, -1) || ',"outbox_id":' || v_outbox[i] || '}';
+            END IF;
+            v_kinds := v_kinds || 'message'::TEXT;
+            v_details := v_details || v_detail;
+            v_times := v_times || p_now;
+        END LOOP;
+        v_kinds := v_kinds || p_closing_kind;
+        v_details := v_details || p_closing_detail;
+        v_times := v_times || p_now;
+        UPDATE sessions SET head_id = v_head, active_agent = coalesce(p_agent, active_agent),
+            status = 'idle', owner = NULL, updated_at = p_now
+        WHERE sessions.session_id = p_sid;
+        UPDATE inbox SET state = 'done', finished_at = p_now WHERE inbox.id = ANY(v_found);
+        INSERT INTO session_events (session_id, kind, detail, created_at, seq)
+        SELECT p_sid, e.kind, e.detail, e.created_at, last.seq + e.n
+        FROM unnest(v_kinds, v_details, v_times) WITH ORDINALITY AS e (kind, detail, created_at, n),
+            (SELECT coalesce(max(se.seq), 0) AS seq FROM session_events AS se
+             WHERE se.session_id = p_sid) AS last
+        ORDER BY e.n;
+        RETURN QUERY SELECT 'ok'::TEXT, s.head_id, v_messages, v_found, o.id, o.session_id,
+            o.channel, o.account, o.chat_id, o.payload, o.state, o.attempts, o.next_attempt_at,
+            o.error, o.platform_ids, o.delivery_state, o.created_at, o.sent_at, o.claimed_by
+        FROM (SELECT 1) AS one LEFT JOIN outbox AS o ON o.id = ANY(v_outbox) ORDER BY o.id;
+    END $$
+    """,
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 LATEST = len(MIGRATIONS)
 
 _VERSION_TABLE = (

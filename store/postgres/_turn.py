@@ -30,8 +30,8 @@ import asyncpg
 
 from .._errors import RunActive, SessionDeletedError, SessionNotFound, StoreError, TurnActive
 from .._pipeline_rows import OUTBOX_COLUMNS, to_outbox
-from .._rows import dump_json, load_json, to_session
-from .._turn_buffer import TurnBuffer, Written, end_reason
+from .._rows import dump_json, load_json, to_datetime, to_session
+from .._turn_buffer import TurnBuffer, Written, end_reason, message_event
 from .._turn_buffer import TurnScope as _Scope
 from .._types import Message, Session, SessionStatus
 from . import _sql_inbox as inbox_sql
@@ -104,6 +104,14 @@ _FINISH = (
 )
 # The session's lock, its status and this turn's ``turn_started`` event (schema 5).
 _BEGIN = "SELECT * FROM gateway_turn_begin($1, $2, $3, $4, $5)"
+# Everything a turn without metadata or hooks writes, in one call (schema 6).
+_COMMIT = (
+    "SELECT * FROM gateway_turn_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
+    " $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)"
+)
+_APPENDED = ("role", "text", "agent", "data", "created_at")
+# A message event's JSON text starts so with a placeholder id; gateway_turn_commit puts the id.
+_SHOWN_PREFIX = '{"message_id":0,'
 
 
 class PostgresTurn(TurnBuffer[CommitHook]):
@@ -137,6 +145,85 @@ class PostgresTurn(TurnBuffer[CommitHook]):
             await hook(conn, committed)
         return committed, outbox
 
+    @property
+    def commits_in_one_call(self) -> bool:
+        """Whether ``_call_commit`` can write this turn: its metadata is merged, and its hooks
+        run, in Python."""
+        return not self._metadata and not self._hooks
+
+    async def _call_commit(
+        self, conn: asyncpg.Connection, snapshot: _Snapshot, now: float
+    ) -> Written:
+        """What ``_write`` writes, in one call of ``gateway_turn_commit`` (no transaction)."""
+        sid = self._session.session_id
+        answers = self._answer_indexes()
+        last_kind, last_detail = self._last_event(len(answers))
+        inbox_ids = list(self._inbox_done)
+        rows = await conn.fetch(
+            _COMMIT,
+            sid,
+            snapshot.created_at,
+            snapshot.owner,
+            now,
+            self._agent,
+            inbox_ids,
+            *([values[key] for values in self._rows] for key in _APPENDED),
+            *([values[key] for values in self._outbox] for key in _QUEUED),
+            *event_columns(self._events),
+            [index + 1 for index in answers],
+            [self._shown_without_id(index) for index in answers],
+            last_kind,
+            dump_json(last_detail),
+        )
+        outcome = rows[0][0]
+        if outcome == "deleted":
+            raise SessionDeletedError(sid)
+        if outcome == "taken":
+            raise taken_over(sid)
+        if outcome == "stale":
+            await inbox_sql.check_found(conn, inbox_ids, list(rows[0][3]), sid)
+            raise StoreError(f"the commit of a turn of {sid!r} found its inbox rows changed")
+        noted_events((sid,))
+        outbox = [to_outbox(tuple(row)[4:]) for row in rows if row[4] is not None]
+        return self._appended(rows[0][1], rows[0][2]), outbox
+
+    def _shown_without_id(self, index: int) -> str:
+        """The ``message`` event's JSON text of the turn's message ``index``, after its id."""
+        row = self._rows[index]
+        placeholder = Message(
+            id=0,
+            session_id=self._session.session_id,
+            parent_id=None,
+            role=row["role"],
+            text=row["text"],
+            agent=row["agent"],
+            data=load_json(row["data"]),
+            created_at=to_datetime(row["created_at"]),
+        )
+        text = dump_json(message_event(placeholder))
+        assert text.startswith(_SHOWN_PREFIX)
+        return text[len(_SHOWN_PREFIX) :]
+
+    def _appended(self, head: int | None, ids: Sequence[int]) -> list[Message]:
+        """The turn's messages as committed with ``ids``, the first after ``head``."""
+        messages: list[Message] = []
+        parent = head
+        for message_id, row in zip(ids, self._rows, strict=True):
+            messages.append(
+                Message(
+                    id=message_id,
+                    session_id=self._session.session_id,
+                    parent_id=parent,
+                    role=row["role"],
+                    text=row["text"],
+                    agent=row["agent"],
+                    data=load_json(row["data"]),
+                    created_at=to_datetime(row["created_at"]),
+                )
+            )
+            parent = message_id
+        return messages
+
 
 class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
     """``async with store.turn(session_id) as turn``: see the module docstring.
@@ -166,6 +253,10 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
 
     async def _commit_buffer(self, turn: PostgresTurn, now: float) -> Written:
         assert self._snapshot is not None
+        if turn.commits_in_one_call:
+            return await self._db.write_one(
+                partial(turn._call_commit, snapshot=self._snapshot, now=now)
+            )
         return await self._db.write(partial(turn._write, snapshot=self._snapshot, now=now))
 
     async def _undo(self, reason: str) -> None:

@@ -4,6 +4,7 @@ heard by watchers only after that transaction commits."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 
 import pytest
@@ -114,7 +115,7 @@ async def test_delivery_status_is_logged_in_the_session_of_the_reply(
     ]
 
 
-async def test_answers_name_their_outbox_row_when_each_has_one(store: Store) -> None:
+async def test_answers_name_their_outbox_row_when_each_has_one(store: Store, raw: Raw) -> None:
     await store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
     async with store.turn(SID) as turn:
         for text in ("one", "two"):
@@ -125,6 +126,22 @@ async def test_answers_name_their_outbox_row_when_each_has_one(store: Store) -> 
     assert [(d["text"], d["outbox_id"]) for d in shown] == list(
         zip(["one", "two"], rows, strict=True)
     )
+    # As written, byte for byte, on every backend (PostgreSQL puts the ids in SQL).
+    stored = await raw.rows("SELECT detail FROM session_events WHERE kind = 'message' ORDER BY seq")
+    assert [detail for (detail,) in stored] == [
+        json.dumps(
+            {
+                "message_id": message.id,
+                "role": "assistant",
+                "text": message.text,
+                "agent": AGENT,
+                "attachments": [],
+                "outbox_id": row,
+            },
+            separators=(",", ":"),
+        )
+        for message, row in zip(turn.committed, rows, strict=True)
+    ]
 
 
 async def test_turn_logs_start_answers_and_finish(store: Store) -> None:

@@ -52,19 +52,28 @@ async def seeded(store: Store, clock: FakeClock) -> Store:
     return store
 
 
-def _fill(turn: Any) -> None:
+# On PostgreSQL a turn that merges no metadata commits in one call (``gateway_turn_commit``)
+# and one that does in a transaction of several statements: the tests of a commit run both.
+MERGING = pytest.mark.parametrize("merging", [True, False], ids=["metadata", "no-metadata"])
+
+
+def _fill(turn: Any, merging: bool = True) -> None:
     turn.append(NewMessage("assistant", "one", agent="triage"))
     turn.append(NewMessage("tool", "two", data={"call": 1}))
     turn.set_active_agent("billing")
-    turn.update_metadata({"x": 1})
+    if merging:
+        turn.update_metadata({"x": 1})
     turn.record_event("handoff", {"to": "billing"})
 
 
-async def test_turn_commits_everything_together(seeded: Store, clock: FakeClock) -> None:
+@MERGING
+async def test_turn_commits_everything_together(
+    seeded: Store, clock: FakeClock, merging: bool
+) -> None:
     async with seeded.turn(SID) as turn:
         assert turn.session.status == "running"
         assert [m.text for m in turn.history] == ["hello"]
-        _fill(turn)
+        _fill(turn, merging)
         assert [m.text for m in turn.pending] == ["one", "two"]
         assert turn.active_agent == "billing"
         assert not turn.committed
@@ -72,7 +81,7 @@ async def test_turn_commits_everything_together(seeded: Store, clock: FakeClock)
     assert session is not None
     assert session.status == "idle"
     assert session.active_agent == "billing"
-    assert session.metadata == {"k": "v", "x": 1}
+    assert session.metadata == ({"k": "v", "x": 1} if merging else {"k": "v"})
     assert session.head_id == turn.committed[-1].id
     assert session.updated_at.timestamp() == clock.now
     branch = await seeded.get_branch(SID)
@@ -194,10 +203,13 @@ async def test_turn_crash_leaves_running_for_recovery(
         assert (await reopened.get_session(SID)).status == "interrupted"  # type: ignore[union-attr]
 
 
-async def test_turn_session_deleted_meanwhile_writes_nothing(seeded: Store, raw: Raw) -> None:
+@MERGING
+async def test_turn_session_deleted_meanwhile_writes_nothing(
+    seeded: Store, raw: Raw, merging: bool
+) -> None:
     async def deleting() -> None:
         async with seeded.turn(SID) as turn:
-            _fill(turn)
+            _fill(turn, merging)
             assert await seeded.delete_session(SID)
 
     with pytest.raises(SessionDeletedError) as caught:
@@ -206,12 +218,13 @@ async def test_turn_session_deleted_meanwhile_writes_nothing(seeded: Store, raw:
     assert await counts(raw) == (0, 0)
 
 
+@MERGING
 async def test_turn_session_recreated_meanwhile_writes_nothing(
-    seeded: Store, clock: FakeClock, raw: Raw
+    seeded: Store, clock: FakeClock, raw: Raw, merging: bool
 ) -> None:
     async def recreating() -> None:
         async with seeded.turn(SID) as turn:
-            _fill(turn)
+            _fill(turn, merging)
             await seeded.delete_session(SID)
             clock.advance(1)
             await seeded.create_session("telegram", "support", "1", "triage")
