@@ -524,7 +524,7 @@ async def one_run(args: argparse.Namespace, index: int, base: Path) -> Run:
     else:
         burst = await run_e2e(messages, args.concurrency, dirs[0], None, setup)
         turns = await run_turns(messages, dirs[1], setup)
-    rate = args.paced_share * len(messages) / burst.seconds
+    rate = args.paced_rate or args.paced_share * len(messages) / burst.seconds
     paced_messages = messages[: len(messages) // 3]
     paced = await run_e2e(paced_messages, args.concurrency, dirs[2], rate, setup)
     print(describe(index, args.messages, burst), flush=True)
@@ -553,7 +553,9 @@ def report(args: argparse.Namespace, runs: list[Run]) -> list[str]:
     paced = [x for r in runs for x in r.paced.latencies]
     rates = [r.rate for r in runs]
     duplicates = sum(r.burst.duplicates + r.paced.duplicates for r in runs)
-    share = f"{args.paced_share:.0%}"
+    paced_at = (
+        f"{args.paced_rate:g}/s" if args.paced_rate else f"{args.paced_share:.0%} of the e2e rate"
+    )
     gateway_cpu = [r.burst.gateway_cpu * 1000 / n for r in runs]
     pg_cpu = [r.burst.pg_cpu * 1000 / n for r in runs]
     total_cpu = [g + p for g, p in zip(gateway_cpu, pg_cpu, strict=True)]
@@ -581,7 +583,7 @@ def report(args: argparse.Namespace, runs: list[Run]) -> list[str]:
         f"| burst: latency POST -> reply p50 / p99 (ms) | "
         f"{percentile(latencies, 0.5) * 1000:,.0f} / {percentile(latencies, 0.99) * 1000:,.0f}"
         " | all runs (queueing: posts outrun answers) |",
-        f"| paced at {share} of the e2e rate: latency p50 / p99 (ms) | "
+        f"| paced at {paced_at}: latency p50 / p99 (ms) | "
         f"{percentile(paced, 0.5) * 1000:,.0f} / {percentile(paced, 0.99) * 1000:,.0f} | "
         f"at {_list(rates)} msgs/s |",
         *cpu,
@@ -603,6 +605,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--channels", choices=["both", "telegram", "whatsapp"], default="both")
     parser.add_argument(
         "--paced-share", type=float, default=0.5, help="open-loop rate, share of the e2e rate"
+    )
+    parser.add_argument(
+        "--paced-rate",
+        type=float,
+        help="open-loop rate in messages per second instead (to compare builds at one rate)",
     )
     parser.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
     parser.add_argument(
