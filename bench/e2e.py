@@ -9,8 +9,9 @@ sessions are Telegram chats, half WhatsApp users; every message is a signed webh
   intake -> dispatcher lane -> agent turn (one commit) -> outbox -> sender -> platform.
   Also the latency of each message, from its POST to its reply; with every message posted at
   once that is mostly queueing, so a second, open-loop phase posts a third of the messages at
-  ``--paced-share`` (half) of the measured rate and reports that latency, counted from each
-  message's scheduled time.
+  ``--paced-share`` (half) of the measured rate, or at ``--paced-rate`` messages per second
+  (to compare two builds at one rate), and reports that latency, counted from each message's
+  scheduled time.
 - **turns** (the baseline, same run): the same turns with ``Runner.run_turn`` in-process on a
   fresh SQLite file, same agents, same concurrency bound, no HTTP, no inbox or outbox.
 
