@@ -1,7 +1,8 @@
 """The sender: relays outbox rows to the platforms, paced, retried, and never sent twice on purpose.
 
-Each pass reads the due rows in id order and starts the sends the rate limits allow, one at a
-time per chat so a chat's replies arrive in order. The platform's answer is recorded with one
+Each pass reads the due rows in id order, picks the sends the rate limits allow, one at a
+time per chat so a chat's replies arrive in order, claims them in one write and starts those
+claimed (another process may have taken one meanwhile). The platform's answer is recorded with one
 statement (``outbox_sent``); a crash between the two is the documented window in which a reply
 can go out twice. A timeout after the request left is ``uncertain`` and never retried.
 """
@@ -154,10 +155,11 @@ class Sender:
         rows, later = await self._store.outbox_schedule(now, self._limit)
         self._rate_waited.intersection_update(row.id for row in rows)
         seen: set[ChatKey] = set()
-        started = 0
+        chosen: list[OutboxItem] = []
         next_at: float | None = None
         for row in rows:
-            if self._stopping or len(self._in_flight) >= self._max_in_flight:
+            if self._stopping or len(self._in_flight) + len(chosen) >= self._max_in_flight:
+                await self._start_claimed(chosen)
                 return None
             key: ChatKey = (row.channel, row.account, row.chat_id)
             if key in seen or key in self._busy:
@@ -170,8 +172,8 @@ class Sender:
                 self._count_rate_wait(row, key)
                 continue
             self.limiter.take(*key)
-            self._start(row, key)
-            started += 1
+            chosen.append(row)
+        started = await self._start_claimed(chosen)
         full = len(rows) >= self._limit
         # A full batch in which every row waits (one chat with many replies queued) may hide
         # sendable rows behind it: look further next time; back to the usual batch after.
@@ -199,6 +201,19 @@ class Sender:
             self._rate_waited.add(row.id)
             self._metrics.inc(RATE_LIMIT_WAITS, channel=row.channel)
 
+    async def _start_claimed(self, chosen: list[OutboxItem]) -> int:
+        """Claim the chosen rows in one write and start a send of each row claimed (the others
+        are another process's); how many started."""
+        if not chosen:
+            return 0
+        claimed = set(
+            await self._store.claim_outbox_many([row.id for row in chosen], CLAIM_SECONDS)
+        )
+        started = [row for row in chosen if row.id in claimed]
+        for row in started:
+            self._start(row, (row.channel, row.account, row.chat_id))
+        return len(started)
+
     def _start(self, row: OutboxItem, key: ChatKey) -> None:
         self._busy.add(key)
         task = asyncio.create_task(self._send(row), name=f"send {row.id}")
@@ -216,8 +231,6 @@ class Sender:
     async def _send(self, row: OutboxItem) -> None:
         log_context.sending(row.session_id, row.id)  # this task's lines name the row
         try:
-            if not await self._store.claim_outbox(row.id, CLAIM_SECONDS):
-                return  # another process is sending it (or it was sent meanwhile)
             if row.claimed_by is not None:
                 # An earlier attempt's claim that no outcome ended: its process died (or the
                 # store failed) after the request may have reached the platform.

@@ -340,6 +340,9 @@ class Store(Protocol):
         store's claim on it is still running. Claimed rows of others are not due (and neither is
         the rest of their chat) until the claim ends; sent/retry/failed marks end it."""
 
+    async def claim_outbox_many(self, outbox_ids: Sequence[int], seconds: float) -> list[int]:
+        """``claim_outbox`` of each row in one write: the ids claimed, in the order given."""
+
     async def outbox_sent(self, outbox_id: int, platform_ids: Sequence[str]) -> None:
         """Mark a pending row sent with the platform's ids (one UPDATE)."""
 

@@ -175,6 +175,13 @@ def claim(conn: sqlite3.Connection, outbox_id: int, owner: str, until: float, no
     return cursor.rowcount > 0
 
 
+def claim_many(
+    conn: sqlite3.Connection, outbox_ids: Sequence[int], owner: str, until: float, now: float
+) -> list[int]:
+    """``claim`` of each row in turn: the ids claimed."""
+    return [i for i in outbox_ids if claim(conn, i, owner, until, now)]
+
+
 def due(
     conn: sqlite3.Connection, now: float, limit: int, owner: str, at: float
 ) -> list[OutboxItem]:

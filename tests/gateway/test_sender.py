@@ -441,6 +441,58 @@ async def test_sender_logs_a_reply_sent_again_after_an_attempt_that_recorded_no_
     ]
 
 
+class Claims(SQLiteStore):
+    """The store, recording each claim write; ``before_claim`` runs between a pass's read and
+    its claim (where another process can take a row)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.claimed: list[list[int]] = []
+        self.before_claim: Any = None
+
+    async def claim_outbox_many(self, outbox_ids: Any, seconds: float) -> list[int]:
+        if self.before_claim is not None:
+            await self.before_claim()
+        self.claimed.append(list(outbox_ids))
+        return await super().claim_outbox_many(outbox_ids, seconds)
+
+
+async def test_sender_claims_the_replies_of_a_pass_in_one_write(
+    tmp_path: Path, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    async with Claims(tmp_path / "claims.db") as store:
+        rows = [await queue(store, f"to {chat}", chat_id=chat) for chat in ("1", "2", "3")]
+        await Relay(store, {"telegram": telegram}).step()
+        assert store.claimed == [[item.id for item in rows]]
+        assert sorted(texts(bots)) == ["to 1", "to 2", "to 3"]
+
+
+async def test_sender_leaves_a_reply_another_process_claimed_meanwhile_to_it(
+    tmp_path: Path, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    async with Claims(tmp_path / "claims.db") as store:
+        mine = await queue(store, "mine", chat_id="1")
+        theirs = await queue(store, "theirs", chat_id="2")
+        async with SQLiteStore(tmp_path / "claims.db") as other:
+            await other.renew_lease(3600)
+
+            async def take() -> None:
+                assert await other.claim_outbox(theirs.id, 120)
+
+            store.before_claim = take
+            relay = Relay(store, {"telegram": telegram})
+            await relay.step()
+            store.before_claim = None
+            assert texts(bots) == ["mine"]
+            assert [(await row(store, item)).state for item in (mine, theirs)] == [
+                "sent",
+                "pending",
+            ]
+            assert (await row(store, theirs)).claimed_by == other.owner
+            await relay.step()  # still the other process's while its claim runs
+            assert texts(bots) == ["mine"]
+
+
 async def test_sender_parks_every_reply_of_a_user_who_blocked_the_bot(
     store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
 ) -> None:

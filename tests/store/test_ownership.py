@@ -4,6 +4,7 @@ outbox claims that keep two senders off one chat (docs/deployment.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Any
 
@@ -403,6 +404,60 @@ async def test_claim_outbox_refuses_bad_arguments(
     await queued(store)
     with pytest.raises(ValueError, match=field):
         await store.claim_outbox(outbox_id, seconds)
+    assert await raw.rows("SELECT claimed_by FROM outbox") == [(None,)]
+
+
+@SHARED
+async def test_claim_outbox_many_claims_each_free_row_in_the_order_given(
+    store: Store, backend: Backend, raw: Raw, clock: FakeClock
+) -> None:
+    first, taken, done, last = await queued(store, count=4)
+    await store.outbox_failed(done.id, error="x", state="dead")
+    async with backend.store() as other:
+        for each in (store, other):
+            await each.renew_lease(3600)
+        assert await other.claim_outbox(taken.id, 60)
+        given = [last.id, 999, taken.id, first.id, done.id]
+        assert await store.claim_outbox_many(given, 60) == [last.id, first.id]
+        for row in (first, last):
+            assert await claims(raw, row.id) == (store.owner, clock.now + 60)
+        assert await claims(raw, taken.id) == (other.owner, clock.now + 60)
+        assert await claims(raw, done.id) == (None, None)
+        clock.advance(30)
+        assert await store.claim_outbox_many([first.id], 60) == [first.id]  # renewed
+        assert await claims(raw, first.id) == (store.owner, clock.now + 60)
+
+
+@SHARED
+async def test_claim_outbox_many_at_once_from_two_stores_gives_each_row_to_one(
+    store: Store, backend: Backend, raw: Raw
+) -> None:
+    rows = [row.id for chat in "abcd" for row in await queued(store, chat, count=10)]
+    async with backend.store() as other:
+        for each in (store, other):
+            await each.renew_lease(3600)
+        for _ in range(5):
+            await raw.execute("UPDATE outbox SET claimed_by = NULL, claimed_until = NULL")
+            mine, theirs = await asyncio.gather(
+                store.claim_outbox_many(rows, 60), other.claim_outbox_many(rows[::-1], 60)
+            )
+            assert sorted(mine + theirs) == rows  # each row once
+            owners = dict(await raw.rows("SELECT id, claimed_by FROM outbox"))
+            assert {owners[i] for i in mine} <= {store.owner}
+            assert {owners[i] for i in theirs} <= {other.owner}
+
+
+@pytest.mark.parametrize(
+    ("outbox_ids", "seconds", "field"),
+    [([], 60, "outbox_ids"), ([0], 60, "outbox_ids"), ("12", 60, "outbox_ids")]
+    + [([1], 0, "seconds"), ([1], math.nan, "seconds")],
+)
+async def test_claim_outbox_many_refuses_bad_arguments(
+    store: Store, raw: Raw, outbox_ids: Any, seconds: Any, field: str
+) -> None:
+    await queued(store)
+    with pytest.raises(ValueError, match=field):
+        await store.claim_outbox_many(outbox_ids, seconds)
     assert await raw.rows("SELECT claimed_by FROM outbox") == [(None,)]
 
 
