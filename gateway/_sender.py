@@ -1,8 +1,8 @@
 """The sender: relays outbox rows to the platforms, paced, retried, and never sent twice on purpose.
 
-Each pass reads the due rows in id order, picks the sends the rate limits allow, one at a
-time per chat so a chat's replies arrive in order, claims them in one write and starts those
-claimed (another process may have taken one meanwhile). The platform's answer is recorded with one
+Each pass reads the due rows in id order and starts the sends the rate limits allow, one at a
+time per chat so a chat's replies arrive in order. The sends of a pass share one claim write;
+a row another process claimed meanwhile is left to it. The platform's answer is recorded with one
 statement (``outbox_sent``); a crash between the two is the documented window in which a reply
 can go out twice. A timeout after the request left is ``uncertain`` and never retried.
 """
@@ -159,7 +159,7 @@ class Sender:
         next_at: float | None = None
         for row in rows:
             if self._stopping or len(self._in_flight) + len(chosen) >= self._max_in_flight:
-                await self._start_claimed(chosen)
+                self._start_all(chosen)
                 return None
             key: ChatKey = (row.channel, row.account, row.chat_id)
             if key in seen or key in self._busy:
@@ -173,7 +173,8 @@ class Sender:
                 continue
             self.limiter.take(*key)
             chosen.append(row)
-        started = await self._start_claimed(chosen)
+        self._start_all(chosen)
+        started = len(chosen)
         full = len(rows) >= self._limit
         # A full batch in which every row waits (one chat with many replies queued) may hide
         # sendable rows behind it: look further next time; back to the usual batch after.
@@ -201,22 +202,22 @@ class Sender:
             self._rate_waited.add(row.id)
             self._metrics.inc(RATE_LIMIT_WAITS, channel=row.channel)
 
-    async def _start_claimed(self, chosen: list[OutboxItem]) -> int:
-        """Claim the chosen rows in one write and start a send of each row claimed (the others
-        are another process's); how many started."""
+    def _start_all(self, chosen: list[OutboxItem]) -> None:
+        """Start a send of each chosen row. They share one claim write, which each send awaits:
+        the pass does not wait for it, so the next pass can start other chats' sends meanwhile."""
         if not chosen:
-            return 0
-        claimed = set(
-            await self._store.claim_outbox_many([row.id for row in chosen], CLAIM_SECONDS)
-        )
-        started = [row for row in chosen if row.id in claimed]
-        for row in started:
-            self._start(row, (row.channel, row.account, row.chat_id))
-        return len(started)
+            return
+        claim = asyncio.ensure_future(self._claim([row.id for row in chosen]))
+        claim.add_done_callback(_retrieve)  # its error reaches the sends; none may be left
+        for row in chosen:
+            self._start(row, (row.channel, row.account, row.chat_id), claim)
 
-    def _start(self, row: OutboxItem, key: ChatKey) -> None:
+    async def _claim(self, outbox_ids: list[int]) -> set[int]:
+        return set(await self._store.claim_outbox_many(outbox_ids, CLAIM_SECONDS))
+
+    def _start(self, row: OutboxItem, key: ChatKey, claim: asyncio.Future[set[int]]) -> None:
         self._busy.add(key)
-        task = asyncio.create_task(self._send(row), name=f"send {row.id}")
+        task = asyncio.create_task(self._send(row, claim), name=f"send {row.id}")
         self._in_flight[row.id] = task
 
         def done(_: asyncio.Task[None]) -> None:
@@ -228,9 +229,12 @@ class Sender:
 
     # one send
 
-    async def _send(self, row: OutboxItem) -> None:
+    async def _send(self, row: OutboxItem, claim: asyncio.Future[set[int]]) -> None:
         log_context.sending(row.session_id, row.id)  # this task's lines name the row
         try:
+            # Shielded: a send cancelled (at stop) must not cancel the claim the others await.
+            if row.id not in await asyncio.shield(claim):
+                return  # another process is sending it (or it was sent meanwhile)
             if row.claimed_by is not None:
                 # An earlier attempt's claim that no outcome ended: its process died (or the
                 # store failed) after the request may have reached the platform.
@@ -361,6 +365,12 @@ class Sender:
             await self._store.record_event(session_id, kind, detail)
         except StoreError as exc:  # e.g. the session was deleted meanwhile
             log.info("no %s event for session %s: %s", kind, session_id, exc)
+
+
+def _retrieve(future: asyncio.Future[set[int]]) -> None:
+    """Mark a claim's error seen, for when every send that awaited it was cancelled."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _message(row: OutboxItem) -> OutboundMessage:
