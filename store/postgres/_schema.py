@@ -436,7 +436,90 @@ _V6 = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+# A turn's begin and the read of its history in one round trip (they were two): the begin of
+# gateway_turn_begin, then, if it wrote, the branch to the head (p_turns NULL) or the part of it
+# that pruning to p_turns whole turns can keep (the walk of ``select_recent``, with its
+# ``lowest``). The first row is the begin's; each further row a message, oldest first, after
+# that row's columns (NULL there). A read that fails undoes the begin with it, as on SQLite.
+_MESSAGE_OUT = (
+    "NULL::BIGINT, NULL::TEXT, NULL::BIGINT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT,"
+    " NULL::DOUBLE PRECISION, NULL::BIGINT"
+)
+_BEGIN_NULLS = (
+    "NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::BIGINT,"
+    " NULL::TEXT, NULL::DOUBLE PRECISION, NULL::DOUBLE PRECISION, NULL::BIGINT, NULL::BIGINT[]"
+)
+_V7 = (
+    f"""
+    CREATE FUNCTION gateway_turn_enter(
+        p_sid TEXT, p_owner TEXT, p_detail TEXT, p_now DOUBLE PRECISION, p_inbox BIGINT[],
+        p_turns INTEGER
+    ) RETURNS TABLE (
+        r_session_id TEXT, r_channel TEXT, r_account TEXT, r_chat_id TEXT,
+        r_active_agent TEXT, r_status TEXT, r_head_id BIGINT, r_metadata TEXT,
+        r_created_at DOUBLE PRECISION, r_updated_at DOUBLE PRECISION,
+        r_started BIGINT, r_pending BIGINT[],
+        m_id BIGINT, m_session_id TEXT, m_parent_id BIGINT, m_role TEXT, m_text TEXT,
+        m_agent TEXT, m_data TEXT, m_created_at DOUBLE PRECISION, m_lowest BIGINT
+    ) LANGUAGE plpgsql AS $$
+    DECLARE
+        b RECORD;
+    BEGIN
+        SELECT * INTO b FROM gateway_turn_begin(p_sid, p_owner, p_detail, p_now, p_inbox);
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        RETURN QUERY SELECT b.r_session_id, b.r_channel, b.r_account, b.r_chat_id,
+            b.r_active_agent, b.r_status, b.r_head_id, b.r_metadata, b.r_created_at,
+            b.r_updated_at, b.r_started, b.r_pending, {_MESSAGE_OUT};
+        IF b.r_started IS NULL OR b.r_head_id IS NULL THEN
+            RETURN;
+        END IF;
+        IF p_turns IS NULL THEN
+            RETURN QUERY
+            WITH RECURSIVE branch (id, session_id, parent_id, role, text, agent, data,
+                created_at, depth) AS (
+                SELECT m.id, m.session_id, m.parent_id, m.role, m.text, m.agent, m.data,
+                    m.created_at, 0
+                FROM messages AS m WHERE m.id = b.r_head_id
+                UNION ALL
+                SELECT m.id, m.session_id, m.parent_id, m.role, m.text, m.agent, m.data,
+                    m.created_at, w.depth + 1
+                FROM branch AS w JOIN messages AS m ON m.id = w.parent_id
+            )
+            SELECT {_BEGIN_NULLS}, w.id, w.session_id, w.parent_id, w.role, w.text, w.agent,
+                w.data, w.created_at, NULL::BIGINT
+            FROM branch AS w ORDER BY w.depth DESC;
+            RETURN;
+        END IF;
+        RETURN QUERY
+        WITH RECURSIVE recent (id, session_id, parent_id, role, text, agent, data, created_at,
+            depth, users) AS (
+            SELECT m.id, m.session_id, m.parent_id, m.role, m.text, m.agent, m.data,
+                m.created_at, 0, (m.role = 'user' AND NOT coalesce(
+                    m.data::jsonb -> 'outside_turns' = 'true', false))::int
+            FROM messages AS m WHERE m.id = b.r_head_id
+            UNION ALL
+            SELECT m.id, m.session_id, m.parent_id, m.role, m.text, m.agent, m.data,
+                m.created_at, r.depth + 1, r.users + (m.role = 'user' AND NOT coalesce(
+                    m.data::jsonb -> 'outside_turns' = 'true', false))::int
+            FROM recent AS r JOIN messages AS m ON m.id = r.parent_id
+            WHERE r.users < p_turns
+        ), oldest AS (
+            SELECT recent.id, recent.parent_id FROM recent ORDER BY recent.depth DESC LIMIT 1
+        )
+        SELECT {_BEGIN_NULLS}, r.id, r.session_id, r.parent_id, r.role, r.text, r.agent,
+            r.data, r.created_at, (
+                SELECT min(s.id) FROM oldest, messages AS s
+                WHERE oldest.parent_id IS NOT NULL AND s.session_id = p_sid
+                AND s.id < oldest.id AND s.role = 'system'
+            )
+        FROM recent AS r ORDER BY r.depth DESC;
+    END $$
+    """,
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 LATEST = len(MIGRATIONS)
 
 _VERSION_TABLE = (

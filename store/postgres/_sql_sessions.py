@@ -68,6 +68,7 @@ __all__ = [
     "set_active_head",
     "set_agent",
     "update_session",
+    "with_older_system",
 ]
 
 _M_COLUMNS = ", ".join("m." + c for c in MESSAGE_COLUMNS.split(", "))
@@ -343,12 +344,17 @@ async def select_recent(
     if head_id is None:
         return []
     rows = await conn.fetch(_RECENT, head_id, turns, session_id)
-    window = [to_message(row) for row in rows]
-    oldest = window[0]
-    lowest = rows[0]["lowest"]
-    if oldest.parent_id is None or lowest is None:
+    return await with_older_system(conn, [to_message(row) for row in rows], rows[0]["lowest"])
+
+
+async def with_older_system(
+    conn: asyncpg.Connection, window: list[Message], lowest: int | None
+) -> list[Message]:
+    """The window of ``select_recent`` after the system messages of the branch older than it;
+    ``lowest`` is the walk's (None: there are none)."""
+    if not window or window[0].parent_id is None or lowest is None:
         return window
-    older = await conn.fetch(_OLDER_SYSTEM, oldest.parent_id, lowest)
+    older = await conn.fetch(_OLDER_SYSTEM, window[0].parent_id, lowest)
     return [to_message(row) for row in older] + window
 
 

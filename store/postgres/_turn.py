@@ -1,11 +1,13 @@
 """Turns on PostgreSQL: buffer the writes in memory, then commit them in one transaction.
 
-As on SQLite: entering a turn is one short write (status ``running`` and ``turn_started``: a
-call of ``gateway_turn_begin``, schema 5, that commits on its own), then a read of the branch
-(or with ``recent_turns`` only what pruning to that many whole turns can keep); should the
-read fail, the begin is undone. The body runs with no transaction open and no lock held; a
-clean exit is one transaction that writes everything; any exception restores the status and
-writes nothing else.
+As on SQLite: entering a turn is one short write (status ``running`` and ``turn_started``)
+with the read of the branch (or with ``recent_turns`` only what pruning to that many whole
+turns can keep): one call of ``gateway_turn_enter`` (schema 7) that commits on its own, so a
+read that fails undoes the begin with it. Only the system messages older than a recent window
+are read after it; should that read fail, the begin is undone. The body runs with no
+transaction open and no lock held; a clean exit is one call of ``gateway_turn_commit`` (or,
+for a turn that merges metadata or has a commit hook, one transaction) that writes
+everything; any exception restores the status and writes nothing else.
 
 Several processes may share the database, so both transactions lock the session's row first:
 of two processes beginning a turn of one session, the second sees ``running`` and gets
@@ -30,7 +32,7 @@ import asyncpg
 
 from .._errors import RunActive, SessionDeletedError, SessionNotFound, StoreError, TurnActive
 from .._pipeline_rows import OUTBOX_COLUMNS, to_outbox
-from .._rows import dump_json, load_json, to_datetime, to_session
+from .._rows import dump_json, load_json, to_datetime, to_message, to_session
 from .._turn_buffer import TurnBuffer, Written, end_reason, message_event
 from .._turn_buffer import TurnScope as _Scope
 from .._types import Message, Session, SessionStatus
@@ -41,8 +43,7 @@ from ._sql_sessions import (
     append_events,
     event_columns,
     insert_messages,
-    select_branch,
-    select_recent,
+    with_older_system,
 )
 
 CommitHook = Callable[[asyncpg.Connection, Sequence[Message]], Awaitable[None]]
@@ -102,8 +103,8 @@ _FINISH = (
     " done_ids AS (SELECT coalesce(array_agg(id), '{}') AS ids FROM done)"
     f" {APPEND_EVENTS}, (SELECT ids FROM done_ids)"
 )
-# The session's lock, its status and this turn's ``turn_started`` event (schema 5).
-_BEGIN = "SELECT * FROM gateway_turn_begin($1, $2, $3, $4, $5)"
+# The session's lock, its status, this turn's ``turn_started`` event and its history (schema 7).
+_ENTER = "SELECT * FROM gateway_turn_enter($1, $2, $3, $4, $5, $6)"
 # Everything a turn without metadata or hooks writes, in one call (schema 6).
 _COMMIT = (
     "SELECT * FROM gateway_turn_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
@@ -237,7 +238,7 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
         # its outcome (``_begin`` notes the snapshot), so that the undo knows what to put back.
         begin = asyncio.ensure_future(self._db.write_one(self._begin))
         try:
-            session = await asyncio.shield(begin)
+            session, window, lowest = await asyncio.shield(begin)
         except asyncio.CancelledError:
             await asyncio.wait({begin})
             if not begin.cancelled():
@@ -245,7 +246,11 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
             raise
         try:
             # Read after the begin's commit: nobody else moves the head of a running session.
-            history = await self._db.call(partial(self._history, head_id=session.head_id))
+            history = (
+                await self._db.call(partial(with_older_system, window=window, lowest=lowest))
+                if lowest is not None
+                else window
+            )
         except BaseException as exc:
             await self._undo(end_reason(exc))
             raise
@@ -265,15 +270,23 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
     def _new_turn(self, session: Session, history: list[Message]) -> PostgresTurn:
         return PostgresTurn(session, history, self._clock)
 
-    async def _begin(self, conn: asyncpg.Connection) -> Session:
+    async def _begin(self, conn: asyncpg.Connection) -> tuple[Session, list[Message], int | None]:
+        """The begin and the history it read: the session, the messages (all of the branch, or
+        the window of ``select_recent``) and the walk's ``lowest``."""
         inbox_ids = list(self._inbox_ids)
-        row = await conn.fetchrow(
-            _BEGIN, self._sid, self._owner, dump_json({}), self._clock(), inbox_ids
+        rows = await conn.fetch(
+            _ENTER,
+            self._sid,
+            self._owner,
+            dump_json({}),
+            self._clock(),
+            inbox_ids,
+            self._recent_turns,
         )
-        if row is None:
+        if not rows:
             raise SessionNotFound(self._sid)
-        session = to_session(row)
-        started, pending = row[10], row[11]
+        session = to_session(rows[0])
+        started, pending = rows[0][10], rows[0][11]
         if started is None:
             if session.status == "running":
                 # Another process's turn, or a crash that interrupt_running() has not reconciled.
@@ -282,13 +295,9 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
             await inbox_sql.check_found(conn, inbox_ids, list(pending), self._sid)
             raise StoreError(f"the begin of a turn of {self._sid!r} wrote nothing")
         noted_events((self._sid,))
-        self._snapshot = _Snapshot(session.status, row[8], started, self._owner)
-        return session
-
-    async def _history(self, conn: asyncpg.Connection, head_id: int | None) -> list[Message]:
-        if self._recent_turns is None:
-            return await select_branch(conn, head_id)
-        return await select_recent(conn, self._sid, head_id, self._recent_turns)
+        self._snapshot = _Snapshot(session.status, rows[0][8], started, self._owner)
+        window = [to_message(tuple(row)[12:20]) for row in rows[1:]]
+        return session, window, rows[1][20] if len(rows) > 1 else None
 
     async def _restore(self, conn: asyncpg.Connection, reason: str) -> None:
         """Put the status back as it was before the turn and log why it ended; nothing else."""
