@@ -441,6 +441,10 @@ _V6 = (
 # that pruning to p_turns whole turns can keep (the walk of ``select_recent``, with its
 # ``lowest``). The first row is the begin's; each further row a message, oldest first, after
 # that row's columns (NULL there). A read that fails undoes the begin with it, as on SQLite.
+# enable_seqscan is off inside it: with statistics taken while ``messages`` was small (a new
+# or freshly migrated store, before autovacuum's next ANALYZE), the planner walked the branch
+# by a hash join over a scan of the whole table at every step, a cost that grew with the table
+# (80 ms a turn at 5,600 messages, measured); every step is one primary-key probe.
 _MESSAGE_OUT = (
     "NULL::BIGINT, NULL::TEXT, NULL::BIGINT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT,"
     " NULL::DOUBLE PRECISION, NULL::BIGINT"
@@ -461,7 +465,7 @@ _V7 = (
         r_started BIGINT, r_pending BIGINT[],
         m_id BIGINT, m_session_id TEXT, m_parent_id BIGINT, m_role TEXT, m_text TEXT,
         m_agent TEXT, m_data TEXT, m_created_at DOUBLE PRECISION, m_lowest BIGINT
-    ) LANGUAGE plpgsql AS $$
+    ) LANGUAGE plpgsql SET enable_seqscan = off AS $$
     DECLARE
         b RECORD;
     BEGIN

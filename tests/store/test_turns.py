@@ -449,3 +449,34 @@ async def test_turn_whose_history_cannot_be_read_begins_nothing(seeded: Store, r
     assert await raw.count("session_events") == events
     async with seeded.turn(SID) as turn:
         assert [m.text for m in turn.history] == ["hello"]
+
+
+@POSTGRES
+async def test_turn_history_is_walked_by_key_with_a_plan_cached_while_the_table_was_small(
+    seeded: Store, raw: Raw
+) -> None:
+    """A connection keeps the plan of ``gateway_turn_enter``'s walk from its first calls: made
+    while ``messages`` was small, it must still probe the primary key once the table is large
+    (not scan the whole table at every step of the walk)."""
+    conn = await raw._postgres()
+    enter = "SELECT * FROM gateway_turn_enter($1, 'test', '{}', 0, '{}', $2)"
+    idle = "UPDATE sessions SET status = 'idle', owner = NULL WHERE session_id = $1"
+    for _ in range(8):  # past PostgreSQL's five custom plans: the cached generic one
+        await conn.fetch(enter, SID, 3)
+        await conn.execute(idle, SID)
+    await conn.execute(
+        "INSERT INTO sessions (session_id, channel, account, chat_id, active_agent, created_at,"
+        " updated_at) VALUES ('telegram-support-2', 'telegram', 'support', '2', 'triage', 0, 0)"
+    )
+    await conn.execute(
+        "INSERT INTO messages (session_id, role, text, data, created_at)"
+        " SELECT 'telegram-support-2', 'user', 'x', '{}', 0 FROM generate_series(1, 5000)"
+    )
+    async with conn.transaction():
+        rows = await conn.fetch(enter, SID, 3)
+        scans = await conn.fetchrow(
+            "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables"
+            " WHERE relid = 'messages'::regclass"
+        )
+    assert [row["m_text"] for row in rows[1:]] == ["hello"]
+    assert (scans["seq_scan"], scans["idx_scan"] > 0) == (0, True)
