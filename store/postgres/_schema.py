@@ -360,31 +360,26 @@ _V6 = (
         v_details TEXT[] := p_details;
         v_times DOUBLE PRECISION[] := p_event_times;
         v_detail TEXT;
+        v_refused TEXT;
         i INTEGER;
     BEGIN
         SELECT head_id, created_at, owner INTO s FROM sessions
         WHERE sessions.session_id = p_sid FOR NO KEY UPDATE;
         IF NOT FOUND OR s.created_at <> p_created_at THEN
-            RETURN QUERY SELECT 'deleted'::TEXT, NULL::BIGINT, NULL::BIGINT[], NULL::BIGINT[],
-                NULL::BIGINT,
-                NULL, NULL, NULL, NULL, NULL, NULL, NULL::INTEGER, NULL::DOUBLE PRECISION, NULL,
-                NULL, NULL, NULL::DOUBLE PRECISION, NULL::DOUBLE PRECISION, NULL;
-            RETURN;
+            v_refused := 'deleted';
+        ELSIF s.owner IS DISTINCT FROM p_owner THEN
+            v_refused := 'taken';
+        ELSE
+            SELECT coalesce(array_agg(mine.id ORDER BY mine.id), '{}') INTO v_found
+            FROM (SELECT inbox.id FROM inbox WHERE inbox.id = ANY(p_inbox)
+                  AND inbox.session_id = p_sid AND inbox.state = 'pending'
+                  ORDER BY inbox.id FOR UPDATE) AS mine;
+            IF cardinality(v_found) <> cardinality(p_inbox) THEN
+                v_refused := 'stale';
+            END IF;
         END IF;
-        IF s.owner IS DISTINCT FROM p_owner THEN
-            RETURN QUERY SELECT 'taken'::TEXT, NULL::BIGINT, NULL::BIGINT[], NULL::BIGINT[],
-                NULL::BIGINT,
-                NULL, NULL, NULL, NULL, NULL, NULL, NULL::INTEGER, NULL::DOUBLE PRECISION, NULL,
-                NULL, NULL, NULL::DOUBLE PRECISION, NULL::DOUBLE PRECISION, NULL;
-            RETURN;
-        END IF;
-        SELECT coalesce(array_agg(mine.id ORDER BY mine.id), '{}') INTO v_found
-        FROM (SELECT inbox.id FROM inbox WHERE inbox.id = ANY(p_inbox)
-              AND inbox.session_id = p_sid AND inbox.state = 'pending'
-              ORDER BY inbox.id FOR UPDATE) AS mine;
-        IF cardinality(v_found) <> cardinality(p_inbox) THEN
-            RETURN QUERY SELECT 'stale'::TEXT, NULL::BIGINT, NULL::BIGINT[], v_found,
-                NULL::BIGINT,
+        IF v_refused IS NOT NULL THEN
+            RETURN QUERY SELECT v_refused, NULL::BIGINT, NULL::BIGINT[], v_found, NULL::BIGINT,
                 NULL, NULL, NULL, NULL, NULL, NULL, NULL::INTEGER, NULL::DOUBLE PRECISION, NULL,
                 NULL, NULL, NULL::DOUBLE PRECISION, NULL::DOUBLE PRECISION, NULL;
             RETURN;

@@ -190,40 +190,30 @@ class PostgresTurn(TurnBuffer[CommitHook]):
 
     def _shown_without_id(self, index: int) -> str:
         """The ``message`` event's JSON text of the turn's message ``index``, after its id."""
+        text = dump_json(message_event(self._message(index, 0, None)))
+        assert text.startswith(_SHOWN_PREFIX)
+        return text[len(_SHOWN_PREFIX) :]
+
+    def _appended(self, head: int | None, ids: Sequence[int]) -> list[Message]:
+        """The turn's messages as committed with ``ids``, the first after ``head``."""
+        if len(ids) != len(self._rows):
+            raise StoreError(f"a turn committed {len(ids)} of its {len(self._rows)} messages")
+        parents = [head, *ids[:-1]]
+        return [self._message(index, ids[index], parents[index]) for index in range(len(ids))]
+
+    def _message(self, index: int, message_id: int, parent_id: int | None) -> Message:
+        """The turn's message ``index`` as stored with this id and parent."""
         row = self._rows[index]
-        placeholder = Message(
-            id=0,
+        return Message(
+            id=message_id,
             session_id=self._session.session_id,
-            parent_id=None,
+            parent_id=parent_id,
             role=row["role"],
             text=row["text"],
             agent=row["agent"],
             data=load_json(row["data"]),
             created_at=to_datetime(row["created_at"]),
         )
-        text = dump_json(message_event(placeholder))
-        assert text.startswith(_SHOWN_PREFIX)
-        return text[len(_SHOWN_PREFIX) :]
-
-    def _appended(self, head: int | None, ids: Sequence[int]) -> list[Message]:
-        """The turn's messages as committed with ``ids``, the first after ``head``."""
-        messages: list[Message] = []
-        parent = head
-        for message_id, row in zip(ids, self._rows, strict=True):
-            messages.append(
-                Message(
-                    id=message_id,
-                    session_id=self._session.session_id,
-                    parent_id=parent,
-                    role=row["role"],
-                    text=row["text"],
-                    agent=row["agent"],
-                    data=load_json(row["data"]),
-                    created_at=to_datetime(row["created_at"]),
-                )
-            )
-            parent = message_id
-        return messages
 
 
 class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):

@@ -394,16 +394,18 @@ async def test_claim_outbox_of_a_row_not_pending_or_unknown_is_false(
 
 
 @pytest.mark.parametrize(
-    ("outbox_id", "seconds", "field"),
-    [(0, 60, "outbox_id"), ("1", 60, "outbox_id"), (1, 0, "seconds"), (1, -5, "seconds")]
-    + [(1, math.nan, "seconds"), (1, True, "seconds")],
+    ("method", "ids", "seconds", "field"),
+    [("claim_outbox", bad, 60, "outbox_id") for bad in (0, "1")]
+    + [("claim_outbox", 1, bad, "seconds") for bad in (0, -5, math.nan, True)]
+    + [("claim_outbox_many", bad, 60, "outbox_ids") for bad in ([], [0], "12")]
+    + [("claim_outbox_many", [1], bad, "seconds") for bad in (0, math.nan)],
 )
-async def test_claim_outbox_refuses_bad_arguments(
-    store: Store, raw: Raw, outbox_id: Any, seconds: Any, field: str
+async def test_claims_refuse_bad_arguments(
+    store: Store, raw: Raw, method: str, ids: Any, seconds: Any, field: str
 ) -> None:
     await queued(store)
     with pytest.raises(ValueError, match=field):
-        await store.claim_outbox(outbox_id, seconds)
+        await getattr(store, method)(ids, seconds)
     assert await raw.rows("SELECT claimed_by FROM outbox") == [(None,)]
 
 
@@ -445,20 +447,6 @@ async def test_claim_outbox_many_at_once_from_two_stores_gives_each_row_to_one(
             owners = dict(await raw.rows("SELECT id, claimed_by FROM outbox"))
             assert {owners[i] for i in mine} <= {store.owner}
             assert {owners[i] for i in theirs} <= {other.owner}
-
-
-@pytest.mark.parametrize(
-    ("outbox_ids", "seconds", "field"),
-    [([], 60, "outbox_ids"), ([0], 60, "outbox_ids"), ("12", 60, "outbox_ids")]
-    + [([1], 0, "seconds"), ([1], math.nan, "seconds")],
-)
-async def test_claim_outbox_many_refuses_bad_arguments(
-    store: Store, raw: Raw, outbox_ids: Any, seconds: Any, field: str
-) -> None:
-    await queued(store)
-    with pytest.raises(ValueError, match=field):
-        await store.claim_outbox_many(outbox_ids, seconds)
-    assert await raw.rows("SELECT claimed_by FROM outbox") == [(None,)]
 
 
 @SHARED
