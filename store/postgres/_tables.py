@@ -68,5 +68,9 @@ class TableMethods:
                     f"SELECT setval(pg_get_serial_sequence('{name}', 'id'),"
                     f" coalesce((SELECT max(id) FROM {name}), 0) + 1, false)"
                 )
+            # Statistics of the copied rows now, not at autovacuum's next ANALYZE: plans made
+            # while the planner still thinks the tables small scan them whole (docs/store.md).
+            for table in TABLES:
+                await conn.execute(f"ANALYZE {table.name}")
 
         await self._db.write(run)

@@ -9,6 +9,7 @@ import io
 import sqlite3
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from tests.pg import fresh_schema
@@ -59,6 +60,22 @@ def run(*argv: str) -> tuple[int, str]:
     return main(list(argv), out=out), out.getvalue()
 
 
+ANALYZED = ("sessions", "messages", "session_events", "inbox")
+
+
+async def planned_rows(url: str) -> dict[str, int]:
+    """The row count the planner holds for each of some tables (``pg_class.reltuples``)."""
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch(
+            "SELECT relname, reltuples FROM pg_class WHERE oid = ANY($1::regclass[])",
+            list(ANALYZED),
+        )
+    finally:
+        await conn.close()
+    return {row["relname"]: int(row["reltuples"]) for row in rows}
+
+
 async def run_async(*argv: str) -> tuple[int, str]:
     """The command from a test's event loop: it runs its own, in a thread."""
     return await asyncio.to_thread(run, *argv)
@@ -80,6 +97,10 @@ async def test_sqlite_to_postgresql_and_back_keeps_every_row(tmp_path: Path) -> 
         moved = await open_store(pg_url)
         try:
             assert await counts(moved) == before  # type: ignore[arg-type]
+            # Analyzed after the copy: the planner knows how many rows came (-1: never).
+            assert await planned_rows(pg_url) == {
+                name: count for name, count in before.items() if name in ANALYZED
+            }
             session = await moved.get_session(SID)
             assert session is not None
             assert session.active_agent == "human"
