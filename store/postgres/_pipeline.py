@@ -203,12 +203,7 @@ class PipelineMethods:
         or another store's claim on it still runs. Sent, retry, failed, progress and redirect
         end the claim."""
         check_int("outbox_id", outbox_id, 1)
-        length = check_seconds("seconds", seconds)
-        now = self._now()
-        run = partial(
-            outbox.claim, outbox_id=outbox_id, owner=self.owner, until=now + length, now=now
-        )
-        return await self._db.write_one(run)
+        return bool(await self.claim_outbox_many([outbox_id], seconds))
 
     async def claim_outbox_many(self, outbox_ids: Sequence[int], seconds: float) -> list[int]:
         """``claim_outbox`` of each row, in one statement: the ids claimed, in the order given."""

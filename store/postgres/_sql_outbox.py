@@ -155,28 +155,13 @@ def _free(owner: int, at: int) -> str:
     )
 
 
-async def claim(
-    conn: asyncpg.Connection, outbox_id: int, owner: str, until: float, now: float
-) -> bool:
-    """Claim a pending row for ``owner`` until ``until``: unclaimed, its own, or a claim that
-    ran out. Under READ COMMITTED a second claimant waits for the first and re-checks the row
-    as committed: of two at once, one gets it."""
-    found = await conn.fetchval(
-        "UPDATE outbox SET claimed_by = $1, claimed_until = $2 WHERE id = $3"
-        f" AND state = 'pending' AND {_free(1, 4)} RETURNING id",
-        owner,
-        until,
-        outbox_id,
-        now,
-    )
-    return found is not None
-
-
 async def claim_many(
     conn: asyncpg.Connection, outbox_ids: Sequence[int], owner: str, until: float, now: float
 ) -> list[int]:
-    """``claim`` of each row in one statement: the ids claimed, in the order given. The rows
-    are locked in id order, so two claimants of overlapping rows wait instead of deadlocking."""
+    """Claim each pending row for ``owner`` until ``until`` (unclaimed, its own, or a claim
+    that ran out), in one statement: the ids claimed, in the order given. Under READ COMMITTED
+    a second claimant waits for the first and re-checks the row as committed, so of two at
+    once one gets it; the rows are locked in id order, so they wait instead of deadlocking."""
     rows = await conn.fetch(
         "WITH mine AS (SELECT id FROM outbox WHERE id = ANY($3::bigint[])"
         f" AND state = 'pending' AND {_free(1, 4)} ORDER BY id FOR UPDATE)"

@@ -198,12 +198,7 @@ class PipelineMethods:
         other stores; ``outbox_sent``, ``_retry``, ``_failed``, ``_progress`` and ``_redirect``
         end it."""
         check_int("outbox_id", outbox_id, 1)
-        length = check_seconds("seconds", seconds)
-        now = self._now()
-        run = partial(
-            outbox.claim, outbox_id=outbox_id, owner=self._owner, until=now + length, now=now
-        )
-        return await self._db.write(run)
+        return bool(await self.claim_outbox_many([outbox_id], seconds))
 
     async def claim_outbox_many(self, outbox_ids: Sequence[int], seconds: float) -> list[int]:
         """``claim_outbox`` of each row, in one write: the ids claimed, in the order given."""
