@@ -39,6 +39,11 @@ class TokenBucket:
         self._refill(now)
         self.tokens -= 1
 
+    def give_back(self, now: float) -> None:
+        """Return a token spent on a message that did not go (never above ``burst``)."""
+        self._refill(now)
+        self.tokens = min(self.burst, self.tokens + 1)
+
 
 class Buckets:
     """One bucket per key, created full on first use; idle full buckets are forgotten."""
@@ -91,6 +96,12 @@ class RateLimiter:
         now = self._clock()
         for bucket in self._pair(channel, account, chat_id):
             bucket.take(now)
+
+    def give_back(self, channel: str, account: str, chat_id: str) -> None:
+        """Return the tokens ``take`` spent on a message that did not go after all."""
+        now = self._clock()
+        for bucket in self._pair(channel, account, chat_id):
+            bucket.give_back(now)
 
     def _pair(self, channel: str, account: str, chat_id: str) -> list[TokenBucket]:
         now = self._clock()

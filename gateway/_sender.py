@@ -208,12 +208,19 @@ class Sender:
         if not chosen:
             return
         claim = asyncio.ensure_future(self._claim([row.id for row in chosen]))
-        claim.add_done_callback(_retrieve)  # its error reaches the sends; none may be left
+        claim.add_done_callback(_retrieve)  # an unexpected error reaches the sends, if any
         for row in chosen:
             self._start(row, (row.channel, row.account, row.chat_id), claim)
 
     async def _claim(self, outbox_ids: list[int]) -> set[int]:
-        return set(await self._store.claim_outbox_many(outbox_ids, CLAIM_SECONDS))
+        """The rows this process may send; none if the claim could not be written (they stay
+        pending for a later pass), said once for the pass, not once per send."""
+        try:
+            return set(await self._store.claim_outbox_many(outbox_ids, CLAIM_SECONDS))
+        except StoreError as exc:
+            self._metrics.inc(STORE_ERRORS, component="sender")
+            log.error("could not claim %d outbox row(s) for sending: %s", len(outbox_ids), exc)
+            return set()
 
     def _start(self, row: OutboxItem, key: ChatKey, claim: asyncio.Future[set[int]]) -> None:
         self._busy.add(key)
@@ -234,7 +241,10 @@ class Sender:
         try:
             # Shielded: a send cancelled (at stop) must not cancel the claim the others await.
             if row.id not in await asyncio.shield(claim):
-                return  # another process is sending it (or it was sent meanwhile)
+                # Another process sends it, it was sent meanwhile, or the claim failed: its
+                # rate-limit tokens go back, for the messages this process does send.
+                self.limiter.give_back(row.channel, row.account, row.chat_id)
+                return
             if row.claimed_by is not None:
                 # An earlier attempt's claim that no outcome ended: its process died (or the
                 # store failed) after the request may have reached the platform.

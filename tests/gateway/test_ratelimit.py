@@ -49,6 +49,19 @@ def test_token_bucket_never_saves_more_than_its_burst() -> None:
     assert bucket.wait(3600.0) == pytest.approx(0.1)
 
 
+def test_token_bucket_takes_back_a_token_up_to_its_burst() -> None:
+    bucket = TokenBucket.full(rate=1.0, burst=2, now=0.0)
+    bucket.take(0.0)
+    bucket.take(0.0)
+    bucket.give_back(0.0)
+    assert bucket.wait(0.0) == 0
+    bucket.give_back(0.0)
+    bucket.give_back(0.0)  # already full: nothing more is saved
+    bucket.take(0.0)
+    bucket.take(0.0)
+    assert bucket.wait(0.0) == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize(("rate", "burst"), [(0.0, 1), (-1.0, 1), (1.0, 0)])
 def test_token_bucket_refuses_a_rate_or_burst_that_cannot_send(rate: float, burst: int) -> None:
     with pytest.raises(ValueError):

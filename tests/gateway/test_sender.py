@@ -22,7 +22,7 @@ from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 from webhook_bot_gateway.gateway._metrics import Metrics
 from webhook_bot_gateway.gateway._sender import OUTBOX, Sender
 from webhook_bot_gateway.gateway.config import SenderConfig
-from webhook_bot_gateway.store import PARKED_ERROR, OutboxIn, OutboxItem, SQLiteStore
+from webhook_bot_gateway.store import PARKED_ERROR, OutboxIn, OutboxItem, SQLiteStore, StoreError
 
 from .pipeline_helpers import FakeClock
 
@@ -480,10 +480,13 @@ async def test_sender_leaves_a_reply_another_process_claimed_meanwhile_to_it(
                 assert await other.claim_outbox(theirs.id, 120)
 
             store.before_claim = take
-            relay = Relay(store, {"telegram": telegram})
+            relay = Relay(store, {"telegram": telegram}, telegram_chat_per_second=1, burst=1)
             await relay.step()
             store.before_claim = None
             assert texts(bots) == ["mine"]
+            # The token taken for the row left to the other process came back; mine's did not.
+            assert relay.sender.limiter.wait("telegram", "support", "2") == 0
+            assert relay.sender.limiter.wait("telegram", "support", "1") > 0
             assert [(await row(store, item)).state for item in (mine, theirs)] == [
                 "sent",
                 "pending",
@@ -491,6 +494,35 @@ async def test_sender_leaves_a_reply_another_process_claimed_meanwhile_to_it(
             assert (await row(store, theirs)).claimed_by == other.owner
             await relay.step()  # still the other process's while its claim runs
             assert texts(bots) == ["mine"]
+
+
+async def test_a_claim_that_cannot_be_written_is_logged_once_and_its_rows_wait(
+    tmp_path: Path,
+    telegram: TelegramAdapter,
+    bots: tg.FakeBotApi,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A failed claim write sends nothing and says so in one line for the pass (not a line per
+    row, nor "could not record the outcome"); the rows stay pending and the next pass sends
+    them."""
+    async with Claims(tmp_path / "claims.db") as store:
+        rows = [await queue(store, f"to {chat}", chat_id=chat) for chat in ("1", "2", "3")]
+
+        async def refuse() -> None:
+            raise StoreError("the disk is full")
+
+        store.before_claim = refuse
+        relay = Relay(store, {"telegram": telegram})
+        with caplog.at_level(logging.ERROR, logger="gateway.sender"):
+            await relay.step()
+        assert texts(bots) == []
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+            "could not claim 3 outbox row(s) for sending: the disk is full"
+        ]
+        assert [(await row(store, item)).state for item in rows] == ["pending"] * 3
+        store.before_claim = None
+        await relay.step()
+        assert sorted(texts(bots)) == ["to 1", "to 2", "to 3"]
 
 
 async def test_sender_parks_every_reply_of_a_user_who_blocked_the_bot(
