@@ -42,14 +42,19 @@ from . import _sql_ingest as ingest_sql
 from . import _sql_intake as intake
 from . import _sql_outbox as outbox
 from . import _sql_quarantine as quarantine
+from ._batch import Batcher
 from ._db import Database
 from ._sql_sessions import require_session
+
+SentMark = tuple[int, list[str]]  # an outbox row's id and its platform ids
+SENT_MARKS_PER_CALL = 500
 
 
 class PipelineMethods:
     """Mixed into ``PostgresStore``, which provides ``_db``, ``_ttl``, ``owner`` and ``_now``."""
 
     _ttl: float
+    _sent_marks: Batcher[SentMark]
 
     @property
     def _db(self) -> Database:
@@ -216,11 +221,35 @@ class PipelineMethods:
         return await self._db.write_one(run)
 
     async def outbox_sent(self, outbox_id: int, platform_ids: Sequence[str]) -> None:
-        """Mark a pending row sent with the platform's ids (one call, no transaction around)."""
+        """Mark a pending row sent with the platform's ids. One call, no transaction around;
+        the marks of sends that finish while one is written share the next call."""
         check_int("outbox_id", outbox_id, 1)
         ids = args.platform_ids(platform_ids)
+        await self._sent_marks.submit((outbox_id, ids))
+
+    async def _write_sent_marks(self, marks: list[SentMark]) -> list[BaseException | None]:
+        """The outcome of each mark: one call for all, or one each for one alone, for a row
+        given twice, or when the call for all failed (so a row's fault fails its caller only)."""
+        if len(marks) == 1 or len({outbox_id for outbox_id, _ in marks}) < len(marks):
+            return [await self._write_sent_mark(mark) for mark in marks]
+        run = partial(outbox.sent_many, marks=marks, now=self._now())
+        try:
+            done = await self._db.write_one(run)
+        except asyncpg.PostgresError:
+            return [await self._write_sent_mark(mark) for mark in marks]
+        return [None if i in done else await self._sent_refusal(i) for i, _ in marks]
+
+    async def _write_sent_mark(self, mark: SentMark) -> BaseException | None:
+        outbox_id, ids = mark
         run = partial(outbox.sent, outbox_id=outbox_id, platform_ids=ids, now=self._now())
-        await self._db.write_one(run)
+        try:
+            await self._db.write_one(run)
+        except Exception as exc:  # the caller's, as a call alone would raise it
+            return exc
+        return None
+
+    async def _sent_refusal(self, outbox_id: int) -> BaseException:
+        return await self._db.query(partial(outbox.refusal, outbox_id=outbox_id))
 
     async def outbox_retry(self, outbox_id: int, *, next_attempt_at: float, error: str) -> None:
         """Record a retryable failure: attempts + 1, stays pending until ``next_attempt_at``."""

@@ -518,7 +518,52 @@ _V7 = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+# gateway_outbox_sent_many: the sends that finished while an earlier mark was being written,
+# recorded in one call (one row each). As gateway_outbox_sent, for many rows: their sessions
+# locked in one order (the intake's), then the rows still pending marked sent, their platform
+# ids indexed (p_platform[i] belongs to outbox row p_owner[i]) and one status event each, with
+# consecutive seqs within a session. One result row per outbox row marked; none for a row
+# missing or not pending (the caller asks why, as for one).
+_V8 = (
+    """
+    CREATE FUNCTION gateway_outbox_sent_many(
+        p_ids BIGINT[], p_now DOUBLE PRECISION, p_texts TEXT[], p_details TEXT[],
+        p_platform TEXT[], p_owner BIGINT[]
+    ) RETURNS TABLE (sent_id BIGINT, sent_session TEXT) LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM 1 FROM sessions WHERE sessions.session_id IN
+            (SELECT outbox.session_id FROM outbox WHERE outbox.id = ANY(p_ids))
+        ORDER BY sessions.session_id COLLATE "C" FOR NO KEY UPDATE;
+        RETURN QUERY
+        WITH given AS (
+            SELECT * FROM unnest(p_ids, p_texts, p_details) AS g(id, texts, detail)
+        ), moved AS (
+            UPDATE outbox SET state = 'sent', sent_at = p_now, platform_ids = given.texts,
+                attempts = attempts + 1, error = NULL, claimed_by = NULL, claimed_until = NULL
+            FROM given WHERE outbox.id = given.id AND outbox.state = 'pending'
+            RETURNING outbox.id, outbox.channel, outbox.account, outbox.session_id, given.detail
+        ), indexed AS (
+            INSERT INTO outbox_platform_ids (channel, account, platform_id, outbox_id)
+            SELECT moved.channel, moved.account, p.platform_id, moved.id
+            FROM moved JOIN unnest(p_platform, p_owner) AS p(platform_id, owner)
+                ON p.owner = moved.id
+            ORDER BY p.platform_id COLLATE "C"
+            ON CONFLICT (channel, account, platform_id)
+            DO UPDATE SET outbox_id = excluded.outbox_id
+        ), logged AS (
+            INSERT INTO session_events (session_id, kind, detail, created_at, seq)
+            SELECT moved.session_id, 'status', moved.detail, p_now,
+                (SELECT coalesce(max(e.seq), 0) FROM session_events AS e
+                 WHERE e.session_id = moved.session_id)
+                + row_number() OVER (PARTITION BY moved.session_id ORDER BY moved.id)
+            FROM moved WHERE moved.session_id IS NOT NULL
+        )
+        SELECT moved.id, moved.session_id FROM moved;
+    END $$
+    """,
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 LATEST = len(MIGRATIONS)
 
 _VERSION_TABLE = (

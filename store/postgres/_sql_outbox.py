@@ -213,6 +213,32 @@ async def sent(
         noted_events((str(row[0]),))
 
 
+async def sent_many(
+    conn: asyncpg.Connection, marks: Sequence[tuple[int, Sequence[str]]], now: float
+) -> set[int]:
+    """``sent`` of each (row id, platform ids) in one call of ``gateway_outbox_sent_many``
+    (schema 8); the ids of the rows marked (a row missing or no longer pending is not). The ids
+    must be distinct."""
+    ids = [outbox_id for outbox_id, _ in marks]
+    owned = sorted({(str(p), i) for i, platform_ids in marks for p in platform_ids})
+    records = await conn.fetch(
+        "SELECT sent_id, sent_session FROM gateway_outbox_sent_many($1, $2, $3, $4, $5, $6)",
+        ids,
+        now,
+        [dump_list(list(platform_ids)) for _, platform_ids in marks],
+        [dump_json({"outbox_id": outbox_id, "state": "sent"}) for outbox_id in ids],
+        [platform_id for platform_id, _ in owned],
+        [outbox_id for _, outbox_id in owned],
+    )
+    noted_events(str(r[1]) for r in records if r[1] is not None)
+    return {int(r[0]) for r in records}
+
+
+async def refusal(conn: asyncpg.Connection, outbox_id: int) -> OutboxNotFound | OutboxNotPending:
+    """Why a write of this row found it missing or not pending."""
+    return await _refusal(conn, outbox_id)
+
+
 async def _locked_pending(conn: asyncpg.Connection, outbox_id: int) -> asyncpg.Record:
     """Lock a pending row for a change of its payload; refuse one missing or not pending."""
     row = await conn.fetchrow(

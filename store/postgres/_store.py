@@ -16,8 +16,9 @@ from .._errors import StoreError
 from .._lifecycle import OpenClose
 from . import _work as work
 from ._attachments import AttachmentMethods
+from ._batch import Batcher
 from ._db import Database
-from ._pipeline import PipelineMethods
+from ._pipeline import SENT_MARKS_PER_CALL, PipelineMethods
 from ._sessions import SessionMethods
 from ._tables import TableMethods
 
@@ -50,6 +51,7 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
         self._database: Database | None = None
         self._open_turns: set[str] = set()
         self._owner = uuid.uuid4().hex  # one per store object, so one per process
+        self._sent_marks = Batcher(self._write_sent_marks, max_size=SENT_MARKS_PER_CALL)
 
     @classmethod
     async def open(
@@ -79,6 +81,7 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
     async def aclose(self) -> None:
         """Close the pool; idempotent. A turn still open stays ``running`` in the database."""
         if self._database is not None:
+            await self._sent_marks.drained()
             database, self._database = self._database, None
             await database.close()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from webhook_bot_gateway.store import (
@@ -174,6 +176,57 @@ async def test_outbox_transitions_refuse_rows_not_pending(
             await call
         assert (caught.value.outbox_id, caught.value.state) == (item.id, "sent")
     assert await raw.dump(*PIPELINE_TABLES) == before
+
+
+async def test_sends_recorded_at_once_each_get_their_own_outcome(store: Store) -> None:
+    """Marks given together (PostgreSQL writes them in one call): a row already sent or unknown
+    fails its own caller only; the others are sent, each with its status event, numbered in
+    order within its session."""
+    first, done, third = await queued(store, "a", count=3)
+    [other] = await queued(store, "b")
+    await store.outbox_sent(done.id, ["w-done"])
+    outcomes = await asyncio.gather(
+        store.outbox_sent(first.id, ["w1"]),
+        store.outbox_sent(done.id, ["w-again"]),
+        store.outbox_sent(third.id, ["w3a", "w3b"]),
+        store.outbox_sent(77_777, ["w-none"]),
+        store.outbox_sent(other.id, ["w4"]),
+        return_exceptions=True,
+    )
+    assert [type(o).__name__ for o in outcomes] == [
+        "NoneType",
+        "OutboxNotPending",
+        "NoneType",
+        "OutboxNotFound",
+        "NoneType",
+    ]
+    rows = {
+        r.id: r for r in [*await store.list_outbox(sid("a")), *await store.list_outbox(sid("b"))]
+    }
+    assert [(rows[i].state, rows[i].platform_ids) for i in (first.id, done.id, third.id)] == [
+        ("sent", ("w1",)),
+        ("sent", ("w-done",)),
+        ("sent", ("w3a", "w3b")),
+    ]
+    assert rows[other.id].platform_ids == ("w4",)
+    events = [e for e in await store.list_events(sid("a")) if e.kind == "status"]
+    assert sorted(e.detail["outbox_id"] for e in events) == sorted([done.id, first.id, third.id])
+    seqs = [e.seq for e in await store.list_events(sid("a"))]
+    assert seqs == list(range(1, len(seqs) + 1))
+    await statuses(store, status("w3b", "delivered"))
+    assert (await store.list_outbox(sid("a")))[2].delivery_state == "delivered"
+
+
+async def test_one_platform_id_given_to_two_rows_at_once_goes_to_the_later(store: Store) -> None:
+    """Two rows of one batch with the same platform id (one PostgreSQL call cannot index both):
+    both are recorded, and the id names the row given later, as one call after the other."""
+    [old] = await queued(store, "a")
+    [new] = await queued(store, "b")
+    await asyncio.gather(store.outbox_sent(old.id, ["17"]), store.outbox_sent(new.id, ["17"]))
+    assert [r.state for r in await store.list_outbox(sid("a"))] == ["sent"]
+    await statuses(store, status("17", "delivered"))
+    assert [r.delivery_state for r in await store.list_outbox(sid("a"))] == [None]
+    assert [r.delivery_state for r in await store.list_outbox(sid("b"))] == ["delivered"]
 
 
 async def test_outbox_transitions_of_unknown_row_raise(store: Store, clock: FakeClock) -> None:
