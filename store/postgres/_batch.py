@@ -15,27 +15,28 @@ from typing import Generic, TypeVar
 from .._errors import StoreError
 
 T = TypeVar("T")
-# Runs a batch; one outcome per item, in order: None (done) or the exception its caller gets.
-RunMany = Callable[[list[T]], Awaitable[Sequence[BaseException | None]]]
+R = TypeVar("R")
+# Runs a batch; one outcome per item, in order: its result, or the exception its caller gets.
+RunMany = Callable[[list[T]], Awaitable[Sequence[R | BaseException]]]
 
 
-class Batcher(Generic[T]):
+class Batcher(Generic[T, R]):
     """Runs ``run_many`` on the items submitted meanwhile, at most ``max_size`` at a time."""
 
-    def __init__(self, run_many: RunMany[T], *, max_size: int) -> None:
+    def __init__(self, run_many: RunMany[T, R], *, max_size: int) -> None:
         self._run_many = run_many
         self._max_size = max_size
-        self._waiting: list[tuple[T, asyncio.Future[None]]] = []
+        self._waiting: list[tuple[T, asyncio.Future[R]]] = []
         self._task: asyncio.Task[None] | None = None
 
-    async def submit(self, item: T) -> None:
-        """Run ``item`` with the others waiting; raise what ``run_many`` gave for it."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    async def submit(self, item: T) -> R:
+        """Run ``item`` with the others waiting: what ``run_many`` gave for it."""
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._waiting.append((item, future))
         if self._task is None:
             # A context of its own: the batch is not the first caller's (its log context).
             self._task = asyncio.create_task(self._drain(), context=contextvars.Context())
-        await future
+        return await future
 
     async def drained(self) -> None:
         """Return once every submitted item has run (before the store closes)."""
@@ -43,7 +44,7 @@ class Batcher(Generic[T]):
             await asyncio.shield(self._task)
 
     async def _drain(self) -> None:
-        batch: list[tuple[T, asyncio.Future[None]]] = []
+        batch: list[tuple[T, asyncio.Future[R]]] = []
         try:
             while self._waiting:
                 batch = self._waiting[: self._max_size]
@@ -59,17 +60,17 @@ class Batcher(Generic[T]):
                 _settle(future, stopped)
             self._waiting.clear()
 
-    async def _outcomes(self, items: list[T]) -> Sequence[BaseException | None]:
+    async def _outcomes(self, items: list[T]) -> Sequence[R | BaseException]:
         try:
             return await self._run_many(items)
         except Exception as exc:  # the batch failed whole: each caller gets the error
             return [exc] * len(items)
 
 
-def _settle(future: asyncio.Future[None], outcome: BaseException | None) -> None:
+def _settle(future: asyncio.Future[R], outcome: R | BaseException) -> None:
     if future.done():  # its caller was cancelled; the write ran (or will) all the same
         return
-    if outcome is None:
-        future.set_result(None)
-    else:
+    if isinstance(outcome, BaseException):
         future.set_exception(outcome)
+    else:
+        future.set_result(outcome)

@@ -54,7 +54,7 @@ class PipelineMethods:
     """Mixed into ``PostgresStore``, which provides ``_db``, ``_ttl``, ``owner`` and ``_now``."""
 
     _ttl: float
-    _sent_marks: Batcher[SentMark]
+    _sent_marks: Batcher[SentMark, None]
 
     @property
     def _db(self) -> Database:

@@ -563,7 +563,54 @@ _V8 = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+# gateway_turn_commit_many: the commits of several sessions' turns that came while one was being
+# written, in one call and one transaction: gateway_turn_commit of each, in the order given
+# (the caller sorts them by session, the order every write that locks several sessions takes).
+# p_turns is a JSON array with one array per turn: gateway_turn_commit's 24 arguments in order
+# (JSON numbers are kept exactly by jsonb, so the times match to the bit). Each row is one of
+# gateway_turn_commit's, after the turn's number (1, 2, ...). A turn refused gives its refusal
+# row and writes nothing, as alone; an error fails the call whole, and the caller writes each
+# turn alone, so that only its own caller gets the error.
+_V9 = (
+    """
+    CREATE FUNCTION gateway_texts(p JSONB) RETURNS TEXT[] LANGUAGE sql IMMUTABLE AS $$
+        SELECT ARRAY(SELECT e.x FROM jsonb_array_elements_text(p) WITH ORDINALITY AS e(x, n)
+                     ORDER BY e.n)
+    $$
+    """,
+    """
+    CREATE FUNCTION gateway_turn_commit_many(p_turns JSONB) RETURNS TABLE (
+        r_turn INTEGER, r_outcome TEXT, r_head BIGINT, r_messages BIGINT[], r_found BIGINT[],
+        o_id BIGINT, o_session_id TEXT, o_channel TEXT, o_account TEXT, o_chat_id TEXT,
+        o_payload TEXT, o_state TEXT, o_attempts INTEGER, o_next_attempt_at DOUBLE PRECISION,
+        o_error TEXT, o_platform_ids TEXT, o_delivery_state TEXT,
+        o_created_at DOUBLE PRECISION, o_sent_at DOUBLE PRECISION, o_claimed_by TEXT
+    ) LANGUAGE plpgsql AS $$
+    DECLARE
+        t JSONB;
+        i INTEGER := 0;
+    BEGIN
+        FOR t IN SELECT e.value FROM jsonb_array_elements(p_turns) WITH ORDINALITY AS e
+                 ORDER BY e.ordinality LOOP
+            i := i + 1;
+            RETURN QUERY SELECT i, c.* FROM gateway_turn_commit(
+                t->>0, (t->>1)::DOUBLE PRECISION, t->>2, (t->>3)::DOUBLE PRECISION, t->>4,
+                gateway_texts(t->5)::BIGINT[],
+                gateway_texts(t->6), gateway_texts(t->7), gateway_texts(t->8),
+                gateway_texts(t->9), gateway_texts(t->10)::DOUBLE PRECISION[],
+                gateway_texts(t->11), gateway_texts(t->12), gateway_texts(t->13),
+                gateway_texts(t->14), gateway_texts(t->15)::DOUBLE PRECISION[],
+                gateway_texts(t->16),
+                gateway_texts(t->17), gateway_texts(t->18),
+                gateway_texts(t->19)::DOUBLE PRECISION[],
+                gateway_texts(t->20)::INTEGER[], gateway_texts(t->21), t->>22, t->>23
+            ) AS c;
+        END LOOP;
+    END $$
+    """,
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 LATEST = len(MIGRATIONS)
 
 _VERSION_TABLE = (

@@ -21,12 +21,14 @@ from .._checks import (
 from .._errors import SessionExistsError
 from .._ids import validate_session_id
 from .._retention import HistoryPurged, purge_all
+from .._turn_buffer import Written
 from .._types import Message, Role, Session, SessionEvent, SessionStatus
 from . import _sql_dedup as dedup
 from . import _sql_retention as retention
 from . import _sql_sessions as sql
+from ._batch import Batcher
 from ._db import Database, EventListener
-from ._turn import TurnScope
+from ._turn import Commit, TurnScope
 
 log = logging.getLogger("store.postgres")  # the names operators filter on stay short
 
@@ -38,6 +40,7 @@ class SessionMethods:
     _ttl: float
     _clock: Callable[[], float]
     _open_turns: set[str]
+    _turn_commits: Batcher[Commit, Written]
 
     @property
     def owner(self) -> str:
@@ -252,6 +255,7 @@ class SessionMethods:
             recent_turns,
             owner=self.owner,
             inbox_ids=batch,
+            commits=self._turn_commits,
         )
 
     # dedup guard

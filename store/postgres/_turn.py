@@ -24,9 +24,11 @@ another process's ``running``.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any
 
 import asyncpg
 
@@ -37,6 +39,7 @@ from .._turn_buffer import TurnBuffer, Written, end_reason, message_event
 from .._turn_buffer import TurnScope as _Scope
 from .._types import Message, Session, SessionStatus
 from . import _sql_inbox as inbox_sql
+from ._batch import Batcher
 from ._db import Database, noted_events, noted_locked
 from ._sql_sessions import (
     APPEND_EVENTS,
@@ -47,6 +50,9 @@ from ._sql_sessions import (
 )
 
 CommitHook = Callable[[asyncpg.Connection, Sequence[Message]], Awaitable[None]]
+CommitRow = tuple[Any, ...]  # a row of gateway_turn_commit
+# Raises why the inbox rows a turn completes (given) are not all found pending (found).
+CheckFound = Callable[[list[int], list[int], str], Awaitable[None]]
 """Extra rows of a turn: awaited inside the commit transaction with the committed messages."""
 
 __all__ = ["CommitHook", "PostgresTurn", "TurnScope", "end_reason", "taken_over"]
@@ -156,18 +162,24 @@ class PostgresTurn(TurnBuffer[CommitHook]):
         self, conn: asyncpg.Connection, snapshot: _Snapshot, now: float
     ) -> Written:
         """What ``_write`` writes, in one call of ``gateway_turn_commit`` (no transaction)."""
-        sid = self._session.session_id
+        rows = await conn.fetch(_COMMIT, *self._commit_args(snapshot, now))
+        if rows[0][0] == "ok":
+            noted_events((self._session.session_id,))
+        return await self._commit_outcome(
+            [tuple(row) for row in rows], partial(inbox_sql.check_found, conn)
+        )
+
+    def _commit_args(self, snapshot: _Snapshot, now: float) -> list[object]:
+        """The arguments of ``gateway_turn_commit`` for this turn, in order."""
         answers = self._answer_indexes()
         last_kind, last_detail = self._last_event(len(answers))
-        inbox_ids = list(self._inbox_done)
-        rows = await conn.fetch(
-            _COMMIT,
-            sid,
+        return [
+            self._session.session_id,
             snapshot.created_at,
             snapshot.owner,
             now,
             self._agent,
-            inbox_ids,
+            list(self._inbox_done),
             *([values[key] for values in self._rows] for key in _APPENDED),
             *([values[key] for values in self._outbox] for key in _QUEUED),
             *event_columns(self._events),
@@ -175,16 +187,20 @@ class PostgresTurn(TurnBuffer[CommitHook]):
             [self._shown_without_id(index) for index in answers],
             last_kind,
             dump_json(last_detail),
-        )
+        ]
+
+    async def _commit_outcome(self, rows: Sequence[CommitRow], check: CheckFound) -> Written:
+        """What ``gateway_turn_commit`` gave for this turn, or its refusal raised. ``check``
+        names the inbox rows a stale commit no longer found pending."""
+        sid = self._session.session_id
         outcome = rows[0][0]
         if outcome == "deleted":
             raise SessionDeletedError(sid)
         if outcome == "taken":
             raise taken_over(sid)
         if outcome == "stale":
-            await inbox_sql.check_found(conn, inbox_ids, list(rows[0][3]), sid)
+            await check(list(self._inbox_done), list(rows[0][3]), sid)
             raise StoreError(f"the commit of a turn of {sid!r} found its inbox rows changed")
-        noted_events((sid,))
         outbox = [to_outbox(tuple(row)[4:]) for row in rows if row[4] is not None]
         return self._appended(rows[0][1], rows[0][2]), outbox
 
@@ -216,12 +232,94 @@ class PostgresTurn(TurnBuffer[CommitHook]):
         )
 
 
+Commit = tuple[PostgresTurn, _Snapshot, float]  # a turn, the row it began from, its time
+COMMITS_PER_CALL = 100
+_COMMIT_MANY = "SELECT * FROM gateway_turn_commit_many($1::jsonb)"
+
+
+async def _call_commit_many(
+    conn: asyncpg.Connection, commits: Sequence[Commit]
+) -> list[list[CommitRow]]:
+    """``_call_commit`` of each turn, in one call of ``gateway_turn_commit_many`` (schema 9):
+    the rows of each, in the order given."""
+    payload = json.dumps(
+        [turn._commit_args(snapshot, now) for turn, snapshot, now in commits],
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+    rows: list[list[CommitRow]] = [[] for _ in commits]
+    for row in await conn.fetch(_COMMIT_MANY, payload):
+        rows[row[0] - 1].append(tuple(row)[1:])
+    ok = [
+        c[0].session.session_id for c, own in zip(commits, rows, strict=True) if own[0][0] == "ok"
+    ]
+    noted_events(ok)
+    return rows
+
+
+async def write_commits(db: Database, commits: list[Commit]) -> list[Written | BaseException]:
+    """The outcome of each commit: one call for all, sorted by session (the order of the
+    sessions' locks), or one call each for one alone or when the call for all failed (so a
+    turn's fault fails its own caller only)."""
+    if len(commits) == 1:
+        return [await _commit_alone(db, commits[0])]
+    order = sorted(range(len(commits)), key=lambda i: commits[i][0].session.session_id)
+    try:
+        rows = await db.write_one(partial(_call_commit_many, commits=[commits[i] for i in order]))
+    except asyncpg.PostgresError:
+        return [await _commit_alone(db, commit) for commit in commits]
+    outcomes: list[Written | BaseException] = [StoreError("no outcome")] * len(commits)
+    for position, index in enumerate(order):
+        outcomes[index] = await _outcome(db, commits[index][0], rows[position])
+    return outcomes
+
+
+async def _commit_alone(db: Database, commit: Commit) -> Written | BaseException:
+    turn, snapshot, now = commit
+    try:
+        return await db.write_one(partial(turn._call_commit, snapshot=snapshot, now=now))
+    except Exception as exc:  # the caller's, as a commit alone would raise it
+        return exc
+
+
+async def _outcome(
+    db: Database, turn: PostgresTurn, rows: list[CommitRow]
+) -> Written | BaseException:
+    async def check(ids: list[int], found: list[int], sid: str) -> None:
+        await db.query(partial(inbox_sql.check_found, ids=ids, found=found, session_id=sid))
+
+    try:
+        return await turn._commit_outcome(rows, check)
+    except Exception as exc:
+        return exc
+
+
 class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
     """``async with store.turn(session_id) as turn``: see the module docstring.
 
     Cancelled, a begin may have committed or not, and a commit may have gone out: the undo
     (``_restore``) tells which, and puts back only what this turn did.
+
+    ``commits`` is the store's: the one-call commits of turns ending together share a call.
     """
+
+    def __init__(
+        self,
+        db: Database,
+        open_turns: set[str],
+        session_id: str,
+        clock: Callable[[], float],
+        recent_turns: int | None = None,
+        *,
+        owner: str,
+        inbox_ids: Sequence[int] = (),
+        commits: Batcher[Commit, Written],
+    ) -> None:
+        super().__init__(
+            db, open_turns, session_id, clock, recent_turns, owner=owner, inbox_ids=inbox_ids
+        )
+        self._commits = commits
 
     async def _enter(self) -> tuple[Session, list[Message]]:
         # Once sent, the begin commits or not whatever becomes of this task: a cancel waits for
@@ -249,9 +347,7 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
     async def _commit_buffer(self, turn: PostgresTurn, now: float) -> Written:
         assert self._snapshot is not None
         if turn.commits_in_one_call:
-            return await self._db.write_one(
-                partial(turn._call_commit, snapshot=self._snapshot, now=now)
-            )
+            return await self._commits.submit((turn, self._snapshot, now))
         return await self._db.write(partial(turn._write, snapshot=self._snapshot, now=now))
 
     async def _undo(self, reason: str) -> None:
