@@ -608,6 +608,31 @@ _V9 = (
         END LOOP;
     END $$
     """,
+    # The begins of several turns, likewise: gateway_turn_enter of each (its 6 arguments).
+    """
+    CREATE FUNCTION gateway_turn_enter_many(p_turns JSONB) RETURNS TABLE (
+        r_turn INTEGER,
+        r_session_id TEXT, r_channel TEXT, r_account TEXT, r_chat_id TEXT,
+        r_active_agent TEXT, r_status TEXT, r_head_id BIGINT, r_metadata TEXT,
+        r_created_at DOUBLE PRECISION, r_updated_at DOUBLE PRECISION,
+        r_started BIGINT, r_pending BIGINT[],
+        m_id BIGINT, m_session_id TEXT, m_parent_id BIGINT, m_role TEXT, m_text TEXT,
+        m_agent TEXT, m_data TEXT, m_created_at DOUBLE PRECISION, m_lowest BIGINT
+    ) LANGUAGE plpgsql AS $$
+    DECLARE
+        t JSONB;
+        i INTEGER := 0;
+    BEGIN
+        FOR t IN SELECT e.value FROM jsonb_array_elements(p_turns) WITH ORDINALITY AS e
+                 ORDER BY e.ordinality LOOP
+            i := i + 1;
+            RETURN QUERY SELECT i, b.* FROM gateway_turn_enter(
+                t->>0, t->>1, t->>2, (t->>3)::DOUBLE PRECISION, gateway_texts(t->4)::BIGINT[],
+                (t->>5)::INTEGER
+            ) AS b;
+        END LOOP;
+    END $$
+    """,
 )
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)

@@ -21,14 +21,12 @@ from .._checks import (
 from .._errors import SessionExistsError
 from .._ids import validate_session_id
 from .._retention import HistoryPurged, purge_all
-from .._turn_buffer import Written
 from .._types import Message, Role, Session, SessionEvent, SessionStatus
 from . import _sql_dedup as dedup
 from . import _sql_retention as retention
 from . import _sql_sessions as sql
-from ._batch import Batcher
 from ._db import Database, EventListener
-from ._turn import Commit, TurnScope
+from ._turn import TurnCalls, TurnScope
 
 log = logging.getLogger("store.postgres")  # the names operators filter on stay short
 
@@ -40,7 +38,7 @@ class SessionMethods:
     _ttl: float
     _clock: Callable[[], float]
     _open_turns: set[str]
-    _turn_commits: Batcher[Commit, Written]
+    _turn_calls: TurnCalls
 
     @property
     def owner(self) -> str:
@@ -255,7 +253,7 @@ class SessionMethods:
             recent_turns,
             owner=self.owner,
             inbox_ids=batch,
-            commits=self._turn_commits,
+            calls=self._turn_calls,
         )
 
     # dedup guard

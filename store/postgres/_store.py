@@ -14,7 +14,6 @@ from .._args import DEFAULT_DEDUP_TTL_HOURS, check_ttl
 from .._checks import check_seconds
 from .._errors import StoreError
 from .._lifecycle import OpenClose
-from .._turn_buffer import Written
 from . import _work as work
 from ._attachments import AttachmentMethods
 from ._batch import Batcher
@@ -22,7 +21,7 @@ from ._db import Database
 from ._pipeline import SENT_MARKS_PER_CALL, PipelineMethods
 from ._sessions import SessionMethods
 from ._tables import TableMethods
-from ._turn import COMMITS_PER_CALL, Commit, write_commits
+from ._turn import TurnCalls
 
 log = logging.getLogger("store.postgres")  # the names operators filter on stay short
 
@@ -54,7 +53,7 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
         self._open_turns: set[str] = set()
         self._owner = uuid.uuid4().hex  # one per store object, so one per process
         self._sent_marks = Batcher(self._write_sent_marks, max_size=SENT_MARKS_PER_CALL)
-        self._turn_commits = Batcher(self._write_commits, max_size=COMMITS_PER_CALL)
+        self._turn_calls = TurnCalls.of(lambda: self._db)
 
     @classmethod
     async def open(
@@ -84,13 +83,10 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
     async def aclose(self) -> None:
         """Close the pool; idempotent. A turn still open stays ``running`` in the database."""
         if self._database is not None:
-            await self._turn_commits.drained()
+            await self._turn_calls.drained()
             await self._sent_marks.drained()
             database, self._database = self._database, None
             await database.close()
-
-    async def _write_commits(self, commits: list[Commit]) -> list[Written | BaseException]:
-        return await write_commits(self._db, commits)
 
     @property
     def _db(self) -> Database:

@@ -51,6 +51,8 @@ from ._sql_sessions import (
 
 CommitHook = Callable[[asyncpg.Connection, Sequence[Message]], Awaitable[None]]
 CommitRow = tuple[Any, ...]  # a row of gateway_turn_commit
+EnterRow = tuple[Any, ...]  # a row of gateway_turn_enter
+Entered = tuple[Session, list[Message], int | None]  # the session, its window, the lowest
 # Raises why the inbox rows a turn completes (given) are not all found pending (found).
 CheckFound = Callable[[list[int], list[int], str], Awaitable[None]]
 """Extra rows of a turn: awaited inside the commit transaction with the committed messages."""
@@ -242,12 +244,7 @@ async def _call_commit_many(
 ) -> list[list[CommitRow]]:
     """``_call_commit`` of each turn, in one call of ``gateway_turn_commit_many`` (schema 9):
     the rows of each, in the order given."""
-    payload = json.dumps(
-        [turn._commit_args(snapshot, now) for turn, snapshot, now in commits],
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-    )
+    payload = _dump_args([turn._commit_args(snapshot, now) for turn, snapshot, now in commits])
     rows: list[list[CommitRow]] = [[] for _ in commits]
     for row in await conn.fetch(_COMMIT_MANY, payload):
         rows[row[0] - 1].append(tuple(row)[1:])
@@ -286,11 +283,8 @@ async def _commit_alone(db: Database, commit: Commit) -> Written | BaseException
 async def _outcome(
     db: Database, turn: PostgresTurn, rows: list[CommitRow]
 ) -> Written | BaseException:
-    async def check(ids: list[int], found: list[int], sid: str) -> None:
-        await db.query(partial(inbox_sql.check_found, ids=ids, found=found, session_id=sid))
-
     try:
-        return await turn._commit_outcome(rows, check)
+        return await turn._commit_outcome(rows, _checker(db))
     except Exception as exc:
         return exc
 
@@ -301,7 +295,8 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
     Cancelled, a begin may have committed or not, and a commit may have gone out: the undo
     (``_restore``) tells which, and puts back only what this turn did.
 
-    ``commits`` is the store's: the one-call commits of turns ending together share a call.
+    ``calls`` are the store's: begins made together, and one-call commits of turns ending
+    together, share a call.
     """
 
     def __init__(
@@ -314,17 +309,17 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
         *,
         owner: str,
         inbox_ids: Sequence[int] = (),
-        commits: Batcher[Commit, Written],
+        calls: TurnCalls,
     ) -> None:
         super().__init__(
             db, open_turns, session_id, clock, recent_turns, owner=owner, inbox_ids=inbox_ids
         )
-        self._commits = commits
+        self._calls = calls
 
     async def _enter(self) -> tuple[Session, list[Message]]:
         # Once sent, the begin commits or not whatever becomes of this task: a cancel waits for
         # its outcome (``_begin`` notes the snapshot), so that the undo knows what to put back.
-        begin = asyncio.ensure_future(self._db.write_one(self._begin))
+        begin = asyncio.ensure_future(self._calls.enters.submit(self))
         try:
             session, window, lowest = await asyncio.shield(begin)
         except asyncio.CancelledError:
@@ -347,7 +342,7 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
     async def _commit_buffer(self, turn: PostgresTurn, now: float) -> Written:
         assert self._snapshot is not None
         if turn.commits_in_one_call:
-            return await self._commits.submit((turn, self._snapshot, now))
+            return await self._calls.commits.submit((turn, self._snapshot, now))
         return await self._db.write(partial(turn._write, snapshot=self._snapshot, now=now))
 
     async def _undo(self, reason: str) -> None:
@@ -356,19 +351,22 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
     def _new_turn(self, session: Session, history: list[Message]) -> PostgresTurn:
         return PostgresTurn(session, history, self._clock)
 
-    async def _begin(self, conn: asyncpg.Connection) -> tuple[Session, list[Message], int | None]:
+    async def _begin(self, conn: asyncpg.Connection) -> Entered:
         """The begin and the history it read: the session, the messages (all of the branch, or
         the window of ``select_recent``) and the walk's ``lowest``."""
+        rows = [tuple(row) for row in await conn.fetch(_ENTER, *self._enter_args())]
+        if rows and rows[0][10] is not None:
+            noted_events((self._sid,))
+        return await self._entered(rows, partial(inbox_sql.check_found, conn))
+
+    def _enter_args(self) -> list[object]:
+        """The arguments of ``gateway_turn_enter`` for this turn, in order."""
         inbox_ids = list(self._inbox_ids)
-        rows = await conn.fetch(
-            _ENTER,
-            self._sid,
-            self._owner,
-            dump_json({}),
-            self._clock(),
-            inbox_ids,
-            self._recent_turns,
-        )
+        return [self._sid, self._owner, dump_json({}), self._clock(), inbox_ids, self._recent_turns]
+
+    async def _entered(self, rows: Sequence[EnterRow], check: CheckFound) -> Entered:
+        """What ``gateway_turn_enter`` gave for this turn (the snapshot noted), or its refusal
+        raised. ``check`` names the inbox rows a stale begin no longer found pending."""
         if not rows:
             raise SessionNotFound(self._sid)
         session = to_session(rows[0])
@@ -378,9 +376,8 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
                 # Another process's turn, or a crash that interrupt_running() has not reconciled.
                 raise RunActive(self._sid)
             # A stale batch (another process answered it meanwhile) is refused before any work.
-            await inbox_sql.check_found(conn, inbox_ids, list(pending), self._sid)
+            await check(list(self._inbox_ids), list(pending), self._sid)
             raise StoreError(f"the begin of a turn of {self._sid!r} wrote nothing")
-        noted_events((self._sid,))
         self._snapshot = _Snapshot(session.status, rows[0][8], started, self._owner)
         window = [to_message(tuple(row)[12:20]) for row in rows[1:]]
         return session, window, rows[1][20] if len(rows) > 1 else None
@@ -422,3 +419,89 @@ class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
             snapshot.started,
         )
         return bool(latest == snapshot.started)
+
+
+# --- begins that come together ---------------------------------------------------------------
+
+ENTERS_PER_CALL = 100
+_ENTER_MANY = "SELECT * FROM gateway_turn_enter_many($1::jsonb)"
+
+
+async def _call_enter_many(
+    conn: asyncpg.Connection, scopes: Sequence[TurnScope]
+) -> list[list[EnterRow]]:
+    """``_begin`` of each turn, in one call of ``gateway_turn_enter_many`` (schema 9): the rows
+    of each, in the order given."""
+    payload = _dump_args([scope._enter_args() for scope in scopes])
+    rows: list[list[EnterRow]] = [[] for _ in scopes]
+    for row in await conn.fetch(_ENTER_MANY, payload):
+        rows[row[0] - 1].append(tuple(row)[1:])
+    began = [s._sid for s, own in zip(scopes, rows, strict=True) if own and own[0][10] is not None]
+    noted_events(began)
+    return rows
+
+
+async def write_enters(db: Database, scopes: list[TurnScope]) -> list[Entered | BaseException]:
+    """The outcome of each begin, as ``write_commits`` gives each commit's."""
+    if len(scopes) == 1:
+        return [await _enter_alone(db, scopes[0])]
+    order = sorted(range(len(scopes)), key=lambda i: scopes[i]._sid)
+    try:
+        rows = await db.write_one(partial(_call_enter_many, scopes=[scopes[i] for i in order]))
+    except asyncpg.PostgresError:
+        return [await _enter_alone(db, scope) for scope in scopes]
+    outcomes: list[Entered | BaseException] = [StoreError("no outcome")] * len(scopes)
+    for position, index in enumerate(order):
+        outcomes[index] = await _begin_outcome(db, scopes[index], rows[position])
+    return outcomes
+
+
+async def _enter_alone(db: Database, scope: TurnScope) -> Entered | BaseException:
+    try:
+        return await db.write_one(scope._begin)
+    except Exception as exc:  # the caller's, as a begin alone would raise it
+        return exc
+
+
+async def _begin_outcome(
+    db: Database, scope: TurnScope, rows: list[EnterRow]
+) -> Entered | BaseException:
+    try:
+        return await scope._entered(rows, _checker(db))
+    except Exception as exc:
+        return exc
+
+
+def _checker(db: Database) -> CheckFound:
+    """``inbox_sql.check_found`` in a read of its own (after a call of many)."""
+
+    async def check(ids: list[int], found: list[int], sid: str) -> None:
+        await db.query(partial(inbox_sql.check_found, ids=ids, found=found, session_id=sid))
+
+    return check
+
+
+def _dump_args(turns: list[list[object]]) -> str:
+    """The JSON array of each turn's arguments that the ``_many`` functions read."""
+    return json.dumps(turns, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCalls:
+    """A store's begins and commits of turns: those made together share one call."""
+
+    enters: Batcher[TurnScope, Entered]
+    commits: Batcher[Commit, Written]
+
+    @classmethod
+    def of(cls, db: Callable[[], Database]) -> TurnCalls:
+        """The batchers of the store whose open database ``db()`` gives."""
+        return cls(
+            Batcher(lambda scopes: write_enters(db(), scopes), max_size=ENTERS_PER_CALL),
+            Batcher(lambda commits: write_commits(db(), commits), max_size=COMMITS_PER_CALL),
+        )
+
+    async def drained(self) -> None:
+        """Once every begin and commit submitted has run."""
+        await self.enters.drained()
+        await self.commits.drained()

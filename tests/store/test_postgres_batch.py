@@ -25,7 +25,9 @@ from webhook_bot_gateway.store import (
     NewMessage,
     OutboxIn,
     OutboxItem,
+    RunActive,
     SessionDeletedError,
+    SessionNotFound,
     StoreError,
 )
 from webhook_bot_gateway.store.postgres import PostgresStore
@@ -286,6 +288,78 @@ async def test_a_caller_cancelled_while_waiting_leaves_the_others_their_outcome(
     assert gone.cancelled()
     await batcher.drained()
     assert run.batches == [["a", "b"]]  # its write still ran, as one already sent would
+
+
+# --- turns of several sessions beginning together -------------------------------------------
+
+
+async def begin_at_once(store: PostgresStore, chats: list[str], **kwargs: Any) -> list[Any]:
+    """Enter a turn of each chat's session in the same moment; each turn's history (it is
+    left at once, writing nothing) or the error its begin raised, in the same order."""
+
+    async def enter(chat_id: str) -> list[str]:
+        async with store.turn(sid(chat_id), **kwargs) as turn:
+            return [m.text for m in turn.history]
+
+    return list(await asyncio.gather(*(enter(c) for c in chats), return_exceptions=True))
+
+
+@POSTGRES
+async def test_turns_beginning_together_begin_in_one_call_each_with_its_history(
+    backend: Backend,
+) -> None:
+    async with backend.store() as opened:
+        assert isinstance(opened, PostgresStore)
+        for chat_id in ("b", "a", "c"):
+            await opened.get_or_create_session(CHANNEL, ACCOUNT, chat_id, AGENT)
+            await opened.append_message(sid(chat_id), "user", f"earlier in {chat_id}")
+        calls = count_calls(opened)
+        histories = await begin_at_once(opened, ["b", "a", "c"])
+        assert [c for c in calls if "enter" in c] == ["_call_enter_many"]
+        assert histories == [["earlier in b"], ["earlier in a"], ["earlier in c"]]
+        for chat_id in ("a", "b", "c"):
+            kinds = [e.kind for e in await opened.list_events(sid(chat_id))]
+            assert kinds[-2:] == ["turn_started", "turn_finished"]
+
+
+@POSTGRES
+async def test_a_begin_refused_in_a_batch_writes_nothing_and_the_others_begin(
+    backend: Backend,
+) -> None:
+    """A session another store runs a turn of, and one that does not exist, each refuse their
+    own begin only."""
+    async with backend.store() as opened, backend.store() as other:
+        assert isinstance(opened, PostgresStore)
+        for chat_id in ("busy", "free"):
+            await opened.get_or_create_session(CHANNEL, ACCOUNT, chat_id, AGENT)
+        async with other.turn(sid("busy")):
+            before = [e.kind for e in await opened.list_events(sid("busy"))]
+            calls = count_calls(opened)
+            busy, free, missing = await begin_at_once(opened, ["busy", "free", "missing"])
+            assert [c for c in calls if "enter" in c] == ["_call_enter_many"]
+            assert isinstance(busy, RunActive)
+            assert free == []
+            assert isinstance(missing, SessionNotFound)
+            assert [e.kind for e in await opened.list_events(sid("busy"))] == before
+
+
+@POSTGRES
+async def test_a_begin_batch_the_database_refuses_begins_each_alone(backend: Backend) -> None:
+    """With the function of many gone (an error of the call), each begin goes alone."""
+    async with backend.store() as opened:
+        assert isinstance(opened, PostgresStore)
+        for chat_id in ("a", "b"):
+            await opened.get_or_create_session(CHANNEL, ACCOUNT, chat_id, AGENT)
+        await opened._db.call(
+            lambda conn: conn.execute("DROP FUNCTION gateway_turn_enter_many(jsonb)")
+        )
+        calls = count_calls(opened)
+        assert await begin_at_once(opened, ["a", "b"]) == [[], []]
+        assert [c for c in calls if "enter" in c or "begin" in c] == [
+            "_call_enter_many",
+            "_begin",
+            "_begin",
+        ]
 
 
 # --- SIGKILL in the middle of batched commits ---------------------------------------------
