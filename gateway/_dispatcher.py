@@ -98,7 +98,11 @@ class Dispatcher:
         self._known: dict[str, _Known] = {}
         self._heard: set[str] = set()  # another process's sessions, looked at after the grace
         self._wake_heard_later = Later(self._wake_heard, others_grace)
-        self._overflow = False  # sessions were left out because every lane was taken
+        # Sessions with rows and no lane while every lane was taken, in order: each gets a
+        # lane when one ends. Past max_lanes of them, a poll finds the rest (``_overflow``).
+        # A left-out session's handed rows are kept as a lane would hold them (bounded alike).
+        self._left_out: dict[str, _Known | None] = {}
+        self._overflow = False
         self._poll_now = asyncio.Event()
         self._stop = asyncio.Event()
         self._cancels: dict[str, asyncio.Event] = {}  # running turns, by session
@@ -143,14 +147,19 @@ class Dispatcher:
     def offer(self, news: Iterable[SessionInbox]) -> None:
         """The intake recorded rows for these sessions and hands them over: a lane holding its
         session's rows adds them; a new lane starts from them if they are all that wait
-        (else it reads the store, as a lane that holds no rows does). A session whose rows
-        were not handed over (recorded one delivery at a time) is woken instead."""
+        (else it reads the store, as a lane that holds no rows does); a session waiting for a
+        lane keeps them likewise. A session whose rows were not handed over (recorded one
+        delivery at a time) is woken instead."""
         for new in news:
             sid = new.session_id
             if self._stop.is_set():
                 return
             if not new.new:
                 self.wake([sid])
+            elif sid in self._left_out:
+                held = self._left_out[sid]
+                if held is not None and not held.learn(new.new):
+                    self._left_out[sid] = None  # more than a page waits: its lane reads them
             elif sid not in self._lanes:
                 whole = new.complete and len(new.new) <= PENDING_PAGE
                 self._start_lane(sid, _Known(list(new.new)) if whole else None)
@@ -162,7 +171,12 @@ class Dispatcher:
 
     def _start_lane(self, sid: str, known: _Known | None) -> None:
         if len(self._lanes) >= self._max_lanes:
-            self._overflow = True  # picked up by poll() when lanes free up
+            if sid in self._left_out:
+                self._left_out[sid] = None  # woken: its lane reads the store
+            elif len(self._left_out) < self._max_lanes:
+                self._left_out[sid] = known
+            else:
+                self._overflow = True  # picked up by poll() when lanes free up
             return
         if known is not None:
             self._known[sid] = known
@@ -255,8 +269,17 @@ class Dispatcher:
             if self._lanes.get(sid) is asyncio.current_task():
                 del self._lanes[sid]
                 self._known.pop(sid, None)
+            self._start_left_out()
             if self._overflow:
                 self._poll_now.set()
+
+    def _start_left_out(self) -> None:
+        """Give lanes that are free to the sessions left out, oldest first."""
+        while self._left_out and len(self._lanes) < self._max_lanes and not self._stop.is_set():
+            sid = next(iter(self._left_out))
+            known = self._left_out.pop(sid)
+            if sid not in self._lanes:
+                self._start_lane(sid, known)
 
     async def _next_turn(self, sid: str) -> float | None:
         """Run the next turn; return None when nothing is pending, DRAINED when the turn took

@@ -516,13 +516,44 @@ async def test_dispatcher_with_every_lane_taken_picks_up_the_rest_when_one_frees
 
 
 class CountingStore(SQLiteStore):
-    """The real store, counting how often a lane reads a session's pending rows."""
+    """The real store, counting how often a lane reads a session's pending rows, and how often
+    the dispatcher looks for every session with pending rows (a poll)."""
 
     reads = 0
+    polls = 0
 
     async def pending_inbox(self, session_id: str, limit: int = 100) -> Any:
         self.reads += 1
         return await super().pending_inbox(session_id, limit)
+
+    async def pending_sessions(self) -> Any:
+        self.polls += 1
+        return await super().pending_sessions()
+
+
+async def test_sessions_left_out_while_every_lane_is_taken_get_the_next_free_lane(
+    db: Path,
+) -> None:
+    """No poll of the store: each left-out session's lane starts as another ends, in the order
+    they came, and reads its rows once."""
+    async with CountingStore(db) as counting:
+        await counting.renew_lease(3600)
+        harness = Harness(counting, ScriptedModel(*[echo()] * 5), max_lanes=2)
+        dispatcher = harness.dispatcher
+        runner = asyncio.create_task(dispatcher.run(poll_seconds=3600))
+        try:
+            await asyncio.wait_for(dispatcher.wait_idle(), 10)
+            polls = counting.polls  # the first, at start
+            sids = [await harness.feed(f"hello {n}", chat_id=str(n)) for n in range(5)]
+            assert len(dispatcher.lanes) <= 2
+            await harness.until_committed(5)
+        finally:
+            await dispatcher.drain(1.0)
+            await asyncio.wait_for(runner, 5)
+        assert counting.polls == polls
+        assert counting.reads == 5
+        for n, sid in enumerate(sids):
+            assert await harness.replies(sid) == [f"re: hello {n}"]
 
 
 async def test_dispatcher_lane_ends_after_a_turn_that_took_every_pending_row(db: Path) -> None:
