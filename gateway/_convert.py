@@ -117,7 +117,8 @@ def user_input(events: Sequence[Mapping[str, Any]], files: Sequence[Attachment] 
         data[START_PAYLOAD] = payload
     if files:
         data["attachments"] = [f.id for f in files]
-    return UserInput("\n".join(lines), data)
+    # A NUL character shows nothing and the store refuses it (PostgreSQL cannot hold one).
+    return UserInput("\n".join(lines).replace("\x00", ""), data)
 
 
 def has_files(event: Mapping[str, Any]) -> bool:

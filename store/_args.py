@@ -73,6 +73,14 @@ def check_branch(session_id: str, head_id: int | None) -> None:
         check_int("head_id", head_id, 1)
 
 
+def message_text(text: str | None) -> str | None:
+    """A message's text as both backends can store it: ValueError for a NUL character, which
+    PostgreSQL's text cannot hold (SQLite could, and the two must not differ)."""
+    if text is not None and "\x00" in text:
+        raise ValueError("text must not contain a NUL character (U+0000)")
+    return text
+
+
 def message_row(
     session_id: str,
     role: str,
@@ -87,7 +95,7 @@ def message_row(
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
     return {
         "role": role,
-        "text": text,
+        "text": message_text(text),
         "agent": agent,
         "data": dump_json(data or {}),
         "created_at": now,

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from ._args import message_text
 from ._checks import check_ids, outbox_values
 from ._errors import StoreError, TurnActive
 from ._pipeline_types import OutboxIn, OutboxItem
@@ -110,7 +111,7 @@ class TurnBuffer(Generic[Hook]):
             raise ValueError(f"role must be one of {ROLES}, got {message.role!r}")
         row = {
             "role": message.role,
-            "text": message.text,
+            "text": message_text(message.text),  # fails here, in the body, not at commit
             "agent": message.agent,
             "data": dump_json(message.data),  # fails here, in the body, not at commit
             "created_at": self._clock(),

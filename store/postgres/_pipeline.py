@@ -43,7 +43,7 @@ from . import _sql_intake as intake
 from . import _sql_outbox as outbox
 from . import _sql_quarantine as quarantine
 from ._batch import Batcher
-from ._db import Database
+from ._db import Database, StoreUnavailable
 from ._sql_sessions import require_session
 
 SentMark = tuple[int, list[str]]  # an outbox row's id and its platform ids
@@ -235,7 +235,9 @@ class PipelineMethods:
         run = partial(outbox.sent_many, marks=marks, now=self._now())
         try:
             done = await self._db.write_one(run)
-        except asyncpg.PostgresError:
+        except StoreUnavailable:
+            raise  # the database did not answer: each alone would fail as well
+        except Exception:  # a value one of them holds (PostgreSQL's error, or its encoding's)
             return [await self._write_sent_mark(mark) for mark in marks]
         return [None if i in done else await self._sent_refusal(i) for i, _ in marks]
 

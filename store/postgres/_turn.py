@@ -40,7 +40,7 @@ from .._turn_buffer import TurnScope as _Scope
 from .._types import Message, Session, SessionStatus
 from . import _sql_inbox as inbox_sql
 from ._batch import Batcher
-from ._db import Database, noted_events, noted_locked
+from ._db import Database, StoreUnavailable, noted_events, noted_locked
 from ._sql_sessions import (
     APPEND_EVENTS,
     append_events,
@@ -264,7 +264,9 @@ async def write_commits(db: Database, commits: list[Commit]) -> list[Written | B
     order = sorted(range(len(commits)), key=lambda i: commits[i][0].session.session_id)
     try:
         rows = await db.write_one(partial(_call_commit_many, commits=[commits[i] for i in order]))
-    except asyncpg.PostgresError:
+    except StoreUnavailable:
+        raise  # the database did not answer: each alone would fail as well
+    except Exception:  # a value one of them holds (PostgreSQL's error, or its encoding's)
         return [await _commit_alone(db, commit) for commit in commits]
     outcomes: list[Written | BaseException] = [StoreError("no outcome")] * len(commits)
     for position, index in enumerate(order):
@@ -448,7 +450,9 @@ async def write_enters(db: Database, scopes: list[TurnScope]) -> list[Entered | 
     order = sorted(range(len(scopes)), key=lambda i: scopes[i]._sid)
     try:
         rows = await db.write_one(partial(_call_enter_many, scopes=[scopes[i] for i in order]))
-    except asyncpg.PostgresError:
+    except StoreUnavailable:
+        raise  # the database did not answer: each alone would fail as well
+    except Exception:  # a value one of them holds (PostgreSQL's error, or its encoding's)
         return [await _enter_alone(db, scope) for scope in scopes]
     outcomes: list[Entered | BaseException] = [StoreError("no outcome")] * len(scopes)
     for position, index in enumerate(order):

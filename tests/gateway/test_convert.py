@@ -48,3 +48,9 @@ def test_the_last_payload_of_a_merged_turn_wins() -> None:
     second = event("/start ref_43", {"name": "start", "args": "ref_43"}, key="k2")
     assert convert.last_start_payload([START, second, event("hi", key="k3")]) == "ref_43"
     assert convert.user_input([START, second]).data[convert.START_PAYLOAD] == "ref_43"
+
+
+def test_a_nul_character_a_user_sent_is_dropped_from_the_turns_input() -> None:
+    """The store refuses U+0000 in a message (PostgreSQL cannot hold it): the user's text is
+    answered without it rather than failing every try of the turn."""
+    assert convert.user_input([event("a\x00b")]).text == "ab"

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from webhook_bot_gateway.store import MessageNotFound, RunActive, SessionNotFound, Store
+from webhook_bot_gateway.store import (
+    MessageNotFound,
+    NewMessage,
+    RunActive,
+    SessionNotFound,
+    Store,
+)
 
 from .conftest import FakeClock
 
@@ -40,6 +46,19 @@ async def test_append_message_bumps_updated_at(session_store: Store, clock: Fake
 async def test_append_message_rejects_unknown_role(session_store: Store) -> None:
     with pytest.raises(ValueError, match="role"):
         await session_store.append_message(SID, "robot", "hi")  # type: ignore[arg-type]
+
+
+async def test_a_nul_character_in_a_message_is_refused_alike_on_every_backend(
+    session_store: Store,
+) -> None:
+    """PostgreSQL's text cannot hold U+0000 and SQLite's can: both refuse it, before writing,
+    appended alone or in a turn (in its body, not at its commit)."""
+    with pytest.raises(ValueError, match="text must not contain a NUL"):
+        await session_store.append_message(SID, "user", "a\x00b")
+    async with session_store.turn(SID) as turn:
+        with pytest.raises(ValueError, match="text must not contain a NUL"):
+            turn.append(NewMessage("assistant", "a\x00b"))
+    assert await session_store.all_messages(SID) == []
 
 
 async def test_append_message_raises_for_missing_session(store: Store) -> None:

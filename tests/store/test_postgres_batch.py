@@ -175,13 +175,13 @@ async def test_turns_ending_together_commit_in_one_call_each_whole(backend: Back
 async def test_a_turn_the_database_refuses_fails_alone_and_the_others_commit(
     backend: Backend,
 ) -> None:
-    """A NUL character, which PostgreSQL's text cannot hold, fails the call of the batch; each
-    turn is then committed alone: that one raises to its caller, with nothing of it written,
-    and the others commit."""
+    """A lone surrogate, which no UTF-8 text can hold, fails the call of the batch; each turn
+    is then committed alone: that one raises to its caller, with nothing of it written, and the
+    others commit."""
     async with backend.store() as opened:
         assert isinstance(opened, PostgresStore)
         calls = count_calls(opened)
-        outcomes = await turns_at_once(opened, {"a": "fine", "b": "bad \x00 text", "c": "fine"})
+        outcomes = await turns_at_once(opened, {"a": "fine", "b": "bad \ud800 text", "c": "fine"})
         assert [c for c in calls if "commit" in c] == ["_call_commit_many"] + ["_call_commit"] * 3
         assert isinstance(outcomes[1], Exception)
         assert not isinstance(outcomes[0], Exception)
