@@ -78,8 +78,12 @@ class EventsQuery(_Input):
     limit: int = Field(default=100, ge=1, le=500)
 
 
+# No NUL character (U+0000): the store refuses one in a message (PostgreSQL cannot hold it).
+MessageText = Annotated[str, Field(min_length=1, max_length=32_768, pattern=r"^[^\x00]*$")]
+
+
 class ReplyBody(_Input):
-    text: str = Field(min_length=1, max_length=32_768)
+    text: MessageText
     operator: str | None = Field(
         default=None, min_length=1, max_length=64, description="the replying person's name"
     )

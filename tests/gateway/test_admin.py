@@ -251,6 +251,7 @@ async def mark_running(db_path: Path) -> None:
         (b"{}", "invalid_field", "text"),
         (b'{"text": ""}', "invalid_field", "text"),
         (b'{"text": 5}', "invalid_field", "text"),
+        (b'{"text": "a\\u0000b"}', "invalid_field", "text"),
         (b'{"text": "hi", "urgent": true}', "invalid_field", "urgent"),
     ],
 )
