@@ -122,7 +122,7 @@ class TurnLoop:
         """Store the answer, its calls made safe to replay (see ``check_calls``); False when
         its text was refused by the reply guard (the model is told why)."""
         calls = check_calls(response.tool_calls, self._offered(), self._call_ids())
-        text = response.text
+        text = storable(response.text)
         if not text and not calls and response.refusal:
             text = self.limits.refusal_reply or response.refusal
         if not (text or calls):
@@ -237,3 +237,9 @@ def turn_key(session: Session, inbox_ids: Sequence[int]) -> str:
     anchor = f"inbox {min(inbox_ids)}" if inbox_ids else f"head {session.head_id or 0}"
     seed = f"{session.session_id}\n{session.created_at.isoformat()}\n{anchor}"
     return "turn-" + hashlib.sha256(seed.encode()).hexdigest()[:32]
+
+
+def storable(text: str | None) -> str | None:
+    """A model's text as the store keeps it: a NUL character (U+0000), which the store refuses
+    (PostgreSQL cannot hold one), becomes U+FFFD, as in a tool's result (``_tools.py``)."""
+    return text.replace("\x00", "\ufffd") if text else text

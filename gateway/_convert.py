@@ -117,8 +117,8 @@ def user_input(events: Sequence[Mapping[str, Any]], files: Sequence[Attachment] 
         data[START_PAYLOAD] = payload
     if files:
         data["attachments"] = [f.id for f in files]
-    # A NUL character shows nothing and the store refuses it (PostgreSQL cannot hold one).
-    return UserInput("\n".join(lines).replace("\x00", ""), data)
+    # The store refuses a NUL character (PostgreSQL cannot hold one): U+FFFD, as for a tool.
+    return UserInput("\n".join(lines).replace("\x00", "\ufffd"), data)
 
 
 def has_files(event: Mapping[str, Any]) -> bool:

@@ -17,6 +17,7 @@ from webhook_bot_gateway.agents import (
     Runner,
     StepLimitExceeded,
     UserInput,
+    tool,
 )
 from webhook_bot_gateway.agents.testing import Hang, ScriptedModel, call, reply, tool_call, transfer
 from webhook_bot_gateway.store import SQLiteStore, Turn, TurnActive
@@ -66,6 +67,26 @@ async def test_runner_gives_model_instructions_history_and_tools(
         "properties": {},
         "additionalProperties": False,
     }
+
+
+async def test_runner_stores_a_nul_character_from_the_model_or_a_tool_as_u_fffd(
+    store: SQLiteStore, session_id: str
+) -> None:
+    """The store refuses U+0000 in a message (PostgreSQL cannot hold one): the turn commits
+    with U+FFFD in its place instead of failing."""
+
+    @tool
+    def read_label(number: str) -> str:
+        """The label printed on an invoice."""
+        return f"label\x00{number}"
+
+    billing = ScriptedModel(call("read_label", {"number": "7"}, id="c1"), reply("P\x00aid."))
+    await store.update_session(session_id, active_agent="billing")
+    runner = Runner(store, make_registry(ScriptedModel(), billing, billing_tools=(read_label,)))
+    result = await runner.run_turn(session_id, UserInput("hi"))
+    assert result.replies == (Reply("P\ufffdaid.", "billing"),)
+    branch = await store.get_branch(session_id)
+    assert [m.text for m in branch[2:]] == ["label\ufffd7", "P\ufffdaid."]
 
 
 async def test_runner_tool_call_then_answer(store: SQLiteStore, session_id: str) -> None:

@@ -50,7 +50,7 @@ def test_the_last_payload_of_a_merged_turn_wins() -> None:
     assert convert.user_input([START, second]).data[convert.START_PAYLOAD] == "ref_43"
 
 
-def test_a_nul_character_a_user_sent_is_dropped_from_the_turns_input() -> None:
+def test_a_nul_character_a_user_sent_becomes_a_replacement_character() -> None:
     """The store refuses U+0000 in a message (PostgreSQL cannot hold it): the user's text is
-    answered without it rather than failing every try of the turn."""
-    assert convert.user_input([event("a\x00b")]).text == "ab"
+    answered with U+FFFD in its place rather than failing every try of the turn."""
+    assert convert.user_input([event("a\x00b")]).text == "a\ufffdb"
