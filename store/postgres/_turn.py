@@ -28,7 +28,7 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -240,55 +240,49 @@ _COMMIT_MANY = "SELECT * FROM gateway_turn_commit_many($1::jsonb)"
 
 
 async def _call_commit_many(
-    conn: asyncpg.Connection, commits: Sequence[Commit]
+    conn: asyncpg.Connection, items: Sequence[Commit]
 ) -> list[list[CommitRow]]:
     """``_call_commit`` of each turn, in one call of ``gateway_turn_commit_many`` (schema 9):
     the rows of each, in the order given."""
-    payload = _dump_args([turn._commit_args(snapshot, now) for turn, snapshot, now in commits])
-    rows: list[list[CommitRow]] = [[] for _ in commits]
-    for row in await conn.fetch(_COMMIT_MANY, payload):
+    return await _call_many(
+        conn,
+        _COMMIT_MANY,
+        [
+            (turn.session.session_id, turn._commit_args(snapshot, now))
+            for turn, snapshot, now in items
+        ],
+        wrote=lambda first: first[0] == "ok",
+    )
+
+
+async def _call_many(
+    conn: asyncpg.Connection,
+    sql: str,
+    calls: list[tuple[str, list[object]]],
+    *,
+    wrote: Callable[[tuple[Any, ...]], bool],
+) -> list[list[tuple[Any, ...]]]:
+    """One call of a ``_many`` function for each (session, its arguments): the rows of each,
+    after the number the function gives them; the sessions whose first row says they ``wrote``
+    got events (their listeners hear it)."""
+    rows: list[list[tuple[Any, ...]]] = [[] for _ in calls]
+    for row in await conn.fetch(sql, _dump_args([args for _, args in calls])):
         rows[row[0] - 1].append(tuple(row)[1:])
-    ok = [
-        c[0].session.session_id for c, own in zip(commits, rows, strict=True) if own[0][0] == "ok"
-    ]
-    noted_events(ok)
+    written = [sid for (sid, _), own in zip(calls, rows, strict=True) if own and wrote(own[0])]
+    noted_events(written)
     return rows
 
 
 async def write_commits(db: Database, commits: list[Commit]) -> list[Written | BaseException]:
-    """The outcome of each commit: one call for all, sorted by session (the order of the
-    sessions' locks), or one call each for one alone or when the call for all failed (so a
-    turn's fault fails its own caller only)."""
-    if len(commits) == 1:
-        return [await _commit_alone(db, commits[0])]
-    order = sorted(range(len(commits)), key=lambda i: commits[i][0].session.session_id)
-    try:
-        rows = await db.write_one(partial(_call_commit_many, commits=[commits[i] for i in order]))
-    except StoreUnavailable:
-        raise  # the database did not answer: each alone would fail as well
-    except Exception:  # a value one of them holds (PostgreSQL's error, or its encoding's)
-        return [await _commit_alone(db, commit) for commit in commits]
-    outcomes: list[Written | BaseException] = [StoreError("no outcome")] * len(commits)
-    for position, index in enumerate(order):
-        outcomes[index] = await _outcome(db, commits[index][0], rows[position])
-    return outcomes
-
-
-async def _commit_alone(db: Database, commit: Commit) -> Written | BaseException:
-    turn, snapshot, now = commit
-    try:
-        return await db.write_one(partial(turn._call_commit, snapshot=snapshot, now=now))
-    except Exception as exc:  # the caller's, as a commit alone would raise it
-        return exc
-
-
-async def _outcome(
-    db: Database, turn: PostgresTurn, rows: list[CommitRow]
-) -> Written | BaseException:
-    try:
-        return await turn._commit_outcome(rows, _checker(db))
-    except Exception as exc:
-        return exc
+    """The outcome of each commit (``_write_each``)."""
+    return await _write_each(
+        db,
+        commits,
+        session_of=lambda commit: commit[0].session.session_id,
+        many=_call_commit_many,
+        alone=lambda c: db.write_one(partial(c[0]._call_commit, snapshot=c[1], now=c[2])),
+        outcome=lambda commit, rows, check: commit[0]._commit_outcome(rows, check),
+    )
 
 
 class TurnScope(_Scope[Database, PostgresTurn, _Snapshot]):
@@ -430,48 +424,68 @@ _ENTER_MANY = "SELECT * FROM gateway_turn_enter_many($1::jsonb)"
 
 
 async def _call_enter_many(
-    conn: asyncpg.Connection, scopes: Sequence[TurnScope]
+    conn: asyncpg.Connection, items: Sequence[TurnScope]
 ) -> list[list[EnterRow]]:
     """``_begin`` of each turn, in one call of ``gateway_turn_enter_many`` (schema 9): the rows
     of each, in the order given."""
-    payload = _dump_args([scope._enter_args() for scope in scopes])
-    rows: list[list[EnterRow]] = [[] for _ in scopes]
-    for row in await conn.fetch(_ENTER_MANY, payload):
-        rows[row[0] - 1].append(tuple(row)[1:])
-    began = [s._sid for s, own in zip(scopes, rows, strict=True) if own and own[0][10] is not None]
-    noted_events(began)
-    return rows
+    return await _call_many(
+        conn,
+        _ENTER_MANY,
+        [(scope._sid, scope._enter_args()) for scope in items],
+        wrote=lambda first: first[10] is not None,
+    )
 
 
 async def write_enters(db: Database, scopes: list[TurnScope]) -> list[Entered | BaseException]:
-    """The outcome of each begin, as ``write_commits`` gives each commit's."""
-    if len(scopes) == 1:
-        return [await _enter_alone(db, scopes[0])]
-    order = sorted(range(len(scopes)), key=lambda i: scopes[i]._sid)
+    """The outcome of each begin (``_write_each``)."""
+    return await _write_each(
+        db,
+        scopes,
+        session_of=lambda scope: scope._sid,
+        many=_call_enter_many,
+        alone=lambda scope: db.write_one(scope._begin),
+        outcome=lambda scope, rows, check: scope._entered(rows, check),
+    )
+
+
+ItemT = TypeVar("ItemT")
+RowT = TypeVar("RowT")
+ResultT = TypeVar("ResultT")
+
+
+async def _write_each(
+    db: Database,
+    items: list[ItemT],
+    *,
+    session_of: Callable[[ItemT], str],
+    many: Callable[..., Awaitable[list[list[RowT]]]],  # (conn, items=...): the rows of each
+    alone: Callable[[ItemT], Awaitable[ResultT]],
+    outcome: Callable[[ItemT, list[RowT], CheckFound], Awaitable[ResultT]],
+) -> list[ResultT | BaseException]:
+    """The outcome of each item: one call for all, sorted by session (the order of the
+    sessions' locks), or one call each for one alone or when the call for all failed (so an
+    item's fault fails its own caller only)."""
+    if len(items) == 1:
+        return [await _caught(alone(items[0]))]
+    order = sorted(range(len(items)), key=lambda i: session_of(items[i]))
+    ordered = [items[i] for i in order]
     try:
-        rows = await db.write_one(partial(_call_enter_many, scopes=[scopes[i] for i in order]))
+        rows = await db.write_one(partial(many, items=ordered))
     except StoreUnavailable:
         raise  # the database did not answer: each alone would fail as well
     except Exception:  # a value one of them holds (PostgreSQL's error, or its encoding's)
-        return [await _enter_alone(db, scope) for scope in scopes]
-    outcomes: list[Entered | BaseException] = [StoreError("no outcome")] * len(scopes)
+        return [await _caught(alone(item)) for item in items]
+    check = _checker(db)
+    outcomes: list[ResultT | BaseException] = [StoreError("no outcome")] * len(items)
     for position, index in enumerate(order):
-        outcomes[index] = await _begin_outcome(db, scopes[index], rows[position])
+        outcomes[index] = await _caught(outcome(items[index], rows[position], check))
     return outcomes
 
 
-async def _enter_alone(db: Database, scope: TurnScope) -> Entered | BaseException:
+async def _caught(result: Awaitable[ResultT]) -> ResultT | BaseException:
+    """What ``result`` gives, or the exception its caller is to get (as alone)."""
     try:
-        return await db.write_one(scope._begin)
-    except Exception as exc:  # the caller's, as a begin alone would raise it
-        return exc
-
-
-async def _begin_outcome(
-    db: Database, scope: TurnScope, rows: list[EnterRow]
-) -> Entered | BaseException:
-    try:
-        return await scope._entered(rows, _checker(db))
+        return await result
     except Exception as exc:
         return exc
 
