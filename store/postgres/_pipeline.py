@@ -48,6 +48,7 @@ from ._sql_sessions import require_session
 
 SentMark = tuple[int, list[str]]  # an outbox row's id and its platform ids
 SENT_MARKS_PER_CALL = 500
+PENDING_READS_PER_CALL = 100
 
 
 class PipelineMethods:
@@ -55,6 +56,7 @@ class PipelineMethods:
 
     _ttl: float
     _sent_marks: Batcher[SentMark, None]
+    _pending_reads: Batcher[tuple[str, int], list[InboxItem]]
 
     @property
     def _db(self) -> Database:
@@ -136,7 +138,18 @@ class PipelineMethods:
         """A session's pending inbox rows, oldest first ([] for an unknown session)."""
         validate_session_id(session_id)
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
-        return await self._db.query(partial(inbox.pending, session_id=session_id, limit=limit))
+        return await self._pending_reads.submit((session_id, limit))
+
+    async def _read_pending_many(
+        self, reads: list[tuple[str, int]]
+    ) -> list[list[InboxItem] | BaseException]:
+        """The lanes' reads made while one runs share the next statement."""
+        if len(reads) == 1:
+            [(session_id, limit)] = reads
+            return [
+                await self._db.query(partial(inbox.pending, session_id=session_id, limit=limit))
+            ]
+        return list(await self._db.query(partial(inbox.pending_many, reads=reads)))
 
     async def backlog_count(self) -> int:
         """Stored deliveries plus pending inbox rows, in one read snapshot."""

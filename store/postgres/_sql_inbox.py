@@ -128,6 +128,23 @@ async def pending(conn: asyncpg.Connection, session_id: str, limit: int) -> list
     return [to_inbox(row) for row in rows]
 
 
+async def pending_many(
+    conn: asyncpg.Connection, reads: Sequence[tuple[str, int]]
+) -> list[list[InboxItem]]:
+    """``pending`` of each (session, limit), in one statement: each session's rows, in order."""
+    rows = await conn.fetch(
+        f"SELECT q.n, i.* FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS q (sid, lim, n)"
+        f" CROSS JOIN LATERAL (SELECT {INBOX_COLUMNS} FROM inbox WHERE session_id = q.sid"
+        " AND state = 'pending' ORDER BY id LIMIT q.lim) AS i ORDER BY q.n, i.id",
+        [session_id for session_id, _ in reads],
+        [limit for _, limit in reads],
+    )
+    found: list[list[InboxItem]] = [[] for _ in reads]
+    for row in rows:
+        found[row[0] - 1].append(to_inbox(tuple(row)[1:]))
+    return found
+
+
 async def list_dead(conn: asyncpg.Connection, limit: int, offset: int) -> list[InboxItem]:
     """Dead rows, newest first."""
     rows = await conn.fetch(

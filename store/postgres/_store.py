@@ -18,7 +18,7 @@ from . import _work as work
 from ._attachments import AttachmentMethods
 from ._batch import Batcher
 from ._db import Database
-from ._pipeline import SENT_MARKS_PER_CALL, PipelineMethods
+from ._pipeline import PENDING_READS_PER_CALL, SENT_MARKS_PER_CALL, PipelineMethods
 from ._sessions import SessionMethods
 from ._tables import TableMethods
 from ._turn import TurnCalls
@@ -53,6 +53,7 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
         self._open_turns: set[str] = set()
         self._owner = uuid.uuid4().hex  # one per store object, so one per process
         self._sent_marks = Batcher(self._write_sent_marks, max_size=SENT_MARKS_PER_CALL)
+        self._pending_reads = Batcher(self._read_pending_many, max_size=PENDING_READS_PER_CALL)
         self._turn_calls = TurnCalls.of(lambda: self._db)
 
     @classmethod
@@ -85,6 +86,7 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
         if self._database is not None:
             await self._turn_calls.drained()
             await self._sent_marks.drained()
+            await self._pending_reads.drained()
             database, self._database = self._database, None
             await database.close()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from webhook_bot_gateway.store import (
@@ -45,6 +47,24 @@ async def test_pending_inbox_oldest_first_with_limit(store: Store) -> None:
     assert [r.id for r in rows] == ids
     assert [r.event["text"] for r in rows] == [f"m{i}" for i in range(5)]
     assert [r.id for r in await store.pending_inbox(sid("a"), limit=2)] == ids[:2]
+
+
+async def test_pending_inbox_read_at_once_gives_each_session_its_own_rows(store: Store) -> None:
+    """Reads made together (PostgreSQL answers them with one statement) each get their own
+    session's rows, oldest first, up to their own limit."""
+    a_ids = await inbox_of(store, *(message("a", f"ka{i}", f"a{i}") for i in range(4)))
+    b_ids = await inbox_of(store, *(message("b", f"kb{i}", f"b{i}") for i in range(2)))
+    a_all, a_two, b_all, nobody = await asyncio.gather(
+        store.pending_inbox(sid("a")),
+        store.pending_inbox(sid("a"), limit=2),
+        store.pending_inbox(sid("b")),
+        store.pending_inbox(sid("nobody")),
+    )
+    assert [r.id for r in a_all] == a_ids
+    assert [r.id for r in a_two] == a_ids[:2]
+    assert [r.event["text"] for r in b_all] == ["b0", "b1"]
+    assert [r.id for r in b_all] == b_ids
+    assert nobody == []
 
 
 async def test_pending_inbox_of_unknown_session_is_empty(store: Store) -> None:

@@ -104,6 +104,26 @@ async def test_closing_the_store_writes_the_marks_it_was_given_first(backend: Ba
         assert [r.state for r in await reopened.list_outbox(sid("a"))] == ["sent"] * 3
 
 
+@POSTGRES
+async def test_lanes_reading_their_rows_at_once_share_one_statement(backend: Backend) -> None:
+    async with backend.store() as opened:
+        assert isinstance(opened, PostgresStore)
+        for chat_id in ("a", "b", "c"):
+            await inbox_of(opened, message(chat_id, f"k-{chat_id}", f"hi {chat_id}"))
+        database = opened._db
+        original = database.query
+        reads: list[str] = []
+
+        async def counted(fn: Callable[..., Awaitable[Any]]) -> Any:
+            reads.append(fn.func.__name__ if isinstance(fn, partial) else fn.__name__)
+            return await original(fn)
+
+        database.query = counted  # type: ignore[method-assign]
+        found = await asyncio.gather(*(opened.pending_inbox(sid(c)) for c in ("a", "b", "c")))
+        assert reads == ["pending_many"]
+        assert [[r.event["text"] for r in rows] for rows in found] == [["hi a"], ["hi b"], ["hi c"]]
+
+
 # --- turns of several sessions ending together --------------------------------------------
 
 
