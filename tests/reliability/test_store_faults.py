@@ -293,6 +293,16 @@ class Conversations:
         """Until every message sent so far has its reply at the fake platform."""
         await eventually(self._all_answered, "a reply to every message", seconds=ANSWER_SECONDS)
 
+    async def recorded(self) -> None:
+        """Until every reply sent so far is recorded sent. A fault that begins before would
+        catch a send between the platform's answer and its record, the documented window in
+        which a reply goes again (docs/pipeline.md), and the count would not be exactly once."""
+
+        def none_pending() -> bool:
+            return not self.gateway.query("SELECT 1 FROM outbox WHERE state = 'pending' LIMIT 1")
+
+        await eventually(none_pending, "every reply recorded sent", seconds=ANSWER_SECONDS)
+
     def check_exactly_once(self) -> None:
         """Every message one user message in its session, one reply at the platform."""
         for chat in self.chats:
@@ -386,6 +396,7 @@ async def test_disk_full_refuses_deliveries_with_503_and_recovers_when_space_is_
     conversations = Conversations(gateway, http, platforms)
     await conversations.normal_round()
     await conversations.answered()
+    await conversations.recorded()
     store_fs.fill()
 
     async def clear() -> None:
