@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from webhook_bot_gateway.store import NewMessage, Session, Turn
+from webhook_bot_gateway.store import NewMessage, Session, Turn, storable_text
 
 from ._agent import Agent, handoff_target
 from ._context import StoredMessage, assistant_data, build_context, tool_data, with_images
@@ -122,7 +122,7 @@ class TurnLoop:
         """Store the answer, its calls made safe to replay (see ``check_calls``); False when
         its text was refused by the reply guard (the model is told why)."""
         calls = check_calls(response.tool_calls, self._offered(), self._call_ids())
-        text = storable(response.text)
+        text = response.text and storable_text(response.text)  # NUL: see storable_text
         if not text and not calls and response.refusal:
             text = self.limits.refusal_reply or response.refusal
         if not (text or calls):
@@ -237,9 +237,3 @@ def turn_key(session: Session, inbox_ids: Sequence[int]) -> str:
     anchor = f"inbox {min(inbox_ids)}" if inbox_ids else f"head {session.head_id or 0}"
     seed = f"{session.session_id}\n{session.created_at.isoformat()}\n{anchor}"
     return "turn-" + hashlib.sha256(seed.encode()).hexdigest()[:32]
-
-
-def storable(text: str | None) -> str | None:
-    """A model's text as the store keeps it: a NUL character (U+0000), which the store refuses
-    (PostgreSQL cannot hold one), becomes U+FFFD, as in a tool's result (``_tools.py``)."""
-    return text.replace("\x00", "\ufffd") if text else text

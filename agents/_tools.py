@@ -14,6 +14,8 @@ from typing import Any, Union, get_args, get_origin, get_type_hints, overload
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from webhook_bot_gateway.store import storable_text
+
 from ._model import ToolSpec
 
 logger = logging.getLogger("agents.tools")
@@ -219,7 +221,7 @@ def _as_text(result: Any) -> str:
     """
     text = result if isinstance(result, str) else pydantic_core.to_json(result).decode()
     text.encode("utf-8")  # UnicodeEncodeError on lone surrogates
-    return text.replace("\x00", "\ufffd")
+    return storable_text(text)
 
 
 def _short(exc: ValueError) -> str:

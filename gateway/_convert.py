@@ -17,7 +17,7 @@ from webhook_bot_gateway.channels import (
     OutboundMessage,
     Reaction,
 )
-from webhook_bot_gateway.store import Attachment, InboxItem, OutboxIn, Session
+from webhook_bot_gateway.store import Attachment, InboxItem, OutboxIn, Session, storable_text
 
 MIGRATED_CHAT = "migrated_to_chat_id"  # session metadata: where a Telegram group moved to
 START_PAYLOAD = "start_payload"  # session metadata: the payload of the last /start deep link
@@ -117,8 +117,7 @@ def user_input(events: Sequence[Mapping[str, Any]], files: Sequence[Attachment] 
         data[START_PAYLOAD] = payload
     if files:
         data["attachments"] = [f.id for f in files]
-    # The store refuses a NUL character (PostgreSQL cannot hold one): U+FFFD, as for a tool.
-    return UserInput("\n".join(lines).replace("\x00", "\ufffd"), data)
+    return UserInput(storable_text("\n".join(lines)), data)  # NUL: see storable_text
 
 
 def has_files(event: Mapping[str, Any]) -> bool:

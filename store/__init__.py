@@ -1,5 +1,6 @@
 """Persistent state: sessions, their history DAG, turns, the dedup guard and the pipeline."""
 
+from ._args import storable_text
 from ._copy import CountMismatch, TableAccess, TargetNotEmpty, copy_store
 from ._errors import (
     AttachmentNotFound,
@@ -126,6 +127,7 @@ __all__ = [
     "Turn",
     "TurnActive",
     "make_session_id",
+    "storable_text",
     "check_url",
     "is_postgres",
     "open_store",

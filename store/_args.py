@@ -73,6 +73,12 @@ def check_branch(session_id: str, head_id: int | None) -> None:
         check_int("head_id", head_id, 1)
 
 
+def storable_text(text: str) -> str:
+    """``text`` with each NUL character (U+0000), which ``message_text`` refuses, as U+FFFD:
+    for text from outside (a user, a model, a tool) that must not fail its turn on one."""
+    return text.replace("\x00", "\ufffd")
+
+
 def message_text(text: str | None) -> str | None:
     """A message's text as both backends can store it: ValueError for a NUL character, which
     PostgreSQL's text cannot hold (SQLite could, and the two must not differ)."""

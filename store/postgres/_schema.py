@@ -571,21 +571,14 @@ _V8 = (
 # gateway_turn_commit's, after the turn's number (1, 2, ...). A turn refused gives its refusal
 # row and writes nothing, as alone; an error fails the call whole, and the caller writes each
 # turn alone, so that only its own caller gets the error.
-_V9 = (
-    """
-    CREATE FUNCTION gateway_texts(p JSONB) RETURNS TEXT[] LANGUAGE sql IMMUTABLE AS $$
-        SELECT ARRAY(SELECT e.x FROM jsonb_array_elements_text(p) WITH ORDINALITY AS e(x, n)
-                     ORDER BY e.n)
-    $$
-    """,
-    """
-    CREATE FUNCTION gateway_turn_commit_many(p_turns JSONB) RETURNS TABLE (
-        r_turn INTEGER, r_outcome TEXT, r_head BIGINT, r_messages BIGINT[], r_found BIGINT[],
-        o_id BIGINT, o_session_id TEXT, o_channel TEXT, o_account TEXT, o_chat_id TEXT,
-        o_payload TEXT, o_state TEXT, o_attempts INTEGER, o_next_attempt_at DOUBLE PRECISION,
-        o_error TEXT, o_platform_ids TEXT, o_delivery_state TEXT,
-        o_created_at DOUBLE PRECISION, o_sent_at DOUBLE PRECISION, o_claimed_by TEXT
-    ) LANGUAGE plpgsql AS $$
+
+
+def _for_each_turn(name: str, columns: str, call: str) -> str:
+    """A function ``name(p_turns JSONB)`` that returns the rows of ``call`` (which reads its
+    arguments from the JSON array ``t``) for each turn of ``p_turns``, after its number."""
+    return f"""
+    CREATE FUNCTION {name}(p_turns JSONB) RETURNS TABLE (r_turn INTEGER, {columns})
+    LANGUAGE plpgsql AS $$
     DECLARE
         t JSONB;
         i INTEGER := 0;
@@ -593,7 +586,27 @@ _V9 = (
         FOR t IN SELECT e.value FROM jsonb_array_elements(p_turns) WITH ORDINALITY AS e
                  ORDER BY e.ordinality LOOP
             i := i + 1;
-            RETURN QUERY SELECT i, c.* FROM gateway_turn_commit(
+            RETURN QUERY SELECT i, c.* FROM {call} AS c;
+        END LOOP;
+    END $$
+    """
+
+
+_V9 = (
+    """
+    CREATE FUNCTION gateway_texts(p JSONB) RETURNS TEXT[] LANGUAGE sql IMMUTABLE AS $$
+        SELECT ARRAY(SELECT e.x FROM jsonb_array_elements_text(p) WITH ORDINALITY AS e(x, n)
+                     ORDER BY e.n)
+    $$
+    """,
+    _for_each_turn(
+        "gateway_turn_commit_many",
+        """r_outcome TEXT, r_head BIGINT, r_messages BIGINT[], r_found BIGINT[],
+        o_id BIGINT, o_session_id TEXT, o_channel TEXT, o_account TEXT, o_chat_id TEXT,
+        o_payload TEXT, o_state TEXT, o_attempts INTEGER, o_next_attempt_at DOUBLE PRECISION,
+        o_error TEXT, o_platform_ids TEXT, o_delivery_state TEXT,
+        o_created_at DOUBLE PRECISION, o_sent_at DOUBLE PRECISION, o_claimed_by TEXT""",
+        """gateway_turn_commit(
                 t->>0, (t->>1)::DOUBLE PRECISION, t->>2, (t->>3)::DOUBLE PRECISION, t->>4,
                 gateway_texts(t->5)::BIGINT[],
                 gateway_texts(t->6), gateway_texts(t->7), gateway_texts(t->8),
@@ -604,35 +617,22 @@ _V9 = (
                 gateway_texts(t->17), gateway_texts(t->18),
                 gateway_texts(t->19)::DOUBLE PRECISION[],
                 gateway_texts(t->20)::INTEGER[], gateway_texts(t->21), t->>22, t->>23
-            ) AS c;
-        END LOOP;
-    END $$
-    """,
+            )""",
+    ),
     # The begins of several turns, likewise: gateway_turn_enter of each (its 6 arguments).
-    """
-    CREATE FUNCTION gateway_turn_enter_many(p_turns JSONB) RETURNS TABLE (
-        r_turn INTEGER,
-        r_session_id TEXT, r_channel TEXT, r_account TEXT, r_chat_id TEXT,
+    _for_each_turn(
+        "gateway_turn_enter_many",
+        """r_session_id TEXT, r_channel TEXT, r_account TEXT, r_chat_id TEXT,
         r_active_agent TEXT, r_status TEXT, r_head_id BIGINT, r_metadata TEXT,
         r_created_at DOUBLE PRECISION, r_updated_at DOUBLE PRECISION,
         r_started BIGINT, r_pending BIGINT[],
         m_id BIGINT, m_session_id TEXT, m_parent_id BIGINT, m_role TEXT, m_text TEXT,
-        m_agent TEXT, m_data TEXT, m_created_at DOUBLE PRECISION, m_lowest BIGINT
-    ) LANGUAGE plpgsql AS $$
-    DECLARE
-        t JSONB;
-        i INTEGER := 0;
-    BEGIN
-        FOR t IN SELECT e.value FROM jsonb_array_elements(p_turns) WITH ORDINALITY AS e
-                 ORDER BY e.ordinality LOOP
-            i := i + 1;
-            RETURN QUERY SELECT i, b.* FROM gateway_turn_enter(
+        m_agent TEXT, m_data TEXT, m_created_at DOUBLE PRECISION, m_lowest BIGINT""",
+        """gateway_turn_enter(
                 t->>0, t->>1, t->>2, (t->>3)::DOUBLE PRECISION, gateway_texts(t->4)::BIGINT[],
                 (t->>5)::INTEGER
-            ) AS b;
-        END LOOP;
-    END $$
-    """,
+            )""",
+    ),
 )
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)

@@ -498,23 +498,6 @@ async def test_dispatcher_shows_no_typing_for_a_quick_turn(store: SQLiteStore) -
     assert adapter.typing == []
 
 
-async def test_dispatcher_with_every_lane_taken_picks_up_the_rest_when_one_frees(
-    store: SQLiteStore,
-) -> None:
-    harness = Harness(store, ScriptedModel(*[echo()] * 5), max_lanes=2)
-    dispatcher = harness.dispatcher
-    runner = asyncio.create_task(dispatcher.run(poll_seconds=60))  # no timed poll in this test
-    try:
-        sids = [await harness.feed(f"hello {n}", chat_id=str(n)) for n in range(5)]
-        assert len(dispatcher.lanes) <= 2
-        await harness.until_committed(5)
-    finally:
-        await dispatcher.drain(1.0)
-        await asyncio.wait_for(runner, 5)
-    for n, sid in enumerate(sids):
-        assert await harness.replies(sid) == [f"re: hello {n}"]
-
-
 class CountingStore(SQLiteStore):
     """The real store, counting how often a lane reads a session's pending rows, and how often
     the dispatcher looks for every session with pending rows (a poll)."""

@@ -43,17 +43,18 @@ async def queued(store: PostgresStore, chat_id: str, count: int) -> list[OutboxI
     return [await store.enqueue_outbox(reply) for _ in range(count)]
 
 
-def count_calls(store: PostgresStore) -> list[str]:
-    """The statement functions of every ``write_one`` the store makes from now on."""
+def count_calls(store: PostgresStore, method: str = "write_one") -> list[str]:
+    """The statement functions of every call of ``Database.<method>`` the store makes from
+    now on."""
     database = store._db
-    original = database.write_one
+    original = getattr(database, method)
     names: list[str] = []
 
     async def counted(fn: Callable[..., Awaitable[Any]]) -> Any:
         names.append(fn.func.__name__ if isinstance(fn, partial) else fn.__name__)
         return await original(fn)
 
-    database.write_one = counted  # type: ignore[method-assign]
+    setattr(database, method, counted)
     return names
 
 
@@ -110,15 +111,7 @@ async def test_lanes_reading_their_rows_at_once_share_one_statement(backend: Bac
         assert isinstance(opened, PostgresStore)
         for chat_id in ("a", "b", "c"):
             await inbox_of(opened, message(chat_id, f"k-{chat_id}", f"hi {chat_id}"))
-        database = opened._db
-        original = database.query
-        reads: list[str] = []
-
-        async def counted(fn: Callable[..., Awaitable[Any]]) -> Any:
-            reads.append(fn.func.__name__ if isinstance(fn, partial) else fn.__name__)
-            return await original(fn)
-
-        database.query = counted  # type: ignore[method-assign]
+        reads = count_calls(opened, "query")
         found = await asyncio.gather(*(opened.pending_inbox(sid(c)) for c in ("a", "b", "c")))
         assert reads == ["pending_many"]
         assert [[r.event["text"] for r in rows] for rows in found] == [["hi a"], ["hi b"], ["hi c"]]
