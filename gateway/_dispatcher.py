@@ -99,7 +99,8 @@ class Dispatcher:
         self._heard: set[str] = set()  # another process's sessions, looked at after the grace
         self._wake_heard_later = Later(self._wake_heard, others_grace)
         # Sessions with rows and no lane while every lane was taken, in order: each gets a
-        # lane when one ends. Past max_lanes of them, a poll finds the rest (``_overflow``).
+        # lane when one ends. Past max_lanes of them, a poll finds the rest (``_overflow``) once
+        # those all have lanes.
         # A left-out session's handed rows are kept as a lane would hold them (bounded alike).
         self._left_out: dict[str, _Known | None] = {}
         self._overflow = False
@@ -270,7 +271,9 @@ class Dispatcher:
                 del self._lanes[sid]
                 self._known.pop(sid, None)
             self._start_left_out()
-            if self._overflow:
+            if self._overflow and not self._left_out:
+                # Each poll reads every pending session: one per bound's worth of lane ends,
+                # once the left-out sessions all have lanes, not one per lane end.
                 self._poll_now.set()
 
     def _start_left_out(self) -> None:

@@ -539,6 +539,48 @@ async def test_sessions_left_out_while_every_lane_is_taken_get_the_next_free_lan
             assert await harness.replies(sid) == [f"re: hello {n}"]
 
 
+async def test_sessions_beyond_the_left_out_bound_cost_one_poll_per_bound_not_per_lane(
+    db: Path,
+) -> None:
+    """Past ``max_lanes`` left-out sessions, a poll of every pending session finds the rest: one
+    once the left-out ones all have lanes, not one each time a lane ends (under a flood of
+    sessions each poll reads the whole backlog)."""
+    SESSIONS, LANES = 20, 4
+    entered: asyncio.Queue[str] = asyncio.Queue()
+    release = asyncio.Semaphore(0)
+
+    def gated() -> Step:
+        async def step(messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]) -> Any:
+            entered.put_nowait(last_user(messages))
+            await release.acquire()
+            return reply(f"re: {last_user(messages)}")
+
+        return step
+
+    async with CountingStore(db) as counting:
+        await counting.renew_lease(3600)
+        model = ScriptedModel(*[gated() for _ in range(SESSIONS)])
+        harness = Harness(counting, model, max_lanes=LANES, max_concurrent_turns=1)
+        dispatcher = harness.dispatcher
+        await dispatcher.start()
+        polls = counting.polls
+        runner = asyncio.create_task(dispatcher.run(poll_seconds=3600))
+        sids = [await harness.feed(f"hello {n}", chat_id=str(n)) for n in range(SESSIONS)]
+        try:
+            for n in range(SESSIONS):  # one turn at a time: each lane ends before the next runs
+                async with asyncio.timeout(10):
+                    assert await entered.get() == f"hello {n}"
+                release.release()
+            await harness.until_committed(SESSIONS)
+        finally:
+            await dispatcher.drain(1.0)
+            await asyncio.wait_for(runner, 5)
+        # LANES lanes and LANES left out at first; each poll gives the next LANES a place.
+        assert counting.polls - polls <= (SESSIONS - 2 * LANES) // LANES + 1
+        for n, sid in enumerate(sids):
+            assert await harness.replies(sid) == [f"re: hello {n}"]
+
+
 async def test_dispatcher_lane_ends_after_a_turn_that_took_every_pending_row(db: Path) -> None:
     async with CountingStore(db) as counting:
         harness = Harness(counting, ScriptedModel(echo(), echo()), double_texting="merge")
