@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ._checks import MAX_LIST_LIMIT, check_agent, check_ids, check_int, check_text, check_time
@@ -79,6 +80,13 @@ def storable_text(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
+def error_text(name: str, value: object) -> str:
+    """An error text to store: a non-empty string, each NUL character as U+FFFD. It may quote
+    what a platform or a model answered, and PostgreSQL's text holds no NUL: refusing it would
+    leave the failure it describes unrecorded."""
+    return check_text(name, storable_text(value) if isinstance(value, str) else value)
+
+
 def message_text(text: str | None) -> str | None:
     """A message's text as both backends can store it: ValueError for a NUL character, which
     PostgreSQL's text cannot hold (SQLite could, and the two must not differ)."""
@@ -125,11 +133,11 @@ def events_limit(session_id: str, after: int, limit: int | None) -> int:
     return limit or -1
 
 
-def check_handoff(session_id: str, agent: str, reason: str) -> None:
-    """The arguments of ``set_agent``."""
+def check_handoff(session_id: str, agent: str, reason: str) -> str:
+    """The arguments of ``set_agent``: the reason as stored (a model may have written it)."""
     validate_session_id(session_id)
     check_agent(agent)
-    check_text("reason", reason)
+    return error_text("reason", reason)
 
 
 def turn_batch(
@@ -158,9 +166,13 @@ def dedup_keys(keys: Iterable[str]) -> list[str]:
 # pipeline
 
 
-def check_ingest_item(item: object) -> None:
+def ingest_item(item: object) -> DeliveryIn | QuarantineIn:
+    """An item of ``ingest`` checked, as stored: a quarantine's reason (which may quote the
+    body) with each NUL as U+FFFD, as ``error_text``."""
     if isinstance(item, QuarantineIn):
-        check_text("QuarantineIn.reason", item.reason)
+        reason = error_text("QuarantineIn.reason", item.reason)
+        if reason != item.reason:
+            item = replace(item, reason=reason)
     elif isinstance(item, DeliveryIn):
         if not isinstance(item.keys, tuple) or not item.keys:
             raise ValueError("DeliveryIn.keys must be a non-empty tuple of dedup keys")
@@ -173,18 +185,19 @@ def check_ingest_item(item: object) -> None:
         check_text(f"{type(item).__name__}.account", item.account)
     if not isinstance(item.body, bytes):
         raise ValueError(f"{type(item).__name__}.body must be bytes")
+    return item
 
 
 def check_inbox_failure(
     ids: Sequence[int], error: str, next_attempt_at: float, dead: bool
-) -> tuple[tuple[int, ...], float]:
-    """The arguments of ``fail_inbox``: the ids and the retry time."""
+) -> tuple[tuple[int, ...], str, float]:
+    """The arguments of ``fail_inbox``: the ids, the error as stored and the retry time."""
     checked = check_ids("ids", ids)
-    check_text("error", error)
+    stored = error_text("error", error)
     retry_at = check_time("next_attempt_at", next_attempt_at)
     if not isinstance(dead, bool):
         raise ValueError(f"dead must be a bool, got {type(dead).__name__}")
-    return checked, retry_at
+    return checked, stored, retry_at
 
 
 def platform_ids(values: Sequence[str]) -> list[str]:
@@ -194,11 +207,13 @@ def platform_ids(values: Sequence[str]) -> list[str]:
     return [check_text("platform_ids", value) for value in values]
 
 
-def check_outbox_failed(outbox_id: int, error: str, state: str) -> None:
+def check_outbox_failed(outbox_id: int, error: str, state: str) -> str:
+    """The arguments of ``outbox_failed``: the error as stored."""
     check_int("outbox_id", outbox_id, 1)
-    check_text("error", error)
+    stored = error_text("error", error)
     if state not in OUTBOX_FAILED_STATES:
         raise ValueError(f"state must be one of {OUTBOX_FAILED_STATES}, got {state!r}")
+    return stored
 
 
 def finished_cutoff(older_than_seconds: float, chunk_size: int, now: float) -> float:
@@ -258,8 +273,9 @@ def attachment_row(
     }
 
 
-def check_download_end(attachment_id_: str, state: str, size: int) -> None:
-    """The arguments of ``finish_attachment``."""
+def check_download_end(attachment_id_: str, state: str, size: int, error: str | None) -> str | None:
+    """The arguments of ``finish_attachment``: the error as stored."""
     attachment_id(attachment_id_)
     choice("state", state, ("ready", "failed"))
     check_int("size", size, 0)
+    return None if error is None else error_text("error", error)

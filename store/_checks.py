@@ -31,9 +31,11 @@ def check_agent(name: object) -> str:
 
 
 def check_text(name: str, value: object) -> str:
-    """A non-empty string."""
+    """A non-empty string with no NUL character (PostgreSQL's text holds none)."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain a NUL character (U+0000)")
     return value
 
 
@@ -83,6 +85,8 @@ def session_values(
     for name, part in (("channel", channel), ("account", account), ("chat_id", chat_id)):
         if not isinstance(part, str):
             raise ValueError(f"{name} must be a string, got {type(part).__name__}")
+        if "\x00" in part:
+            raise ValueError(f"{name} must not contain a NUL character (U+0000)")
     return {
         "session_id": make_session_id(channel, account, chat_id),
         "channel": channel,

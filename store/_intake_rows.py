@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ._args import error_text, storable_text
 from ._checks import check_agent, check_text, json_object, session_values
 from ._ids import make_session_id
 from ._pipeline_rows import STATUS_RANK
@@ -109,7 +110,7 @@ def _status_row(item: StatusIn) -> dict[str, Any]:
         "account": check_text("StatusIn.account", item.account),
         "platform_id": check_text("StatusIn.platform_message_id", item.platform_message_id),
         "state": item.state,
-        "error": item.error,
+        "error": None if item.error is None else storable_text(item.error),
         "rank": STATUS_RANK[item.state],
     }
 
@@ -127,8 +128,7 @@ def prepare(parsed: ParsedDelivery, starting_agent: str, now: float) -> Rows:
     """Check ``parsed`` and build its rows; ValueError naming the field at fault."""
     if not isinstance(parsed, ParsedDelivery):
         raise ValueError(f"parsed must be a ParsedDelivery, got {type(parsed).__name__}")
-    if parsed.failure is not None:
-        check_text("parsed.failure", parsed.failure)
+    failure = None if parsed.failure is None else error_text("parsed.failure", parsed.failure)
     inbox_rows = [_inbox_row(item, now) for item in parsed.inbox]
     arrivals = [_arrival(item, now) for item in parsed.inbox]
     membership_rows = [_membership_row(item, now) for item in parsed.memberships]
@@ -144,5 +144,5 @@ def prepare(parsed: ParsedDelivery, starting_agent: str, now: float) -> Rows:
         arrivals=arrivals,
         statuses=[_status_row(item) for item in parsed.statuses],
         memberships=membership_rows,
-        failure=parsed.failure,
+        failure=failure,
     )

@@ -73,8 +73,7 @@ class PipelineMethods:
 
     async def ingest(self, items: Sequence[DeliveryIn | QuarantineIn]) -> list[IngestResult]:
         """Claim keys, store new deliveries and quarantine rows in ONE transaction, in order."""
-        for item in items:
-            args.check_ingest_item(item)
+        items = [args.ingest_item(item) for item in items]
         if not items:
             return []
         now = self._now()
@@ -163,8 +162,8 @@ class PipelineMethods:
         self, ids: Sequence[int], error: str, *, next_attempt_at: float, dead: bool
     ) -> None:
         """Record a failed try of pending rows: attempts + 1, error, retry time or dead."""
-        checked, retry_at = args.check_inbox_failure(ids, error, next_attempt_at, dead)
-        run = partial(inbox.fail, ids=checked, error=error, next_attempt_at=retry_at, dead=dead)
+        checked, stored, retry_at = args.check_inbox_failure(ids, error, next_attempt_at, dead)
+        run = partial(inbox.fail, ids=checked, error=stored, next_attempt_at=retry_at, dead=dead)
         await self._db.write(partial(run, now=self._now()))
 
     async def list_dead_inbox(self, limit: int = 50, offset: int = 0) -> list[InboxItem]:
@@ -270,8 +269,8 @@ class PipelineMethods:
         """Record a retryable failure: attempts + 1, stays pending until ``next_attempt_at``."""
         check_int("outbox_id", outbox_id, 1)
         retry_at = check_time("next_attempt_at", next_attempt_at)
-        check_text("error", error)
-        run = partial(outbox.retry, outbox_id=outbox_id, next_attempt_at=retry_at, error=error)
+        stored = args.error_text("error", error)
+        run = partial(outbox.retry, outbox_id=outbox_id, next_attempt_at=retry_at, error=stored)
         await self._db.write(run)
 
     async def outbox_progress(
@@ -288,14 +287,15 @@ class PipelineMethods:
         """Send a pending row to ``chat_id`` instead (a migrated chat); attempts + 1."""
         check_int("outbox_id", outbox_id, 1)
         check_text("chat_id", chat_id)
-        check_text("error", error)
-        run = partial(outbox.redirect, outbox_id=outbox_id, chat_id=chat_id, error=error)
+        stored = args.error_text("error", error)
+        run = partial(outbox.redirect, outbox_id=outbox_id, chat_id=chat_id, error=stored)
         await self._db.write(run)
 
     async def outbox_failed(self, outbox_id: int, *, error: str, state: str) -> None:
         """End a pending row as ``failed``, ``dead`` or ``uncertain``; attempts + 1."""
-        args.check_outbox_failed(outbox_id, error, state)
-        run = partial(outbox.failed, outbox_id=outbox_id, error=error, state=state, now=self._now())
+        stored = args.check_outbox_failed(outbox_id, error, state)
+        now = self._now()
+        run = partial(outbox.failed, outbox_id=outbox_id, error=stored, state=state, now=now)
         await self._db.write(run)
 
     async def list_outbox(self, session_id: str) -> list[OutboxItem]:

@@ -219,9 +219,9 @@ class SessionMethods:
 
     async def set_agent(self, session_id: str, agent: str, *, reason: str) -> Session:
         """Hand the session to ``agent`` (an ``agent_changed`` event); RunActive while running."""
-        args.check_handoff(session_id, agent, reason)
+        stored = args.check_handoff(session_id, agent, reason)
         run = partial(
-            sql.set_agent, session_id=session_id, agent=agent, reason=reason, now=self._now()
+            sql.set_agent, session_id=session_id, agent=agent, reason=stored, now=self._now()
         )
         return await self._db.write(run)
 

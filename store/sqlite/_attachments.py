@@ -86,7 +86,7 @@ class AttachmentMethods:
         error: str | None = None,
     ) -> Attachment:
         """Record how a download ended (``ready`` or ``failed``) and log it in the session."""
-        args.check_download_end(attachment_id, state, size)
+        error = args.check_download_end(attachment_id, state, size, error)
         run = partial(
             sql.finish,
             attachment_id=attachment_id,
