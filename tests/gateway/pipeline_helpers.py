@@ -11,7 +11,7 @@ from typing import Any
 
 from webhook_bot_gateway.agents import Agent, ModelBackend, Registry
 from webhook_bot_gateway.channels import InboundMessage, OutboundMessage, SendResult
-from webhook_bot_gateway.store import InboxIn, ParsedDelivery, SQLiteStore
+from webhook_bot_gateway.store import InboxIn, ParsedDelivery, Store
 
 # Messages are stamped at the start of the run: WhatsApp's 24-hour window is open for them.
 T0 = datetime.now(UTC).replace(microsecond=0)
@@ -52,7 +52,7 @@ def inbound(
     return InboxIn(channel, account, chat_id, event.dedup_key, event.model_dump(mode="json"))
 
 
-async def add_inbox(store: SQLiteStore, *items: InboxIn) -> list[str]:
+async def add_inbox(store: Store, *items: InboxIn) -> list[str]:
     """Store inbox rows as the intake would; returns the sessions that got rows."""
     return await store.record_parsed(None, ParsedDelivery(inbox=items), starting_agent="triage")
 
