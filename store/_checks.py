@@ -13,13 +13,18 @@ from ._rows import dump_json
 MAX_LIST_LIMIT = 1000  # rows per page of a listing
 
 
+MAX_STORED_INT = 2**63 - 1  # SQLite's INTEGER and PostgreSQL's BIGINT hold no more
+
+
 def check_int(name: str, value: object, low: int, high: int | None = None) -> int:
-    """An int in ``low..high`` (bool refused)."""
+    """An int in ``low..high`` (bool refused), at most ``MAX_STORED_INT`` whatever ``high``."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer, got {type(value).__name__}")
     if value < low or (high is not None and value > high):
         bound = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise ValueError(f"{name} must be {bound}, got {value}")
+    if value > MAX_STORED_INT:
+        raise ValueError(f"{name} must be at most {MAX_STORED_INT} (64 bits), got {value}")
     return value
 
 

@@ -120,3 +120,31 @@ async def test_record_event_rejects_empty_kind(store: Store) -> None:
     await store.create_session("telegram", "support", "1", "triage")
     with pytest.raises(ValueError):
         await store.record_event("telegram-support-1", "")
+
+
+BIG = 2**63  # one past what SQLite's INTEGER and PostgreSQL's BIGINT hold
+
+BIG_CALLS: dict[str, tuple[str, Callable[[Store], Awaitable[object]]]] = {
+    "list_sessions": ("offset", lambda s: s.list_sessions(limit=10, offset=BIG)),
+    "fail_inbox": ("ids", lambda s: s.fail_inbox([BIG], "e", next_attempt_at=1.0, dead=False)),
+    "list_events": ("after", lambda s: s.list_events("telegram-bot-1", after=BIG)),
+    "get_branch": ("head_id", lambda s: s.get_branch("telegram-bot-1", head_id=BIG)),
+    "set_active_head": ("message_id", lambda s: s.set_active_head("telegram-bot-1", BIG)),
+    "outbox_sent": ("outbox_id", lambda s: s.outbox_sent(BIG, ["x"])),
+    "claim_outbox": ("outbox_id", lambda s: s.claim_outbox(BIG, 10)),
+    "get_quarantine": ("quarantine_id", lambda s: s.get_quarantine(BIG)),
+    "purge_finished": ("chunk_size", lambda s: s.purge_finished(1, chunk_size=BIG)),
+}
+
+
+@pytest.mark.parametrize("method", sorted(BIG_CALLS))
+async def test_an_integer_past_64_bits_is_refused_naming_the_field(
+    store: Store, method: str
+) -> None:
+    """Not SQLite's OverflowError or asyncpg's DataError, which differed and named nothing;
+    the store stays usable after it."""
+    field, call = BIG_CALLS[method]
+    with pytest.raises(ValueError, match=f"^{field} must be at most {BIG - 1} "):
+        await call(store)
+    assert await store.get_quarantine(1) is None
+    assert await store.list_sessions() == []
