@@ -99,6 +99,22 @@ def unavailable(exc: BaseException) -> StoreUnavailable:
     return StoreUnavailable(f"the PostgreSQL database did not answer ({type(exc).__name__})")
 
 
+async def _unpooled_if_half_sent(fn: Fn[T], conn: asyncpg.Connection) -> T:
+    """``fn(conn)``; a connection it leaves with a statement half sent is closed, not pooled.
+
+    asyncpg (0.32) raises a plain ``DataError`` when it cannot encode an argument of a
+    statement it is preparing (an integer past 64 bits), after sending part of it outside a
+    transaction: the connection's next transaction with an isolation level then fails on the
+    server (ActiveSQLTransactionError). The pool replaces a closed connection.
+    """
+    try:
+        return await fn(conn)
+    except asyncpg.DataError as exc:
+        if type(exc) is asyncpg.DataError:  # the server's own are subclasses, and end cleanly
+            conn.terminate()
+        raise
+
+
 def _refused(exc: asyncpg.PostgresError) -> StoreError:
     return StoreError(f"PostgreSQL refused the connection: {exc.sqlstate} {type(exc).__name__}")
 
@@ -191,7 +207,7 @@ class Database:
         self._check_open()
         try:
             async with self._pool.acquire() as proxy:
-                return await fn(cast(asyncpg.Connection, proxy))
+                return await _unpooled_if_half_sent(fn, cast(asyncpg.Connection, proxy))
         except CONNECTION_ERRORS as exc:
             raise unavailable(exc) from None
 
@@ -238,7 +254,7 @@ class Database:
                     async with self._pool.acquire() as proxy:
                         conn = cast(asyncpg.Connection, proxy)
                         if one_statement:
-                            result = await fn(conn)
+                            result = await _unpooled_if_half_sent(fn, conn)
                         else:
                             async with proxy.transaction():
                                 result = await fn(conn)

@@ -1,0 +1,37 @@
+"""The PostgreSQL store's connections: one that asyncpg left with a statement half sent is not
+handed to the next caller."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tests.pg import fresh_schema
+from webhook_bot_gateway.store.postgres._db import Database
+
+Run = Callable[[Database, Callable[[asyncpg.Connection], Awaitable[Any]]], Awaitable[Any]]
+
+
+@pytest.fixture
+async def db() -> AsyncIterator[Database]:
+    async with fresh_schema() as url:  # skipped without GATEWAY_TEST_POSTGRES_URL
+        opened = await Database.open(url, min_size=1, max_size=1, connect_timeout=5)
+        try:
+            yield opened
+        finally:
+            await opened.close()
+
+
+@pytest.mark.parametrize("path", ["call", "query", "write_one"])
+async def test_a_connection_after_an_argument_asyncpg_cannot_encode_serves_the_next_read(
+    db: Database, path: str
+) -> None:
+    """asyncpg cannot encode 2**64 as a bigint, after sending part of the new statement; with
+    that connection (the pool's only one) pooled again, the next read failed on the server
+    with ActiveSQLTransactionError."""
+    with pytest.raises(asyncpg.DataError, match="invalid input for query argument"):
+        await getattr(db, path)(lambda conn: conn.fetch("SELECT $1::bigint", 2**64))
+    assert await db.read(lambda conn: conn.fetchval("SELECT 41 + 1")) == 42
