@@ -204,7 +204,9 @@ def platform_ids(values: Sequence[str]) -> list[str]:
     """The platform's ids of what was sent of an outbox row."""
     if isinstance(values, str | bytes):
         raise ValueError("platform_ids must be a sequence of ids, not one string")
-    return [check_text("platform_ids", value) for value in values]
+    # From the platform's answer to a send already made: stored as error texts are (a refusal
+    # would leave the row pending, to be sent again).
+    return [error_text("platform_ids", value) for value in values]
 
 
 def check_outbox_failed(outbox_id: int, error: str, state: str) -> str:

@@ -124,3 +124,14 @@ async def test_a_nul_in_a_chat_id_is_refused_when_a_session_is_made(store: Store
     with pytest.raises(ValueError, match="chat_id must not contain a NUL"):
         await store.create_session(CHANNEL, ACCOUNT, "a\x00b", AGENT)
     assert await store.list_sessions() == []
+
+
+async def test_a_sends_platform_id_with_a_nul_is_recorded_and_the_row_is_sent(
+    store: Store,
+) -> None:
+    """The platform answered a send already made: refused, the row would stay pending and the
+    reply go out again."""
+    item = await queued(store)
+    await store.outbox_sent(item.id, [NUL])
+    [row] = await store.list_outbox(SID)
+    assert (row.state, row.platform_ids) == ("sent", (STORED,))
