@@ -301,6 +301,25 @@ async def test_intake_quarantines_a_delivery_the_store_refuses_and_records_the_r
     assert metrics.value(QUARANTINED, channel="whatsapp") == 1
 
 
+async def test_intake_quarantines_a_delivery_with_a_nul_in_an_id_and_records_the_rest(
+    store: SQLiteStore, db: Path, adapters: dict[str, ChannelAdapter]
+) -> None:
+    """PostgreSQL's text holds no NUL: the store refuses such an id on every backend, so the
+    delivery is kept whole in quarantine here as it would be there."""
+    whatsapp = adapters["whatsapp"]
+    await store_delivery(store, whatsapp, wa_messages(("wamid.1", "111", "before")))
+    await store_delivery(store, whatsapp, wa_messages(("wamid.2", "22\x002", "refused")))
+    await store_delivery(store, whatsapp, wa_messages(("wamid.3", "333", "after")))
+    intake, _woken, metrics = make_intake(store, adapters)
+    assert await intake.step() == 3
+    assert [key for _, key in inbox(db)] == ["whatsapp:wamid.1", "whatsapp:wamid.3"]
+    [(reason, body)] = rows(db, "SELECT reason, body FROM quarantine")
+    assert "must not contain a NUL character" in reason
+    assert b"22\\u00002" in body  # the body as it came, escape and all
+    assert await store.unparsed_deliveries() == []
+    assert metrics.value(QUARANTINED, channel="whatsapp") == 1
+
+
 @pytest.mark.parametrize(
     ("name", "field", "state", "level"),
     [
