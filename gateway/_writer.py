@@ -2,9 +2,11 @@
 
 One task owns the writes. ``submit`` queues an item and waits; the task takes what is queued
 (up to ``max_batch``), calls ``store.ingest`` once, and resolves every waiter with its result or
-with the error. Items that queued while a commit ran go into the next commit at once; only an
-item that finds the writer idle waits, up to ``window``, for others to join it. (Waiting the
-window after every commit cost a fifth of the throughput under load in bench/ingest.py.)
+with the error; when the store refuses an item's input (ValueError, nothing written), each item
+is committed alone, so that item's error is its own. Items that queued while a commit ran go
+into the next commit at once; only an item that finds the writer idle waits, up to ``window``,
+for others to join it. (Waiting the window after every commit cost a fifth of the throughput
+under load in bench/ingest.py.)
 """
 
 from __future__ import annotations
@@ -115,11 +117,17 @@ class GroupCommitWriter:
             results = await self._store.ingest([item for item, _ in batch])
             if len(results) != len(batch):
                 raise RuntimeError(f"store.ingest gave {len(results)} results for {len(batch)}")
+        except ValueError as exc:
+            if len(batch) == 1:
+                self._failed(batch, exc)
+                return
+            # An item the store refuses (nothing of the call was written) fails itself only:
+            # each is committed alone, the others as they would have been.
+            for waiting in batch:
+                await self._commit([waiting])
+            return
         except Exception as exc:
-            log.warning("ingest of %d item(s) failed: %s", len(batch), type(exc).__name__)
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
+            self._failed(batch, exc)
             return
         except BaseException:
             for _, future in batch:
@@ -134,6 +142,13 @@ class GroupCommitWriter:
         stored = _stored(batch, results)
         if stored:
             self._on_delivery(stored)
+
+    @staticmethod
+    def _failed(batch: Sequence[_Waiting], exc: Exception) -> None:
+        log.warning("ingest of %d item(s) failed: %s", len(batch), type(exc).__name__)
+        for _, future in batch:
+            if not future.done():
+                future.set_exception(exc)
 
 
 def _stored(batch: Sequence[_Waiting], results: Sequence[IngestResult]) -> list[Delivery]:

@@ -12,7 +12,15 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ._checks import MAX_LIST_LIMIT, check_agent, check_ids, check_int, check_text, check_time
+from ._checks import (
+    MAX_LIST_LIMIT,
+    check_agent,
+    check_ids,
+    check_int,
+    check_no_nul,
+    check_text,
+    check_time,
+)
 from ._ids import validate_session_id
 from ._pipeline_types import OUTBOX_FAILED_STATES, DeliveryIn, QuarantineIn
 from ._rows import dump_json
@@ -80,18 +88,19 @@ def storable_text(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
-def error_text(name: str, value: object) -> str:
-    """An error text to store: a non-empty string, each NUL character as U+FFFD. It may quote
-    what a platform or a model answered, and PostgreSQL's text holds no NUL: refusing it would
-    leave the failure it describes unrecorded."""
+def outside_text(name: str, value: object) -> str:
+    """Text a platform or a model gave (an error, a reason, a platform's id), as stored: a
+    non-empty string, each NUL character as U+FFFD. PostgreSQL's text holds no NUL, and a
+    refusal would leave a failure unrecorded, a reply pending to be sent again, or a delivery
+    unacknowledged."""
     return check_text(name, storable_text(value) if isinstance(value, str) else value)
 
 
 def message_text(text: str | None) -> str | None:
     """A message's text as both backends can store it: ValueError for a NUL character, which
     PostgreSQL's text cannot hold (SQLite could, and the two must not differ)."""
-    if text is not None and "\x00" in text:
-        raise ValueError("text must not contain a NUL character (U+0000)")
+    if text is not None:
+        check_no_nul("text", text)
     return text
 
 
@@ -137,7 +146,7 @@ def check_handoff(session_id: str, agent: str, reason: str) -> str:
     """The arguments of ``set_agent``: the reason as stored (a model may have written it)."""
     validate_session_id(session_id)
     check_agent(agent)
-    return error_text("reason", reason)
+    return outside_text("reason", reason)
 
 
 def turn_batch(
@@ -156,11 +165,10 @@ def dedup_keys(keys: Iterable[str]) -> list[str]:
     """The distinct keys of ``claim``, in order."""
     if isinstance(keys, str | bytes):
         raise ValueError("claim() takes an iterable of keys, not one string")
-    distinct = list(dict.fromkeys(keys))
-    for key in distinct:
+    for key in keys:
         if not isinstance(key, str) or not key:
             raise ValueError(f"dedup keys must be non-empty strings, got {key!r}")
-    return distinct
+    return list(dict.fromkeys(outside_text("dedup keys", key) for key in keys))
 
 
 # pipeline
@@ -168,16 +176,18 @@ def dedup_keys(keys: Iterable[str]) -> list[str]:
 
 def ingest_item(item: object) -> DeliveryIn | QuarantineIn:
     """An item of ``ingest`` checked, as stored: a quarantine's reason (which may quote the
-    body) with each NUL as U+FFFD, as ``error_text``."""
+    body) and a delivery's keys (the platform's message ids) as ``outside_text`` makes them.
+    A refusal here would fail every delivery of the group commit with a 503."""
     if isinstance(item, QuarantineIn):
-        reason = error_text("QuarantineIn.reason", item.reason)
+        reason = outside_text("QuarantineIn.reason", item.reason)
         if reason != item.reason:
             item = replace(item, reason=reason)
     elif isinstance(item, DeliveryIn):
         if not isinstance(item.keys, tuple) or not item.keys:
             raise ValueError("DeliveryIn.keys must be a non-empty tuple of dedup keys")
-        for key in item.keys:
-            check_text("DeliveryIn.keys", key)
+        keys = tuple(outside_text("DeliveryIn.keys", key) for key in item.keys)
+        if keys != item.keys:
+            item = replace(item, keys=keys)
     else:
         raise ValueError(f"ingest takes DeliveryIn and QuarantineIn, got {type(item).__name__}")
     check_text(f"{type(item).__name__}.channel", item.channel)
@@ -193,7 +203,7 @@ def check_inbox_failure(
 ) -> tuple[tuple[int, ...], str, float]:
     """The arguments of ``fail_inbox``: the ids, the error as stored and the retry time."""
     checked = check_ids("ids", ids)
-    stored = error_text("error", error)
+    stored = outside_text("error", error)
     retry_at = check_time("next_attempt_at", next_attempt_at)
     if not isinstance(dead, bool):
         raise ValueError(f"dead must be a bool, got {type(dead).__name__}")
@@ -206,13 +216,13 @@ def platform_ids(values: Sequence[str]) -> list[str]:
         raise ValueError("platform_ids must be a sequence of ids, not one string")
     # From the platform's answer to a send already made: stored as error texts are (a refusal
     # would leave the row pending, to be sent again).
-    return [error_text("platform_ids", value) for value in values]
+    return [outside_text("platform_ids", value) for value in values]
 
 
 def check_outbox_failed(outbox_id: int, error: str, state: str) -> str:
     """The arguments of ``outbox_failed``: the error as stored."""
     check_int("outbox_id", outbox_id, 1)
-    stored = error_text("error", error)
+    stored = outside_text("error", error)
     if state not in OUTBOX_FAILED_STATES:
         raise ValueError(f"state must be one of {OUTBOX_FAILED_STATES}, got {state!r}")
     return stored
@@ -280,4 +290,4 @@ def check_download_end(attachment_id_: str, state: str, size: int, error: str | 
     attachment_id(attachment_id_)
     choice("state", state, ("ready", "failed"))
     check_int("size", size, 0)
-    return None if error is None else error_text("error", error)
+    return None if error is None else outside_text("error", error)

@@ -39,6 +39,11 @@ def check_text(name: str, value: object) -> str:
     """A non-empty string with no NUL character (PostgreSQL's text holds none)."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+    return check_no_nul(name, value)
+
+
+def check_no_nul(name: str, value: str) -> str:
+    """``value``, unless it holds a NUL character (U+0000), which PostgreSQL's text cannot."""
     if "\x00" in value:
         raise ValueError(f"{name} must not contain a NUL character (U+0000)")
     return value
@@ -90,8 +95,7 @@ def session_values(
     for name, part in (("channel", channel), ("account", account), ("chat_id", chat_id)):
         if not isinstance(part, str):
             raise ValueError(f"{name} must be a string, got {type(part).__name__}")
-        if "\x00" in part:
-            raise ValueError(f"{name} must not contain a NUL character (U+0000)")
+        check_no_nul(name, part)
     return {
         "session_id": make_session_id(channel, account, chat_id),
         "channel": channel,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ._args import error_text, storable_text
+from ._args import outside_text, storable_text
 from ._checks import check_agent, check_text, json_object, session_values
 from ._ids import make_session_id
 from ._pipeline_rows import STATUS_RANK
@@ -128,7 +128,7 @@ def prepare(parsed: ParsedDelivery, starting_agent: str, now: float) -> Rows:
     """Check ``parsed`` and build its rows; ValueError naming the field at fault."""
     if not isinstance(parsed, ParsedDelivery):
         raise ValueError(f"parsed must be a ParsedDelivery, got {type(parsed).__name__}")
-    failure = None if parsed.failure is None else error_text("parsed.failure", parsed.failure)
+    failure = None if parsed.failure is None else outside_text("parsed.failure", parsed.failure)
     inbox_rows = [_inbox_row(item, now) for item in parsed.inbox]
     arrivals = [_arrival(item, now) for item in parsed.inbox]
     membership_rows = [_membership_row(item, now) for item in parsed.memberships]

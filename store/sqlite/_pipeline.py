@@ -220,7 +220,7 @@ class PipelineMethods:
         """Record a retryable failure: attempts + 1, stays pending until ``next_attempt_at``."""
         check_int("outbox_id", outbox_id, 1)
         retry_at = check_time("next_attempt_at", next_attempt_at)
-        stored = args.error_text("error", error)
+        stored = args.outside_text("error", error)
         run = partial(outbox.retry, outbox_id=outbox_id, next_attempt_at=retry_at, error=stored)
         await self._db.write(run)
 
@@ -238,7 +238,7 @@ class PipelineMethods:
         """Send a pending row to ``chat_id`` instead (a migrated chat); attempts + 1."""
         check_int("outbox_id", outbox_id, 1)
         check_text("chat_id", chat_id)
-        stored = args.error_text("error", error)
+        stored = args.outside_text("error", error)
         run = partial(outbox.redirect, outbox_id=outbox_id, chat_id=chat_id, error=stored)
         await self._db.write(run)
 

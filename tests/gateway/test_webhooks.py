@@ -166,6 +166,27 @@ async def test_concurrent_duplicates_share_one_delivery_row(client: Client, db_p
     assert counts(db_path)["deliveries"] == 1
 
 
+async def test_a_message_id_with_a_nul_is_acknowledged_and_fails_no_other_delivery(
+    client: Client, db_path: Path
+) -> None:
+    """PostgreSQL's text holds no NUL: the key is stored with U+FFFD in its place (a refusal
+    would fail every delivery sharing its commit with 503, at each of Meta's retries). The
+    intake later quarantines the delivery whole (tests/gateway/test_intake.py)."""
+    odd = wa_delivery([wa_text("wamid.odd\x00one")])
+    plain = wa_delivery([wa_text("wamid.plain")])
+    posts = [
+        client.post("/webhooks/whatsapp", data=body, headers=wa_headers(body))
+        for body in (odd, plain, odd)
+    ]
+    responses = await asyncio.gather(*posts)
+    assert [r.status for r in responses] == [200, 200, 200]
+    stored = [json.loads(keys) for (keys,) in rows(db_path, "SELECT keys FROM deliveries")]
+    assert sorted(stored) == [["whatsapp:wamid.odd\ufffdone"], ["whatsapp:wamid.plain"]]
+    again = await client.post("/webhooks/whatsapp", data=odd, headers=wa_headers(odd))
+    assert again.status == 200
+    assert counts(db_path)["deliveries"] == 2  # the redelivery is a duplicate
+
+
 async def test_a_delivery_for_an_unconfigured_number_is_acknowledged_and_not_stored(
     client: Client, db_path: Path
 ) -> None:

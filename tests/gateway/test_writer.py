@@ -138,6 +138,30 @@ async def test_writer_gives_a_store_error_to_every_waiter(store: SQLiteStore) ->
         await writer.aclose()
 
 
+async def test_writer_gives_an_item_the_store_refuses_its_own_error_only(
+    store: SQLiteStore, db_path: Path
+) -> None:
+    """Refused input (here a dedup key that is empty) fails its own submit with the store's
+    ValueError; the items that shared its commit are committed one by one, as before."""
+    writer = await started(store, window=LONG, max_batch=3)
+    try:
+        outcomes = await asyncio.gather(
+            writer.submit(delivery("k1")),
+            writer.submit(delivery("")),
+            writer.submit(delivery("k3")),
+            return_exceptions=True,
+        )
+    finally:
+        await writer.aclose()
+    first, refused, third = outcomes
+    assert isinstance(refused, ValueError)
+    assert "DeliveryIn.keys" in str(refused)
+    assert isinstance(first, IngestResult)
+    assert isinstance(third, IngestResult)
+    assert (first.new_keys, third.new_keys) == ({"k1"}, {"k3"})
+    assert count(db_path, "deliveries") == 2
+
+
 async def test_writer_flushes_queued_items_on_close(store: SQLiteStore, db_path: Path) -> None:
     writer = await started(store, window=LONG, max_batch=100)
     waiting = [asyncio.ensure_future(writer.submit(delivery(f"k{i}"))) for i in range(5)]

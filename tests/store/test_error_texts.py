@@ -135,3 +135,15 @@ async def test_a_sends_platform_id_with_a_nul_is_recorded_and_the_row_is_sent(
     await store.outbox_sent(item.id, [NUL])
     [row] = await store.list_outbox(SID)
     assert (row.state, row.platform_ids) == ("sent", (STORED,))
+
+
+async def test_a_dedup_key_with_a_nul_is_claimed_once(store: Store) -> None:
+    """A platform's message id: stored as the other outside texts, so its redelivery is still a
+    duplicate (refused, the delivery could never be acknowledged)."""
+    assert await store.claim([NUL]) == {STORED}
+    assert await store.claim([NUL, STORED]) == set()
+    [result] = await store.ingest([delivery(NUL)])
+    assert result.new_keys == frozenset()  # claimed above: a duplicate
+    [fresh] = await store.ingest([delivery("k\x002")])
+    assert fresh.new_keys == frozenset({"k\ufffd2"})
+    assert fresh.delivery_id is not None
