@@ -81,6 +81,7 @@ def _arrival(item: InboxIn, now: float) -> Arrival:
     detail = {
         "role": "user",
         "text": event.get("text"),
+        "agent": None,  # the frame's fields are the same for every role (CONTRACT.md)
         "kind": event.get("kind"),
         "message_id": event.get("message_id"),
         "sender_name": event.get("sender_name"),

@@ -77,6 +77,7 @@ async def test_inbound_message_event_lists_links_and_new_platform_files(
     assert event.detail == {
         "role": "user",
         "text": "see",
+        "agent": None,
         "kind": "image",
         "message_id": "wamid.1",
         "sender_name": None,
