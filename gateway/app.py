@@ -40,6 +40,7 @@ from ._keys import (
     WRITER,
 )
 from ._lease import Lease
+from ._loop import listening_sockets, loop_name, new_event_loop
 from ._metrics import BACKLOG as BACKLOG_GAUGE
 from ._metrics import BATCH_SIZE, PACED_RATE, Metrics
 from ._pacer import AckPacer
@@ -270,20 +271,30 @@ def raise_open_files_limit() -> tuple[int, int]:
     return soft, soft
 
 
+def running_line(banner: str) -> str:
+    """aiohttp's start banner as one line: "Running on http://...", without its frame of
+    ``=`` and the "(Press CTRL+C to quit)" meant for a terminal."""
+    first = banner.strip().splitlines()[0] if banner.strip() else banner
+    return first.strip("= ")
+
+
 def serve(settings: Settings) -> None:
     """Serve until SIGINT/SIGTERM, then shut down cleanly."""
     before, after = raise_open_files_limit()
     if after != before:
         log.info("open-files limit raised from %d to %d", before, after)
+    sockets = listening_sockets(settings.server)  # a port in use: an error, before anything
+    loop = new_event_loop(settings.server.event_loop)
+    log.info("event loop: %s", loop_name(loop))
     if settings.sandbox.enabled:
         print(sandbox_banner(settings), flush=True)
     app = build_app(settings)
     app.on_startup.append(freeze_startup_objects)  # after the cleanup contexts have started
     web.run_app(
         app,
-        host=settings.server.host,
-        port=settings.server.port,
-        print=lambda text: log.info("%s", text.strip()),
+        sock=sockets,
+        loop=loop,
+        print=lambda text: log.info("%s", running_line(text)),
         # No line per request: at INFO it cut ingest from ~7,700 to ~3,400 webhooks/s on one
         # core (bench/ingest.py). /metrics counts requests; refusals are logged with a reason.
         access_log=None,

@@ -51,6 +51,7 @@ class ServerConfig(_Section):
     # opening or its last response; see docs/security.md#http-limits).
     keepalive_timeout: float = Field(default=15.0, gt=0)
     shutdown_timeout: float = Field(default=10.0, gt=0)  # running turns get this long to finish
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"  # auto: uvloop where installed
 
 
 class IngestConfig(_Section):
