@@ -1,7 +1,8 @@
 """The dedup key of one Update, cheaply: ``json.loads`` and a few lookups, no PTB objects.
 
-It mirrors ``_parse``'s decisions: an update type the parser ignores (or a chat-member change
-that is not a block) has no key; a body the parser would refuse raises ChannelError. A message
+It mirrors ``_parse``'s decisions: a chat-member change that is not a block has no key; a body
+the parser would refuse, an update type it does not handle included, raises ChannelError (the
+delivery is quarantined whole, to be replayed by a release that handles it). A message
 the bot does not answer (group chatter not addressed to it, a command for another bot, an edit
 under ``edited_messages = "ignore"``) still has its key: it is claimed like any other, so a
 retried delivery of it is dropped at the door, and the parser then gives it no event. An update
@@ -15,7 +16,7 @@ from typing import Any
 
 from .._errors import ChannelError
 from ._call import CHANNEL
-from ._parse import HANDLED_UPDATES, _load
+from ._parse import HANDLED_UPDATES, _load, unhandled_type
 
 _MESSAGES = frozenset({"message", "edited_message", "channel_post", "edited_channel_post"})
 
@@ -28,7 +29,7 @@ def update_keys(body: bytes, account: str) -> list[str]:
         raise ChannelError(CHANNEL, "update without an integer update_id")
     kind = _update_type(data)
     if kind not in HANDLED_UPDATES:
-        return []
+        raise ChannelError(CHANNEL, unhandled_type(kind))
     payload = data[kind]
     if not isinstance(payload, dict):
         raise ChannelError(CHANNEL, f"{kind} is not an object")

@@ -22,6 +22,7 @@ from ._parse import (
     TEMPLATE_FIELDS,
     _load,
     template_key,
+    unhandled_field,
 )
 
 
@@ -70,6 +71,7 @@ class _Walk:
             self.add(template_key(field, value) if isinstance(value, dict) else None, field)
             return
         if field != "messages":
+            self.broken.append(unhandled_field("a change", field))
             return
         metadata = value.get("metadata") if isinstance(value, dict) else None
         account = metadata.get("phone_number_id") if isinstance(metadata, dict) else None

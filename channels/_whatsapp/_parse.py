@@ -103,7 +103,7 @@ def _change(change: object, where: str, result: _Result, waba: str) -> None:
         _guard(where, change.get("value"), result, partial(_template, field=name, waba=waba))
         return
     if name != "messages":
-        result.ignored.append(f"field:{_short(name)}")
+        result.failures.append(unhandled_field(where, name))
         return
     value = change.get("value")
     metadata = value.get("metadata") if isinstance(value, dict) else None
@@ -342,6 +342,13 @@ def _validation_reason(exc: ValidationError) -> str:
 def _wamid(raw: object) -> str:
     wamid = raw.get("id") if isinstance(raw, dict) else None
     return f" ({_short(wamid)})" if isinstance(wamid, str) and wamid else ""
+
+
+def unhandled_field(where: str, name: object) -> str:
+    """The reason a change of a webhook field the gateway does not handle is quarantined (a
+    field subscribed in the app's dashboard beside ``messages``): kept whole, replayable once a
+    release handles it, never dropped unseen."""
+    return f"{where}: field {_short(name)} is not handled"
 
 
 def _short(value: object, limit: int = 80) -> str:

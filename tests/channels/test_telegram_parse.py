@@ -214,8 +214,6 @@ EXPECTED: dict[str, dict[str, Any] | None] = {
     },
     "21_dice.json": {**ALICE, "kind": "unsupported", "platform_type": "dice", "text": None},
     "22_poll_message.json": {**BOB_IN_GROUP, "kind": "unsupported", "platform_type": "poll"},
-    "23_chat_join_request.json": None,
-    "24_poll_update.json": None,
     "25_venue.json": {
         **ALICE,
         "kind": "location",
@@ -284,7 +282,7 @@ def update_body(**update: Any) -> bytes:
 
 
 def test_fixtures_all_have_an_expectation() -> None:
-    assert sorted(EXPECTED) == fixture_names()
+    assert sorted([*EXPECTED, *NOT_HANDLED]) == fixture_names()
 
 
 @pytest.mark.parametrize("name", fixture_names())
@@ -346,9 +344,21 @@ def test_parse_unknown_account_is_rejected(adapter: TelegramAdapter) -> None:
         adapter.parse(fixture_bytes("01_private_text.json"), "nope")
 
 
-def test_parse_ignores_an_update_type_ptb_does_not_know(adapter: TelegramAdapter) -> None:
-    result = adapter.parse(update_body(brand_new_update={"id": 1}), "support")
-    assert (result.events, result.ignored) == ((), ("brand_new_update",))
+NOT_HANDLED = ("23_chat_join_request.json", "24_poll_update.json")
+
+
+@pytest.mark.parametrize("name", NOT_HANDLED)
+def test_parse_refuses_an_update_type_it_does_not_handle(
+    adapter: TelegramAdapter, name: str
+) -> None:
+    kind = next(k for k in json.loads(fixture_bytes(name)) if k != "update_id")
+    with pytest.raises(ChannelError, match=f"update type '{kind}' is not handled"):
+        adapter.parse(fixture_bytes(name), "support")
+
+
+def test_parse_refuses_an_update_type_ptb_does_not_know(adapter: TelegramAdapter) -> None:
+    with pytest.raises(ChannelError, match="'brand_new_update' is not handled"):
+        adapter.parse(update_body(brand_new_update={"id": 1}), "support")
 
 
 def message(**fields: Any) -> dict[str, Any]:

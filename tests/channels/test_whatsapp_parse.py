@@ -324,8 +324,8 @@ def test_parse_flow_reply_whose_response_json_is_not_an_object_fails() -> None:
 
 def test_parse_batch_keeps_every_entry_change_message_and_status() -> None:
     result = parse("batch.json")
-    assert result.failures == ()
-    assert result.ignored == ("field:account_update",)
+    assert result.failures == ("entry[0].changes[1]: field account_update is not handled",)
+    assert result.ignored == ()
     summary = [
         (e.type, e.account, e.chat_id, e.message_id, getattr(e, "sender_name", None))
         for e in result.events
@@ -373,7 +373,7 @@ def test_parse_value_errors_attach_to_every_event_of_that_value() -> None:
     result = parse_delivery(json.dumps(body).encode())
     codes = [[err.code for err in e.errors] for e in result.events]
     assert codes == [[131000], [131000], [131000], []]
-    assert result.failures == ()
+    assert all("account_update" in failure for failure in result.failures)
 
 
 def test_parse_message_errors_follow_value_errors() -> None:
@@ -544,14 +544,17 @@ def test_parse_bad_entries_and_changes_become_failures(entry: Any, failure: str)
     assert failure in reason
 
 
-def test_parse_other_fields_are_ignored_not_failed() -> None:
+def test_parse_other_fields_are_failures_so_the_delivery_is_quarantined() -> None:
     changes = [{"field": "account_update", "value": {}}, {"value": {}}]
     body = json.dumps(
         {"object": "whatsapp_business_account", "entry": [{"id": "1", "changes": changes}]}
     ).encode()
     result = parse_delivery(body)
-    assert (result.events, result.failures) == ((), ())
-    assert result.ignored == ("field:account_update", "field:None")
+    assert (result.events, result.ignored) == ((), ())
+    assert result.failures == (
+        "entry[0].changes[0]: field account_update is not handled",
+        "entry[0].changes[1]: field None is not handled",
+    )
 
 
 def test_adapter_parse_is_the_parser() -> None:

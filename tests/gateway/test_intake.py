@@ -240,14 +240,14 @@ async def test_intake_answers_a_pressed_telegram_button(
     assert len(inbox(db)) == 1
 
 
-async def test_intake_counts_update_types_it_ignores(
+async def test_intake_counts_updates_it_ignores(
     store: SQLiteStore, adapters: dict[str, ChannelAdapter]
 ) -> None:
-    body = tg.fixture_bytes("24_poll_update.json")
-    await store.ingest([DeliveryIn("telegram", "support", body, ("telegram:support:poll",))])
+    body = tg.fixture_bytes("33_group_command_other_bot.json")  # a command for another bot
+    await store.ingest([DeliveryIn("telegram", "support", body, ("telegram:support:other",))])
     intake, _, metrics = make_intake(store, adapters)
     await intake.step()
-    assert metrics.value(IGNORED, channel="telegram", type="poll") == 1
+    assert metrics.value(IGNORED, channel="telegram", type="message") == 1
 
 
 async def test_intake_run_parses_on_a_wake_up_and_by_polling(
