@@ -1,29 +1,53 @@
 """A fresh PostgreSQL schema per test, on the server ``GATEWAY_TEST_POSTGRES_URL`` names.
 
-``.ci/run`` sets the variable (and starts the local server if it is down); without it the
-PostgreSQL cases are skipped, with the reason shown.
+``.ci/run`` sets the variable (and starts the local server if it is down). Without it the
+server on 127.0.0.1:5432 is used when one answers there (database ``postgres``, the user libpq
+would take: ``PGUSER`` or the login name), as CONTRACT.md says; else the PostgreSQL cases are
+skipped, with the reason shown.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 
 import asyncpg
 import pytest
 
 URL_VARIABLE = "GATEWAY_TEST_POSTGRES_URL"
+LOCAL_URL = "postgresql://127.0.0.1:5432/postgres"
 
 
 def server_url() -> str:
     """The test server's url, or skip the test."""
-    url = os.environ.get(URL_VARIABLE, "")
+    url = os.environ.get(URL_VARIABLE, "") or local_server()
     if not url:
-        pytest.skip(f"{URL_VARIABLE} is not set: no PostgreSQL to test against")
+        pytest.skip(
+            f"{URL_VARIABLE} is not set and no PostgreSQL answers on 127.0.0.1:5432: "
+            "no PostgreSQL to test against"
+        )
     return url
+
+
+@functools.cache
+def local_server() -> str:
+    """LOCAL_URL when a connection to it succeeds (asked once per test run), else ""."""
+
+    async def connects() -> bool:
+        try:
+            conn = await asyncpg.connect(LOCAL_URL, timeout=3)
+        except (OSError, asyncpg.PostgresError, TimeoutError):
+            return False
+        await conn.close()
+        return True
+
+    with ThreadPoolExecutor(1) as pool:  # callers may be inside a running event loop
+        return LOCAL_URL if pool.submit(asyncio.run, connects()).result() else ""
 
 
 def with_search_path(url: str, schema: str) -> str:
