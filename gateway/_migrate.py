@@ -4,6 +4,10 @@ backend (SQLite to PostgreSQL, or back), every row with its id, then check the c
 from __future__ import annotations
 
 import argparse
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO, cast
 
@@ -20,22 +24,27 @@ from webhook_bot_gateway.store import (
     sqlite_path,
 )
 
+from ._same_store import MEMORY, same_store
 from ._summary import mask_url
+
+_SQLITE_FILES = ("", "-wal", "-shm", "-journal")  # a database and the files SQLite adds to it
 
 
 async def migrate_store(args: argparse.Namespace, out: TextIO) -> int:
     """Copy ``args.source`` into ``args.target``; 0 when every table's count matches."""
     source_url, target_url = check_url(args.source), check_url(args.target)
-    if source_url == target_url:
+    if same_store(source_url, target_url):  # before anything is opened: --replace empties
         raise ValueError("--from and --to name the same store")
     _check_source_exists(source_url)
-    source = await open_store(source_url)
+    _check_target_path(target_url)
+    source = await _open("--from", source_url)
     try:
-        target = await open_store(target_url)
-        try:
-            return await _copy(source, target, args, out)
-        finally:
-            await target.aclose()
+        with _removed_on_failure(target_url):
+            target = await _open("--to", target_url)
+            try:
+                return await _copy(source, target, args, out)
+            finally:
+                await target.aclose()
     finally:
         await source.aclose()
 
@@ -46,6 +55,46 @@ def _check_source_exists(url: str) -> None:
         raise ValueError(f"--from names no SQLite file: {sqlite_path(url)}")
 
 
+def _check_target_path(url: str) -> None:
+    """A SQLite target is a file, new or not, in a folder that exists. Unlike ``gateway serve``,
+    this command makes no folder: a typo would put the copy where no ``store.url`` looks."""
+    if is_postgres(url) or sqlite_path(url) == MEMORY:
+        return
+    path = sqlite_path(url)
+    if os.path.isdir(path):
+        raise ValueError(f"--to names a folder, not a SQLite file: {path}")
+    if not os.path.isdir(os.path.dirname(path) or "."):
+        folder = os.path.dirname(path)
+        raise ValueError(f"--to {path}: the folder {folder} does not exist; create it first")
+
+
+async def _open(flag: str, url: str) -> Store:
+    """``open_store``, its failures named by the option and the path (or the masked url)."""
+    try:
+        return await open_store(url)
+    except sqlite3.Error as exc:  # not a database, a file SQLite cannot open, ...
+        path = sqlite_path(url)
+        raise StoreError(f"{flag} {path} cannot be used as a SQLite store: {exc}") from exc
+    except StoreError as exc:
+        shown = mask_url(url) if is_postgres(url) else sqlite_path(url)
+        raise StoreError(f"{flag} {shown}: {exc}") from exc
+
+
+@contextmanager
+def _removed_on_failure(url: str) -> Iterator[None]:
+    """A SQLite target that did not exist is deleted again if the copy fails, so no half copy
+    is left behind. A target that existed is left as it is."""
+    path = "" if is_postgres(url) else sqlite_path(url)
+    made = path not in ("", MEMORY) and not os.path.lexists(path)
+    try:
+        yield
+    except BaseException:
+        if made:
+            for suffix in _SQLITE_FILES:
+                Path(path + suffix).unlink(missing_ok=True)
+        raise
+
+
 async def _copy(source: Store, target: Store, args: argparse.Namespace, out: TextIO) -> int:
     print(f"copying {mask_url(args.source)} -> {mask_url(args.target)}", file=out)
     try:
@@ -54,6 +103,8 @@ async def _copy(source: Store, target: Store, args: argparse.Namespace, out: Tex
         raise StoreError(f"{exc}; pass --replace to empty it first") from None
     except CountMismatch as exc:
         raise StoreError(str(exc)) from None
+    except sqlite3.Error as exc:  # e.g. a source row the target's constraints refuse
+        raise StoreError(f"the copy failed: {exc}") from exc
     for table, rows in copied.items():
         print(f"  {table}: {rows} rows", file=out)
     print("counts verified: the target holds every row of the source", file=out)
