@@ -234,7 +234,10 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
                 yield
         finally:
             app[STOPPING].set()
-            await pipeline.stop(settings.server.shutdown_timeout)
+            timeout = settings.server.shutdown_timeout
+            log.info("shutting down: running turns get %g s, then roll back", timeout)
+            await pipeline.stop(timeout)
+            log.info("pipeline stopped")
     finally:
         await registry.aclose()
         await http.close()

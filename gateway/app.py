@@ -300,3 +300,4 @@ def serve(settings: Settings) -> None:
         access_log=None,
         # keepalive_timeout, lingering_time, auto_decompress: server_options(), on the app.
     )
+    log.info("stopped")

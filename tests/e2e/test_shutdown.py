@@ -4,6 +4,7 @@ the rest roll back, and the process exits 0. A slow tool makes a turn take its t
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from pathlib import Path
 
@@ -63,6 +64,15 @@ def user_messages(gateway: Gateway) -> int:
     return int(rows[0][0])
 
 
+def shutdown_lines(gateway: Gateway) -> list[str]:
+    """The messages of the log's lines from the shutdown on, as docs/logging.md lists them."""
+    lines = [json.loads(line) for line in gateway.log(tail=400).splitlines() if '"level"' in line]
+    messages = [line["message"] for line in lines]
+    starts = [i for i, m in enumerate(messages) if m.startswith("shutting down")]
+    ends = {"shutting down", "pipeline stopped", "stopped"}
+    return [m for m in messages[starts[-1] :] if m.split(":")[0] in ends] if starts else []
+
+
 @pytest.mark.usefixtures("slow_tools")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 async def test_e2e_shutdown_lets_a_running_turn_finish_and_exits_0(
@@ -72,6 +82,11 @@ async def test_e2e_shutdown_lets_a_running_turn_finish_and_exits_0(
     assert await post(http, gateway.url, telegram_text(6101, 6001, "wait 1")) == 200
     await eventually(lambda: running(gateway), "the turn to start")
     assert await gateway.stop(sig) == 0
+    assert shutdown_lines(gateway) == [
+        "shutting down: running turns get 10 s, then roll back",
+        "pipeline stopped",
+        "stopped",
+    ]
     assert user_messages(gateway) == 1  # the turn committed before the process left
     assert gateway.query("SELECT state FROM inbox") == [("done",)]
     assert gateway.query("SELECT status FROM sessions") == [("idle",)]
