@@ -112,9 +112,11 @@ class AgentsConfig(_Section):
                 self.starting_agent,
                 complete=self.module is None,
             )
-        for agent in self.agents:
+        for index, agent in enumerate(self.agents):
             if agent.model not in (None, RULES, *self.models):
-                raise AgentConfigError(agent.name, f"model {agent.model!r} is not declared")
+                problem = f"model {agent.model!r} is not declared"
+                key = f"agents.list[{index}].model"
+                raise AgentConfigError(agent.name, problem, key=key, problem=problem)
         return self
 
 
@@ -133,7 +135,17 @@ def check_agent_names(
             if target not in names:
                 raise AgentConfigError(name, f"handoff target {target!r} is not declared")
     if starting not in names:
-        raise AgentConfigError(starting, "named by starting_agent but not declared")
+        problem = f"agent {starting!r} is not declared"
+        if names:
+            problem += f" (declared: {', '.join(sorted(names))})"
+        else:
+            problem += ", and no agent is: declare them in [[agents.list]] or agents.module"
+        raise AgentConfigError(
+            starting,
+            "named by starting_agent but not declared",
+            key="agents.starting_agent",
+            problem=problem,
+        )
 
 
 def _agent_problems(agent: AgentConfig) -> list[str]:

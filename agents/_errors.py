@@ -1,7 +1,8 @@
 """Agents exception hierarchy.
 
 * AgentError
-  + AgentConfigError(ValueError)   a declaration that cannot run; names the agent
+  + AgentConfigError(ValueError)   a declaration that cannot run; names the agent (and the
+                                   config key, where it comes from one)
   + ModelBackendError              a model server refused or failed (status when known)
   + StepLimitExceeded              a turn needed more model calls than allowed; rolled back
   + TurnCancelled                  the turn's cancel event was set; rolled back
@@ -20,9 +21,15 @@ class AgentError(Exception):
 class AgentConfigError(AgentError, ValueError):
     code = "agent_config"
 
-    def __init__(self, agent: str | None, message: str) -> None:
+    def __init__(
+        self, agent: str | None, message: str, *, key: str | None = None, problem: str = ""
+    ) -> None:
         super().__init__(f"agent {agent!r}: {message}" if agent else message)
         self.agent = agent
+        # Where the declaration came from the config: the key at fault
+        # (agents.list[0].tools[1]) and the problem as it reads after that key.
+        self.key = key
+        self.problem = problem or str(self)
 
 
 class ModelBackendError(AgentError):

@@ -6,7 +6,7 @@ import importlib
 import importlib.util
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import aiohttp
 
@@ -38,14 +38,20 @@ def build_registry(
     ``whatsapp_template``), given rather than imported as they need the application's config.
     """
     models = {name: _openai(name, config, environ, session, sleep) for name in config.models}
-    agents = [agent_from_config(spec, builtin_tools or {}) for spec in config.agents]
+    agents = [
+        agent_from_config(spec, builtin_tools or {}, key=f"agents.list[{index}]")
+        for index, spec in enumerate(config.agents)
+    ]
     if config.module:
         agents += module_agents(config.module)
     return Registry(agents, config.starting_agent, models=models)
 
 
-def agent_from_config(spec: AgentConfig, builtin_tools: Mapping[str, Tool] | None = None) -> Agent:
-    """One ``[[agents.list]]`` entry as an ``Agent``; its tools imported by dotted path."""
+def agent_from_config(
+    spec: AgentConfig, builtin_tools: Mapping[str, Tool] | None = None, *, key: str | None = None
+) -> Agent:
+    """One ``[[agents.list]]`` entry (at config ``key``, if known) as an ``Agent``; its tools
+    imported by dotted path."""
     builtin = builtin_tools or {}
     model: ModelBackend | str | None = spec.model
     if spec.model == RULES:
@@ -53,7 +59,10 @@ def agent_from_config(spec: AgentConfig, builtin_tools: Mapping[str, Tool] | Non
     return Agent(
         name=spec.name,
         instructions=spec.instructions,
-        tools=[builtin.get(path) or import_tool(spec.name, path) for path in spec.tools],
+        tools=[
+            builtin.get(path) or import_tool(spec.name, path, key=key and f"{key}.tools[{index}]")
+            for index, path in enumerate(spec.tools)
+        ],
         handoffs=spec.handoffs,
         model=model,
         kind=spec.kind,
@@ -63,32 +72,42 @@ def agent_from_config(spec: AgentConfig, builtin_tools: Mapping[str, Tool] | Non
     )
 
 
-def import_tool(agent: str, path: str) -> Tool:
-    """The ``Tool`` at ``package.module.name`` (a plain function is wrapped with ``@tool``)."""
+def import_tool(agent: str, path: str, *, key: str | None = None) -> Tool:
+    """The ``Tool`` at ``package.module.name`` (a plain function is wrapped with ``@tool``);
+    ``key``: where the config names it, for the error."""
     moved = moved_path(path)
     if moved:
-        raise AgentConfigError(agent, f"tool {path!r} is now {moved!r}: {MOVED_REASON}")
+        problem = f"{path!r} is now {moved!r}: {MOVED_REASON}"
+        raise AgentConfigError(agent, f"tool {problem}", key=key, problem=problem)
     try:
         found = _import(path)
         return found if isinstance(found, Tool) else make_tool(found)
     except Exception as exc:
-        raise AgentConfigError(agent, f"tool {path!r} cannot be imported: {exc}") from exc
+        message = f"tool {path!r} cannot be imported: {exc}"
+        problem = f"cannot import {path!r}: {exc}"
+        raise AgentConfigError(agent, message, key=key, problem=problem) from exc
 
 
 def module_agents(module_name: str) -> list[Agent]:
     """The ``AGENTS`` sequence of ``module_name``."""
-    where = f"agents.module {module_name!r}"
     moved = moved_path(module_name, module=True)
     if moved:
-        raise AgentConfigError(None, f"{where} is now {moved!r}: {MOVED_REASON}")
+        _module_error(module_name, f"is now {moved!r}: {MOVED_REASON}")
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise AgentConfigError(None, f"{where} cannot be imported: {exc}") from exc
+        message = f"agents.module {module_name!r} cannot be imported: {exc}"
+        problem = f"cannot import {module_name!r}: {exc}"
+        raise AgentConfigError(None, message, key="agents.module", problem=problem) from exc
     found = getattr(module, "AGENTS", None)
     if not isinstance(found, list | tuple) or not all(isinstance(a, Agent) for a in found):
-        raise AgentConfigError(None, f"{where} must define AGENTS, a list of Agent objects")
+        _module_error(module_name, "must define AGENTS, a list of Agent objects")
     return list(found)
+
+
+def _module_error(module_name: str, problem: str) -> NoReturn:
+    problem = f"{module_name!r} {problem}"
+    raise AgentConfigError(None, f"agents.module {problem}", key="agents.module", problem=problem)
 
 
 MOVED_REASON = f"the gateway's packages are installed under {IMPORT_PACKAGE}"
@@ -131,6 +150,9 @@ def _openai(
         api_key = environ.get(settings.api_key_env)
         if not api_key:
             message = f"environment variable {settings.api_key_env} (its API key) is not set"
-            raise AgentConfigError(None, f"agents.models.{name}: {message}")
+            key = f"agents.models.{name}.api_key_env"
+            raise AgentConfigError(
+                None, f"agents.models.{name}: {message}", key=key, problem=message
+            )
     extra: dict[str, Any] = {"sleep": sleep} if sleep else {}
     return OpenAIModel(name, settings, api_key=api_key, session=session, **extra)

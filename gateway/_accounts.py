@@ -6,7 +6,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from webhook_bot_gateway.agents import Registry, build_registry
+from webhook_bot_gateway.agents import AgentConfigError, Registry, build_registry
 
 from ._templates import builtin_tools
 from .errors import ConfigError
@@ -74,8 +74,14 @@ def declared_in_config(settings: Settings) -> list[str] | None:
 
 
 async def gateway_registry(settings: Settings) -> Registry:
-    """The agents' registry with each account's own starting agent checked and bound."""
-    registry = build_registry(settings.agents, builtin_tools=builtin_tools(settings.whatsapp))
+    """The agents' registry with each account's own starting agent checked and bound; a
+    declaration the config names by key fails as a ConfigError naming it."""
+    try:
+        registry = build_registry(settings.agents, builtin_tools=builtin_tools(settings.whatsapp))
+    except AgentConfigError as exc:
+        if exc.key is None:
+            raise
+        raise ConfigError(exc.key, exc.problem) from exc
     try:
         check_account_agents(settings, registry.names)
     except ConfigError:

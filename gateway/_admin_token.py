@@ -1,7 +1,8 @@
 """No publicly known secret by default (docs/security.md#defaults).
 
 * ``admin.token_file``: with ``admin.token`` empty, the admin token is read from this file; a
-  missing file is made with a random token (mode 0600) and the token is printed once.
+  missing file is made with a random token (mode 0600) and the token is printed once, by
+  ``gateway serve`` only (``load_settings(make_token_file=...)``: check-config writes nothing).
 * Published values (the demo secrets of config.example.toml and a few obvious ones) and empty
   webhook secrets are refused at load wherever strangers may reach the server; so are admin
   tokens shorter than ``MIN_ADMIN_TOKEN`` characters off loopback.

@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
-from webhook_bot_gateway.store import Message, Session, Store, open_store, validate_session_id
+from pydantic import BaseModel
+
+from webhook_bot_gateway.store import (
+    PARKED_ERROR,
+    Store,
+    is_postgres,
+    open_store,
+    sqlite_path,
+    validate_session_id,
+)
 
 from ._accounts import gateway_registry
+from ._api_models import MessageOut, SessionDetail, SessionOut, SessionsPage
 from ._export import export_command
 from ._logging import configured_secrets
 from ._media.files import erase_session
@@ -21,9 +30,31 @@ from ._sandbox import sandbox_warnings
 from ._summary import summarize
 from .config import Settings
 
+MEMORY = ":memory:"
+
+
+def check_store_exists(url: str) -> None:
+    """ValueError (``error: ...``, exit 1) unless a SQLite url names a file that exists: the
+    offline commands work on a store ``gateway serve`` made, and never create one (a mistyped
+    url would otherwise answer with an empty store, and leave a new file and folders behind)."""
+    if is_postgres(url):
+        return  # a missing database is refused by the server itself
+    path = sqlite_path(url)
+    if path == MEMORY:
+        raise ValueError(
+            "store.url is sqlite:///:memory:, which holds nothing outside a running gateway"
+        )
+    if not Path(path).is_file():
+        raise ValueError(
+            f"no SQLite store at {path} (store.url): check the url and the working directory;"
+            " `gateway serve` creates the store at its first start"
+        )
+
 
 @asynccontextmanager
 async def opened_store(settings: Settings) -> AsyncIterator[Store]:
+    """The configured store, which must exist already (``check_store_exists``)."""
+    check_store_exists(settings.store.url)
     store = await open_store(
         settings.store.url,
         dedup_ttl_hours=settings.dedup.ttl_hours,
@@ -35,35 +66,36 @@ async def opened_store(settings: Settings) -> AsyncIterator[Store]:
         await store.aclose()
 
 
-def dump(value: object, out: TextIO) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False, default=str), file=out)
+def dump(answer: BaseModel, out: TextIO) -> None:
+    """An answer model as the admin API sends it (datetimes in ISO 8601), indented."""
+    data = answer.model_dump(mode="json")
+    print(json.dumps(data, indent=2, ensure_ascii=False), file=out)
 
 
-def session_json(session: Session) -> dict[str, Any]:
-    return dataclasses.asdict(session)
+class SessionShown(SessionDetail):
+    """``gateway sessions show``: ``GET /api/sessions/{id}`` and its current branch."""
+
+    messages: list[MessageOut]
 
 
-def message_json(message: Message) -> dict[str, Any]:
-    return dataclasses.asdict(message)
-
-
-async def check_config(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
+async def check_config(settings: Settings, path: Path, out: TextIO) -> int:
+    """OK and the summary once every check passed, the agents' imports and keys included;
+    nothing is written (``admin.token_file`` is made by ``gateway serve`` only)."""
     registry = await gateway_registry(settings)  # imports tools, checks handoffs and keys
     try:
-        for line in summarize(settings):
-            print(f"  {line}", file=out)
-        print(f"  agents declared: {', '.join(registry.names)}", file=out)
-        for warning in sandbox_warnings(settings):
-            print(f"  warning: {warning}", file=out)
+        lines = [*summarize(settings), f"agents declared: {', '.join(registry.names)}"]
+        lines += [f"warning: {warning}" for warning in sandbox_warnings(settings)]
         handoff = settings.dispatcher.dead_letter_handoff
         if handoff and registry.get(handoff) is None:
-            print(
-                f"  warning: dispatcher.dead_letter_handoff {handoff!r} is not a declared agent;"
-                " dead-lettered sessions will stay with their agent",
-                file=out,
+            lines.append(
+                f"warning: dispatcher.dead_letter_handoff {handoff!r} is not a declared agent;"
+                " dead-lettered sessions will stay with their agent"
             )
     finally:
         await registry.aclose()
+    print(f"config {path}: OK", file=out)
+    for line in lines:
+        print(f"  {line}", file=out)
     return 0
 
 
@@ -99,7 +131,8 @@ async def _list_sessions(store: Store, args: argparse.Namespace, out: TextIO) ->
     filters = {"channel": args.channel, "status": args.status, "agent": args.agent}
     found = await store.list_sessions(args.limit, args.offset, **filters)
     total = await store.count_sessions(**filters)
-    dump({"sessions": [session_json(s) for s in found], "total": total}, out)
+    sessions = [SessionOut.model_validate(s, from_attributes=True) for s in found]
+    dump(SessionsPage(sessions=sessions, total=total), out)
     return 0
 
 
@@ -109,7 +142,11 @@ async def _show_session(store: Store, session_id: str, out: TextIO) -> int:
         print(f"no session {session_id!r}", file=out)
         return 1
     branch = await store.get_branch(session_id)
-    dump({**session_json(session), "messages": [message_json(m) for m in branch]}, out)
+    rows = await store.list_outbox(session_id)
+    parked = sum(1 for row in rows if row.state == "pending" and row.error == PARKED_ERROR)
+    fields = SessionOut.model_validate(session, from_attributes=True).model_dump()
+    messages = [MessageOut.of(m) for m in branch]
+    dump(SessionShown(**fields, parked_replies=parked, messages=messages), out)
     return 0
 
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, TextIO
+from typing import TextIO
 
 from webhook_bot_gateway.channels import ChannelAdapter, ChannelError
 from webhook_bot_gateway.store import Delivery, DeliveryIn, QuarantineItem, Store
 
 from ._accounts import account_agents
+from ._api_models import QuarantineList, QuarantineOut
 from ._channels_ctx import open_adapters
 from ._commands import dump, opened_store
 from ._intake import AccountAgents, to_parsed
@@ -27,18 +28,12 @@ from .config import Settings
 PAGE = 500
 
 
-def quarantine_json(item: QuarantineItem) -> dict[str, Any]:
-    """A quarantine row without its body (which may be megabytes)."""
-    fields = ("id", "channel", "account", "reason", "received_at", "replayed_at")
-    return {**{name: getattr(item, name) for name in fields}, "size": len(item.body)}
-
-
 async def command(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
     """The CLI entry: ``list`` or ``replay``."""
     async with opened_store(settings) as store:
         if args.action == "list":
             items = await store.list_quarantine(args.limit, args.offset)
-            dump({"quarantine": [quarantine_json(item) for item in items]}, out)
+            dump(QuarantineList(quarantine=[QuarantineOut.of(item) for item in items]), out)
             return 0
         async with open_adapters(settings) as adapters:
             agents = account_agents(settings)

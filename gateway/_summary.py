@@ -50,7 +50,7 @@ def summarize(settings: Settings) -> list[str]:
         f"server: {s.server.host}:{s.server.port}",
         f"store: {mask_url(s.store.url)}{_pool(s)}",
         f"dedup: processed ids kept {s.dedup.ttl_hours:g} h",
-        f"admin token: {mask(s.admin.token)}",
+        f"admin token: {_admin_token(s)}",
         f"sandbox: {'on' if s.sandbox.enabled else 'off'}",
         f"media: {s.media.root}, up to {s.media.max_bytes} bytes a file;"
         f" downloads from {', '.join(s.media.allowed_hosts) or 'the API base URLs only'}",
@@ -65,6 +65,18 @@ def summarize(settings: Settings) -> list[str]:
         f"agents: starting {s.agents.starting_agent}; max_turns {s.agents.max_turns}",
         f"logging: level {s.logging.level}; format {_log_format(s.logging.format)}",
     ]
+
+
+def _admin_token(settings: Settings) -> str:
+    """Masked; with ``admin.token_file`` not made yet (check-config makes nothing), where the
+    first ``gateway serve`` will make it."""
+    admin = settings.admin
+    if admin.token_file and not admin.token.get_secret_value():
+        return (
+            f"none yet: the first start of `gateway serve` makes one in {admin.token_file}"
+            " (mode 0600) and prints it once"
+        )
+    return mask(admin.token)
 
 
 def _log_format(style: str) -> str:

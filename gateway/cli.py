@@ -116,7 +116,6 @@ def numbers_checked(handler: Handler) -> Handler:
 
 
 HANDLERS: dict[str, Handler] = {
-    "check-config": _commands.check_config,
     "purge": _commands.purge,
     "quarantine": numbers_checked(_quarantine.command),
     "sessions": numbers_checked(_commands.sessions),
@@ -132,10 +131,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     try:
         if args.command == "migrate-store":  # needs two urls, not a config
             return asyncio.run(migrate_store(args, out))
-        settings = load_settings(path)
+        # Only the server makes a missing admin.token_file (and prints its token): a command
+        # run before the first start must not take that print away from it.
+        settings = load_settings(path, make_token_file=args.command == "serve")
         configure_logging(settings)  # from here on every configured secret is scrubbed
         if args.command == "check-config":
-            print(f"config {path}: OK", file=out)
+            return asyncio.run(_commands.check_config(settings, path, out))
         if args.command == "serve":
             from .app import serve
 

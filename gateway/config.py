@@ -17,8 +17,9 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
+from pydantic_core import ErrorDetails
 
-from webhook_bot_gateway.agents import AgentsConfig
+from webhook_bot_gateway.agents import AgentConfigError, AgentsConfig
 from webhook_bot_gateway.channels import TelegramConfig, WhatsAppConfig
 from webhook_bot_gateway.store import check_url
 
@@ -100,7 +101,7 @@ class DedupConfig(_Section):
 class AdminConfig(_Section):
     token: SecretStr = SecretStr("")  # empty: token_file's token, or no admin API at all
     # With token empty: the token in this file (relative to the working directory); a missing
-    # file is made at load with a random token, mode 0600, and the token printed once.
+    # file is made at serve's start with a random token, mode 0600, and the token printed once.
     token_file: str = ""
 
 
@@ -185,11 +186,13 @@ def resolve_config_path(given: str | None, environ: Mapping[str, str] = os.envir
     return Path(given or environ.get("GATEWAY_CONFIG") or DEFAULT_CONFIG)
 
 
-def load_settings(path: Path, environ: Mapping[str, str] = os.environ) -> Settings:
+def load_settings(
+    path: Path, environ: Mapping[str, str] = os.environ, *, make_token_file: bool = True
+) -> Settings:
     """Read, substitute and validate ``path``; every failure is a ConfigError naming the key.
 
-    Unlike ``parse_settings`` this touches the file system: ``admin.token_file`` is read (and
-    made when missing, see ``with_admin_token_file``)."""
+    Unlike ``parse_settings`` this touches the file system: ``admin.token_file`` is read (and,
+    with ``make_token_file``, made when missing: see ``with_admin_token_file``)."""
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -198,7 +201,7 @@ def load_settings(path: Path, environ: Mapping[str, str] = os.environ) -> Settin
         raise ConfigError(str(path), f"cannot read the config file: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), f"not valid TOML: {exc}") from None
-    return with_admin_token_file(parse_settings(raw, environ))
+    return with_admin_token_file(parse_settings(raw, environ), make=make_token_file)
 
 
 def parse_settings(raw: dict[str, object], environ: Mapping[str, str]) -> Settings:
@@ -214,11 +217,16 @@ def parse_settings(raw: dict[str, object], environ: Mapping[str, str]) -> Settin
     return with_local_urls(settings)
 
 
-def with_admin_token_file(settings: Settings) -> Settings:
+def with_admin_token_file(settings: Settings, *, make: bool = True) -> Settings:
     """An empty ``admin.token`` with ``admin.token_file`` set: the file's token becomes
-    ``admin.token`` (a missing file is made with a random token, mode 0600, printed once)."""
+    ``admin.token`` (a missing file is made with a random token, mode 0600, printed once).
+
+    ``make=False`` (every command but ``serve``) leaves a missing file missing and the token
+    empty: only the server needs one, and its first start is the one that prints it."""
     admin = settings.admin
     if admin.token.get_secret_value() or not admin.token_file:
+        return settings
+    if not make and not Path(admin.token_file).exists():
         return settings
     token = read_token_file(Path(admin.token_file))
     check_admin_token(settings, token, "admin.token_file")
@@ -249,7 +257,17 @@ def _first_error(exc: ValidationError) -> ConfigError:
     errors = exc.errors(include_url=False, include_input=False)
     first = errors[0]
     location = tuple(part for part in first["loc"] if isinstance(part, str | int))
-    problem = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+    key, problem = key_path(location), _problem(first)
+    cause = first.get("ctx", {}).get("error")
+    if isinstance(cause, AgentConfigError) and cause.key:  # [agents] knows the key better
+        key, problem = cause.key, cause.problem
     if len(errors) > 1:
         problem += f" (and {len(errors) - 1} more error(s))"
-    return ConfigError(key_path(location), problem)
+    return ConfigError(key, problem)
+
+
+def _problem(error: ErrorDetails) -> str:
+    """pydantic's message, without the "Value error, " its validators' errors get."""
+    if error["type"] == "extra_forbidden":
+        return "unknown key"
+    return error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")

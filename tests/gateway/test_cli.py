@@ -53,6 +53,16 @@ def config_with_store(tmp_path: Path, extra: str = "") -> Path:
     return path
 
 
+def create_store(db: Path) -> None:
+    """An empty store at ``db``, as ``gateway serve`` leaves it (offline commands need one)."""
+
+    async def create() -> None:
+        async with SQLiteStore(db):
+            pass
+
+    asyncio.run(create())
+
+
 def cli(*args: str) -> tuple[int, str]:
     out = io.StringIO()
     return main(list(args), out=out), out.getvalue()
@@ -111,6 +121,7 @@ def test_check_config_names_an_undeclared_starting_agent(tmp_path: Path) -> None
 
 
 def test_sessions_list_on_a_new_store_is_empty(tmp_path: Path) -> None:
+    create_store(tmp_path / "gw.db")
     code, out = cli("sessions", "list", "--config", str(config_with_store(tmp_path)))
     assert code == 0
     assert json.loads(out) == {"sessions": [], "total": 0}
@@ -180,6 +191,7 @@ def test_sessions_show_rejects_a_malformed_id(
 
 
 def test_purge_reports_how_many_rows_went(tmp_path: Path) -> None:
+    create_store(tmp_path / "gw.db")
     code, out = cli("purge", "--config", str(config_with_store(tmp_path)))
     assert code == 0
     assert "purged 0 expired" in out

@@ -10,6 +10,8 @@ import pytest
 
 from webhook_bot_gateway.gateway.cli import main
 
+from .test_cli import create_store
+
 BIG = str(2**63)
 
 
@@ -60,6 +62,7 @@ def test_out_of_range_numbers_are_one_error_line_and_exit_1(
     ],
 )
 def test_the_largest_numbers_the_store_holds_are_accepted(tmp_path: Path, args: list[str]) -> None:
+    create_store(tmp_path / "gw.db")
     out = io.StringIO()
     status = main(["--config", str(config(tmp_path)), *args], out=out)
     if args[1] == "replay":

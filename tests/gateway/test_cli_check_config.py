@@ -1,0 +1,166 @@
+"""`gateway check-config`: "OK" only once every check passed (the agents' imports and names
+included), errors naming the key without pydantic's "Value error, ", and nothing written: the
+admin token file is left to the first `gateway serve`, which prints its token."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from webhook_bot_gateway.gateway import app
+from webhook_bot_gateway.gateway.config import Settings
+
+from .test_cli import EXAMPLE, cli
+
+HUMAN = '[[agents.list]]\nname = "a"\nkind = "human"\n'
+RULES_AGENT = '[[agents.list]]\nname = "{name}"\nmodel = "rules"\ntools = [{tools}]\n'
+DEMO_TOOL = '"webhook_bot_gateway.agents.demo.lookup_invoice"'
+
+
+def check_config(
+    tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str, str]:
+    """check-config of a file holding ``text``: its exit code, stdout and stderr."""
+    path = tmp_path / "c.toml"
+    path.write_text(text, encoding="utf-8")
+    code, out = cli("check-config", "--config", str(path))
+    return code, out, capsys.readouterr().err
+
+
+def config_error(tmp_path: Path, problem: str) -> str:
+    return f"config error in {tmp_path / 'c.toml'}: {problem}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            "",
+            "agents.starting_agent: agent 'triage' is not declared, and no agent is: declare"
+            " them in [[agents.list]] or agents.module",
+        ),
+        (
+            '[agents]\nstarting_agent = "nobody"\n' + HUMAN,
+            "agents.starting_agent: agent 'nobody' is not declared (declared: a)",
+        ),
+        (
+            '[agents]\nstarting_agent = "a"\n'
+            + RULES_AGENT.format(name="a", tools='"nope.mod.fn"'),
+            "agents.list[0].tools[0]: cannot import 'nope.mod.fn': No module named 'nope'",
+        ),
+        (
+            '[agents]\nstarting_agent = "a"\n'
+            + RULES_AGENT.format(name="a", tools=DEMO_TOOL)
+            + RULES_AGENT.format(name="b", tools=f'{DEMO_TOOL}, "json.nothing_here"'),
+            "agents.list[1].tools[1]: cannot import 'json.nothing_here': json has no callable"
+            " 'nothing_here'",
+        ),
+        (
+            '[agents]\nstarting_agent = "a"\nmodule = "nope.mod"\n',
+            "agents.module: cannot import 'nope.mod': No module named 'nope'",
+        ),
+        (
+            '[agents]\nstarting_agent = "a"\nmodule = "json"\n',
+            "agents.module: 'json' must define AGENTS, a list of Agent objects",
+        ),
+        (
+            '[agents]\nstarting_agent = "a"\n[[agents.list]]\nname = "a"\nmodel = "gpt"\n',
+            "agents.list[0].model: model 'gpt' is not declared",
+        ),
+        (
+            '[agents.models.gpt]\nmodel = "gpt-4o"\napi_key_env = "NO_SUCH_KEY_VARIABLE_XYZ"\n'
+            '[agents]\nstarting_agent = "a"\n' + HUMAN,
+            "agents.models.gpt.api_key_env: environment variable NO_SUCH_KEY_VARIABLE_XYZ (its API"
+            " key) is not set",
+        ),
+        (
+            "[ingest]\nbacklog_refuse = 10\n",
+            "ingest.backlog_refuse: must be greater than ingest.backlog_ready (5000)",
+        ),
+        (
+            '[agents]\nstarting_agent = "a"\n[[agents.list]]\nname = "a"\n',
+            "agents.list[0]: agent 'a': needs a model ('rules' or a name under [agents.models])",
+        ),
+    ],
+    ids=[
+        "empty-file",
+        "unknown-starting-agent",
+        "tool-not-importable",
+        "second-agent-second-tool",
+        "module-not-importable",
+        "module-without-agents",
+        "undeclared-model",
+        "api-key-unset",
+        "value-error-prefix",
+        "agent-value-error-prefix",
+    ],
+)
+def test_check_config_fails_naming_the_key_and_never_says_ok(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, problem: str
+) -> None:
+    code, out, err = check_config(tmp_path, text, capsys)
+    assert (code, out) == (1, "")  # no "config ...: OK" line, no summary
+    assert err == config_error(tmp_path, problem)
+    assert "Value error" not in err
+
+
+def test_serve_names_the_key_of_a_tool_it_cannot_import(tmp_path: Path) -> None:
+    """The same error at serve's start (where the registry is built), as a real process."""
+    path = tmp_path / "c.toml"
+    store = f'[server]\nport = 0\n[store]\nurl = "sqlite:///{tmp_path}/gw.db"\n'
+    agents = '[agents]\nstarting_agent = "a"\n' + RULES_AGENT.format(name="a", tools='"nope.x.f"')
+    path.write_text(store + agents, encoding="utf-8")
+    environ = {k: v for k, v in os.environ.items() if k != "GATEWAY_CONFIG"}
+    result = subprocess.run(
+        [sys.executable, "-m", "webhook_bot_gateway", "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    expected = f"config error in {path}: agents.list[0].tools[0]: cannot import 'nope.x.f': "
+    assert result.stderr.splitlines()[-1] == expected + "No module named 'nope'"
+
+
+def test_serve_prints_a_config_error_without_pydantics_prefix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[agents]\nstarting_agent = "nobody"\n' + HUMAN, encoding="utf-8")
+    code, _ = cli("serve", "--config", str(path))
+    assert code == 1
+    expected = "agents.starting_agent: agent 'nobody' is not declared (declared: a)"
+    assert capsys.readouterr().err == config_error(tmp_path, expected)
+
+
+def test_check_config_before_the_first_start_leaves_the_token_to_serve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's path: check-config on a fresh checkout writes nothing and says where the
+    token will be; `make run` (serve) then makes data/admin-token and prints the token."""
+    monkeypatch.chdir(tmp_path)
+    code, out = cli("check-config", "--config", str(EXAMPLE))
+    captured = capsys.readouterr()
+    assert code == 0
+    assert list(tmp_path.iterdir()) == []  # no data/, no data/admin-token
+    assert "Admin token" not in captured.out + captured.err
+    assert (
+        "  admin token: none yet: the first start of `gateway serve` makes one in"
+        " data/admin-token (mode 0600) and prints it once\n"
+    ) in out
+
+    served: list[Settings] = []
+    monkeypatch.setattr(app, "serve", served.append)  # the settings serve would run with
+    assert cli("serve", "--config", str(EXAMPLE))[0] == 0
+    token = (tmp_path / "data" / "admin-token").read_text(encoding="utf-8").strip()
+    assert served[0].admin.token.get_secret_value() == token
+    err = capsys.readouterr().err
+    assert "Admin token (made at this first start, stored in data/admin-token" in err
+    assert token in err

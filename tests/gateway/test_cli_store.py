@@ -1,0 +1,100 @@
+"""The offline commands work on an existing store only: a SQLite url that names no file is one
+``error:`` line naming ``store.url``, exit 1, and nothing is created (no folder, no database,
+no admin token file). ``gateway serve`` still creates its store at its first start."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .test_cli import EXAMPLE, cli
+
+OFFLINE_COMMANDS = [
+    ["sessions", "list"],
+    ["sessions", "show", "telegram-support-42"],
+    ["sessions", "delete", "telegram-support-42"],
+    ["sessions", "export", "telegram-support-42"],
+    ["sessions", "export", "telegram-support-42", "--files", "out.zip"],
+    ["purge"],
+    ["quarantine", "list"],
+    ["quarantine", "replay"],
+    ["quarantine", "replay", "1"],
+]
+IDS = [" ".join(command) for command in OFFLINE_COMMANDS]
+
+
+def write_config(folder: Path, url: str) -> Path:
+    """A config outside ``folder`` (so that ``folder`` holds only what a command creates)."""
+    path = folder.parent / f"{folder.name}.toml"
+    agents = '[agents]\nstarting_agent = "a"\n[[agents.list]]\nname = "a"\nkind = "human"\n'
+    admin = '[admin]\ntoken_file = "data/admin-token"\n'
+    path.write_text(f'[store]\nurl = "{url}"\n{admin}{agents}', encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty working directory: relative store urls and token files land in it."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    return folder
+
+
+@pytest.mark.parametrize("command", OFFLINE_COMMANDS, ids=IDS)
+def test_an_offline_command_refuses_a_missing_sqlite_store_and_creates_nothing(
+    workdir: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    config = write_config(workdir, "sqlite:///typo/gateway.db")
+    code, out = cli(*command, "--config", str(config))
+    err = capsys.readouterr().err
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        "error: no SQLite store at typo/gateway.db (store.url): check the url and the working"
+        " directory; `gateway serve` creates the store at its first start"
+    ]
+    assert list(workdir.iterdir()) == []  # no typo/, no database, no data/admin-token
+
+
+def test_an_absolute_url_to_a_missing_file_is_refused_too(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = workdir / "missing" / "gw.db"
+    code, _ = cli("purge", "--config", str(write_config(workdir, f"sqlite:///{db}")))
+    assert code == 1
+    assert f"error: no SQLite store at {db} (store.url)" in capsys.readouterr().err
+    assert list(workdir.iterdir()) == []
+
+
+def test_an_offline_command_refuses_an_in_memory_store(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = cli(
+        "sessions", "list", "--config", str(write_config(workdir, "sqlite:///:memory:"))
+    )
+    assert (code, out) == (1, "")
+    assert "error: store.url is sqlite:///:memory:" in capsys.readouterr().err
+
+
+def test_a_mistyped_store_url_through_the_console_script(tmp_path: Path) -> None:
+    """The user's report: the example config with ``GATEWAY_STORE_URL`` mistyped, as a real
+    process. Before, it printed an empty list, exit 0, and left typo/gateway.db and
+    data/admin-token behind."""
+    environ = {k: v for k, v in os.environ.items() if k != "GATEWAY_CONFIG"}
+    environ["GATEWAY_STORE_URL"] = "sqlite:///typo/gateway.db"
+    result = subprocess.run(
+        [sys.executable, "-m", "webhook_bot_gateway", "sessions", "list", "--config", str(EXAMPLE)],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.startswith("error: no SQLite store at typo/gateway.db (store.url)")
+    assert list(tmp_path.iterdir()) == []
