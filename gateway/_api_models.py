@@ -11,7 +11,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+)
+from pydantic_core import PydanticCustomError
 
 from webhook_bot_gateway.store import Message, QuarantineItem
 
@@ -78,28 +86,44 @@ class EventsQuery(_Input):
     limit: int = Field(default=100, ge=1, le=500)
 
 
+def not_blank(text: str) -> str:
+    """Refuse a text that is only whitespace: the channels strip what they send, so it would be
+    stored and queued, then fail at the platform with nothing to send."""
+    if not text.strip():
+        raise PydanticCustomError("blank", "must not be empty or only whitespace")
+    return text
+
+
+NotBlank = AfterValidator(not_blank)
 # No NUL character (U+0000): the store refuses one in a message (PostgreSQL cannot hold it).
-MessageText = Annotated[str, Field(min_length=1, max_length=32_768, pattern=r"^[^\x00]*$")]
+MessageText = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=32_768,
+        pattern=r"^[^\x00]*$",
+        description="what the user reads; not only whitespace",
+    ),
+    NotBlank,
+]
+Name = Annotated[str, Field(min_length=1, max_length=64), NotBlank]
 
 
 class ReplyBody(_Input):
     text: MessageText
-    operator: str | None = Field(
-        default=None, min_length=1, max_length=64, description="the replying person's name"
-    )
+    operator: Name | None = Field(default=None, description="the replying person's name")
 
 
 class TemplateBody(_Input):
     name: str = Field(min_length=1, max_length=512, description="a [[whatsapp.templates]] name")
     language: str = Field(min_length=1, max_length=32, description="its language code, e.g. en_US")
-    parameters: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
+    parameters: list[Annotated[str, Field(min_length=1, max_length=1024), NotBlank]] = Field(
         default_factory=list,
         max_length=100,
-        description="the body's parameters in order, as many as the template declares",
+        description="the body's parameters in order, as many as the template declares; none"
+        " only whitespace",
     )
-    operator: str | None = Field(
-        default=None, min_length=1, max_length=64, description="the sending person's name"
-    )
+    operator: Name | None = Field(default=None, description="the sending person's name")
 
 
 class HandoffBody(_Input):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
@@ -29,6 +28,7 @@ from .._parts import Part, send_parts
 from ._audience import Audience, BotIdentity, id_of_token
 from ._bots import BotHandle, build_bot
 from ._call import CHANNEL, call_api
+from ._identify import Sleep, identified, retry, unidentified
 from ._keys import update_keys
 from ._parse import parse_update
 from ._redact import TokenRedactor
@@ -36,7 +36,6 @@ from ._send import Call, plan
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 T = TypeVar("T")
-log = logging.getLogger("channels.telegram")
 
 
 def _utc_now() -> datetime:
@@ -57,7 +56,7 @@ class TelegramAdapter:
         identities: Mapping[str, BotIdentity] | None = None,
     ) -> None:
         """``identities``: bots whose username is known already; the others ask ``getMe``
-        on ``start()``."""
+        in ``identify()``."""
         self._clock = clock
         secrets = (s.get_secret_value() for b in config.bots for s in (b.token, b.secret_token))
         self._redactor = TokenRedactor(secrets)
@@ -75,6 +74,7 @@ class TelegramAdapter:
             )
             for b in config.bots
         }
+        self._unknown = {n for n, a in self._audiences.items() if a.identity.username is None}
         self._origin = origin(config.api_base_url)
         self._closed = False
 
@@ -107,24 +107,44 @@ class TelegramAdapter:
         for handle in self._bots.values():
             await handle.request.initialize()
 
-    async def identify(self) -> None:
-        """Learn each bot's username with ``getMe``, once (the gateway calls it at start); a
-        failure is logged and leaves the username unknown."""
-        for name, handle in self._bots.items():
-            if self._audiences[name].identity.username is None:
-                await self._identify(handle)
+    async def identify(self, *, again_later: bool = False) -> frozenset[str]:
+        """Learn the username of each bot not known yet with ``getMe``; returns the bots still
+        unknown. A failure is logged as a warning (``again_later``: saying that it will be asked
+        again, see ``keep_identifying``) and leaves the username unknown."""
+        failures = await self._identify_unknown()
+        for bot, reason in failures.items():
+            unidentified(bot, reason, again=again_later)
+        return frozenset(failures)
 
-    async def _identify(self, handle: BotHandle) -> None:
+    async def keep_identifying(self, sleep: Sleep | None = None) -> None:
+        """After a failed ``identify()``: ``getMe`` again for the bots still unknown, after
+        pauses of 1, 2, 4, 8 and 16 s, then every 30 s, until each is known or the adapter is
+        closed. The gateway runs it as a background task; ``sleep`` is for tests."""
+        await retry(self._identify_unknown, sleep)
+
+    async def _identify_unknown(self) -> dict[str, str]:
+        """One ``getMe`` per bot still unknown: the failures' reasons by bot."""
+        failures: dict[str, str] = {}
+        for name in [n for n in self._bots if n in self._unknown]:
+            if self._closed:
+                return {}  # nobody to answer any more
+            reason = await self._identify(self._bots[name])
+            if reason is not None:
+                failures[name] = reason
+        return failures
+
+    async def _identify(self, handle: BotHandle) -> str | None:
         try:
             me = await self._call(handle, lambda bot: bot.get_me())
         except ChannelError as exc:
-            _unidentified(handle.name, exc.reason)
-            return
+            return exc.reason
         except (TypeError, ValueError, KeyError) as exc:  # PTB could not read it as a User
-            _unidentified(handle.name, f"its answer is not a User ({type(exc).__name__})")
-            return
+            return f"its answer is not a User ({type(exc).__name__})"
         identity = BotIdentity(me.id, me.username)
         self._audiences[handle.name] = self._audiences[handle.name].knowing(identity)
+        self._unknown.discard(handle.name)
+        identified(handle.name, me.username)
+        return None
 
     def identity(self, account: str) -> BotIdentity:
         """What the bot ``account`` knows of itself (its username once getMe answered)."""
@@ -244,12 +264,3 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
         return value
     lowered = name.lower()
     return next((v for k, v in headers.items() if k.lower() == lowered), None)
-
-
-def _unidentified(bot: str, reason: str) -> None:
-    log.warning(
-        "bot %s: getMe failed (%s); until a restart, commands with @name are ignored"
-        " and in groups only bare commands and replies to the bot are answered",
-        bot,
-        reason,
-    )

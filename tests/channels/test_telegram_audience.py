@@ -3,6 +3,7 @@ edits, and the identity getMe gives it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -13,6 +14,7 @@ from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
 from webhook_bot_gateway.channels import InboundMessage, ParseResult
+from webhook_bot_gateway.channels._telegram._identify import retry
 from webhook_bot_gateway.channels.telegram import BotIdentity, TelegramAdapter
 
 from . import telegram_fakes as tg
@@ -208,3 +210,100 @@ async def test_identify_of_an_answer_that_is_not_a_user_is_logged_and_the_start_
         identity = bot.identity("support")
     assert identity == BotIdentity(int(tg.TOKEN.split(":")[0]), None)
     assert "getMe failed (its answer is not a User (TypeError))" in caplog.text
+
+
+class ManualClock:
+    """The retry's pauses: recorded, and over only when the test says so."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._paused = asyncio.Event()
+        self._wake: asyncio.Queue[None] = asyncio.Queue()
+
+    async def sleep(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        self._paused.set()
+        await self._wake.get()
+
+    async def paused(self, count: int) -> None:
+        """Until the retry has begun its ``count``-th pause."""
+        async with asyncio.timeout(5):
+            while len(self.pauses) < count:
+                self._paused.clear()
+                await self._paused.wait()
+
+    def wake(self) -> None:
+        self._wake.put_nowait(None)
+
+
+async def test_identity_that_failed_at_start_is_learned_later_without_a_restart(
+    bot_api: tuple[tg.FakeBotApi, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Bot API is down at start (502), then back: the retry learns the username and
+    mentions of the bot are answered, each failing bot warned about once."""
+    fake, url = bot_api
+    down = tg.error(502, "Bad Gateway")
+    fake.script("getMe", down, down, down)  # support and sales at start, support's first retry
+    text = "@gw_bot hello"
+    mention = group_message(text, entities=[entity("mention", text, "@gw_bot")])
+    clock = ManualClock()
+    async with TelegramAdapter(tg.config(url)) as bot:
+        with caplog.at_level(logging.DEBUG, logger="channels.telegram"):
+            assert await bot.identify(again_later=True) == {"support", "sales"}
+            assert not answered(bot, mention)
+            retrying = asyncio.create_task(bot.keep_identifying(clock.sleep))
+            await clock.paused(1)
+            clock.wake()
+            await clock.paused(2)
+            assert bot.identity("sales") == BotIdentity(7000000001, "gw_bot")
+            assert bot.identity("support").username is None  # failed once more
+            clock.wake()
+            async with asyncio.timeout(5):
+                await retrying
+            assert bot.identity("support") == BotIdentity(7000000001, "gw_bot")
+            assert answered(bot, mention)
+    assert clock.pauses == [1.0, 2.0]
+    assert fake.methods() == ["getMe"] * 5
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 2
+    assert all("asked again in the background" in line for line in warned)
+    assert "bot support: getMe answered: @gw_bot" in caplog.text
+    assert tg.TOKEN not in caplog.text
+
+
+async def test_identify_retry_pauses_grow_to_30_seconds_and_log_only_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    failures = [{"support": "NetworkError: down"}] * 8 + [{}]
+    clock = ManualClock()
+
+    async def attempt() -> dict[str, str]:
+        return failures.pop(0)
+
+    with caplog.at_level(logging.DEBUG, logger="channels.telegram"):
+        retrying = asyncio.create_task(retry(attempt, clock.sleep))
+        for count in range(1, 10):
+            await clock.paused(count)
+            clock.wake()
+        async with asyncio.timeout(5):
+            assert await retrying == 9
+    assert clock.pauses == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0, 30.0]
+    assert {r.levelno for r in caplog.records} == {logging.DEBUG}
+
+
+async def test_identify_retry_stops_once_the_adapter_is_closed(
+    bot_api: tuple[tg.FakeBotApi, str],
+) -> None:
+    fake, url = bot_api
+    fake.script("getMe", tg.error(502, "Bad Gateway"), tg.error(502, "Bad Gateway"))
+    clock = ManualClock()
+    bot = TelegramAdapter(tg.config(url))
+    await bot.start()
+    assert await bot.identify() == {"support", "sales"}
+    retrying = asyncio.create_task(bot.keep_identifying(clock.sleep))
+    await clock.paused(1)
+    await bot.aclose()
+    clock.wake()
+    async with asyncio.timeout(5):
+        await retrying
+    assert fake.methods() == ["getMe", "getMe"]  # none after the close

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import stat
+import time
 import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -221,3 +222,46 @@ async def test_sigterm_closes_sockets_and_long_polls_instead_of_waiting_for_them
     answer = await poll
     assert (answer.status, await answer.json()) == (200, {"sent": []})
     assert await stopping == 0
+
+
+async def test_a_group_command_for_the_bot_by_name_is_answered(
+    demo: Demo, http: aiohttp.ClientSession
+) -> None:
+    """The bot's getMe asked the sandbox before the server listened: it failed on every start,
+    and ``/start@support_bot`` or ``@support_bot hi`` in a group were ignored."""
+    await eventually(lambda: "bot support: getMe" in demo.log(), "the bot's getMe in the log")
+    assert "getMe failed" not in demo.log()
+    assert "bot support: getMe answered: @support_bot" in demo.log()
+    group = {"id": -1001234567890, "type": "supergroup", "title": "Support group"}
+    sender = {"id": 4242, "is_bot": False, "first_name": "Ann"}
+    for update_id, text, kind in [
+        (1, "/start@support_bot", "bot_command"),
+        (2, "@support_bot hi", "mention"),
+    ]:
+        word = text.split()[0]
+        message = {
+            "message_id": 10 + update_id,
+            "date": int(time.time()),
+            "chat": group,
+            "from": sender,
+            "text": text,
+            "entities": [{"type": kind, "offset": 0, "length": len(word)}],
+        }
+        headers = {"X-Telegram-Bot-Api-Secret-Token": "demo-secret"}  # config.example.toml's
+        body = {"update_id": update_id, "message": message}
+        async with http.post(
+            f"{demo.url}/webhooks/telegram/support", json=body, headers=headers
+        ) as r:
+            assert r.status == 200
+    chat = str(group["id"])
+    await eventually(
+        lambda: _replies(http, demo, chat, 2), "two replies in the group at the fake Bot API"
+    )
+    async with http.get(f"{demo.url}/metrics") as r:
+        assert (
+            'gateway_updates_ignored_total{channel="telegram",type="message"}' not in await r.text()
+        )
+
+
+async def _replies(http: aiohttp.ClientSession, gateway: Demo, chat: str, count: int) -> bool:
+    return len(await sent_texts(http, gateway, "telegram", chat)) >= count

@@ -11,6 +11,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from tests.channels import telegram_fakes as tg
+from tests.channels import whatsapp_fakes as wa
 from webhook_bot_gateway.gateway._keys import SENDER_WAKE, STORE
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.store import InboxIn, OutboxIn, ParsedDelivery, QuarantineIn, Store
@@ -510,3 +511,77 @@ async def test_admin_handoff_to_an_agent_the_account_does_not_list_is_refused(
     assert session.active_agent == "triage"
     taken = await client.post(path, headers=AUTH, json={"agent": "billing"})
     assert taken.status == 200
+
+
+async def snapshot(client: Client, sid: str) -> tuple[list[Any], list[Any], list[Any]]:
+    """The session's current branch, outbox rows and event log."""
+    store = store_of(client)
+    return await store.get_branch(sid), await store.list_outbox(sid), await store.list_events(sid)
+
+
+BLANKS = ["   ", "\n\t ", "\u3000\u00a0", "\r\n"]
+
+
+@pytest.mark.parametrize("text", BLANKS)
+async def test_admin_reply_of_only_whitespace_is_refused_and_nothing_is_stored(
+    client: Client, text: str
+) -> None:
+    """Stored and queued before, it then failed at the sender: nothing to send."""
+    before = await snapshot(client, SID)
+    response = await client.post(f"/api/sessions/{SID}/reply", headers=AUTH, json={"text": text})
+    error = await error_of(response, 400)
+    assert (error["code"], error["field"]) == ("invalid_field", "text")
+    assert error["message"] == "text: must not be empty or only whitespace"
+    assert await snapshot(client, SID) == before
+    assert await store_of(client).list_outbox(SID) == []
+    assert not client.app[SENDER_WAKE].is_set()
+
+
+async def test_admin_reply_of_only_whitespace_to_a_web_session_is_refused(client: Client) -> None:
+    web = await store_of(client).create_session("web", "console", "abc", "triage")
+    before = await snapshot(client, web.session_id)
+    path = f"/api/sessions/{web.session_id}/reply"
+    response = await client.post(path, headers=AUTH, json={"text": " \n", "operator": "Ann"})
+    assert (await error_of(response, 400))["field"] == "text"
+    assert await snapshot(client, web.session_id) == before
+
+
+async def test_admin_reply_with_a_blank_operator_name_is_refused(client: Client) -> None:
+    before = await snapshot(client, SID)
+    body = {"text": "A person here.", "operator": "  "}
+    response = await client.post(f"/api/sessions/{SID}/reply", headers=AUTH, json=body)
+    error = await error_of(response, 400)
+    assert (error["code"], error["field"]) == ("invalid_field", "operator")
+    assert await snapshot(client, SID) == before
+    body = {"text": "  A person here.\n", "operator": " Ann "}  # blanks around words: kept
+    response = await client.post(f"/api/sessions/{SID}/reply", headers=AUTH, json=body)
+    assert response.status == 202
+    [outbox] = await store_of(client).list_outbox(SID)
+    assert outbox.payload["text"] == "  A person here.\n"  # the channels strip what they send
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"parameters": ["  "]}, "parameters.0"),
+        ({"parameters": ["Ann"], "operator": "\t"}, "operator"),
+    ],
+)
+async def test_admin_template_with_a_blank_text_is_refused_and_nothing_is_queued(
+    aiohttp_client: Any, db_path: Path, body: dict[str, Any], field: str
+) -> None:
+    templates = [{"name": "follow_up", "language": "en_US", "parameters": ["name"]}]
+    config = settings(db_path, whatsapp={"templates": templates})
+    client: Client = await aiohttp_client(build_app(config, ingest_only=True))
+    session = await store_of(client).create_session("whatsapp", wa.NUMBER_A, "15550001111", "human")
+    sid = session.session_id
+    before = await snapshot(client, sid)
+    full = {"name": "follow_up", "language": "en_US", **body}
+    response = await client.post(f"/api/sessions/{sid}/template", headers=AUTH, json=full)
+    error = await error_of(response, 400)
+    assert (error["code"], error["field"]) == ("invalid_field", field)
+    assert await snapshot(client, sid) == before
+    fine = {**full, "parameters": ["Ann"], "operator": "Ann"}
+    assert (
+        await client.post(f"/api/sessions/{sid}/template", headers=AUTH, json=fine)
+    ).status == 202
