@@ -371,7 +371,8 @@ class Store(Protocol):
         """Make the session's parked rows due now (sent in id order); how many."""
 
     async def list_dead_outbox(self, limit: int = 50, offset: int = 0) -> list[OutboxItem]:
-        """Dead outbox rows, newest first."""
+        """Outbox rows that could not be sent, ``failed`` (the platform refused them for good)
+        or ``dead`` (out of attempts), newest first."""
 
     # quarantine
     async def list_quarantine(self, limit: int = 50, offset: int = 0) -> list[QuarantineItem]:

@@ -409,9 +409,10 @@ async def of_session(conn: asyncpg.Connection, session_id: str) -> list[OutboxIt
 
 
 async def list_dead(conn: asyncpg.Connection, limit: int, offset: int) -> list[OutboxItem]:
-    """Dead rows, newest first."""
+    """Rows that could not be sent (``failed``: refused for good; ``dead``: out of attempts),
+    newest first."""
     rows = await conn.fetch(
-        f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE state = 'dead' ORDER BY id DESC"
+        f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE state IN ('failed', 'dead') ORDER BY id DESC"
         " LIMIT $1 OFFSET $2",
         limit,
         offset,

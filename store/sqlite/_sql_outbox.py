@@ -235,9 +235,10 @@ def of_session(conn: sqlite3.Connection, session_id: str) -> list[OutboxItem]:
 
 
 def list_dead(conn: sqlite3.Connection, limit: int, offset: int) -> list[OutboxItem]:
-    """Dead rows, newest first."""
+    """Rows that could not be sent (``failed``: refused for good; ``dead``: out of attempts),
+    newest first."""
     rows = conn.execute(
-        f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE state = 'dead' ORDER BY id DESC"
+        f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE state IN ('failed', 'dead') ORDER BY id DESC"
         " LIMIT ? OFFSET ?",
         (limit, offset),
     ).fetchall()

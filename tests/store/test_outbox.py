@@ -297,13 +297,19 @@ async def test_list_outbox_of_unknown_session_raises(store: Store) -> None:
         await store.list_outbox(sid("nobody"))
 
 
-async def test_list_dead_outbox_newest_first(store: Store) -> None:
-    items = await queued(store, count=4)
-    for item in items[:3]:
+async def test_list_dead_outbox_gives_what_could_not_be_sent_newest_first(store: Store) -> None:
+    items = await queued(store, count=5)
+    for item in items[:2]:
         await store.outbox_failed(item.id, error=f"e{item.id}", state="dead")
-    await store.outbox_failed(items[3].id, error="x", state="failed")
+    await store.outbox_failed(items[2].id, error="400 chat not found", state="failed")
+    await store.outbox_failed(items[3].id, error="timeout", state="uncertain")  # maybe sent
+    await store.outbox_sent(items[4].id, ["m1"])
     dead = await store.list_dead_outbox()
-    assert [d.id for d in dead] == [items[2].id, items[1].id, items[0].id]
+    assert [(d.id, d.state) for d in dead] == [
+        (items[2].id, "failed"),
+        (items[1].id, "dead"),
+        (items[0].id, "dead"),
+    ]
     assert [d.id for d in await store.list_dead_outbox(1, 1)] == [items[1].id]
 
 
