@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
 from webhook_bot_gateway.channels import ADAPTERS, AdapterFactory
 from webhook_bot_gateway.store import Delivery, open_store
 
+from ._accounts import gateway_registry
 from ._admin import add_admin_routes
 from ._backlog import Backlog
 from ._channels_ctx import channels_ctx
@@ -271,6 +272,12 @@ def raise_open_files_limit() -> tuple[int, int]:
     return soft, soft
 
 
+async def check_agents(settings: Settings) -> None:
+    """Build the agents' registry and close it: a ConfigError naming the key if it fails."""
+    registry = await gateway_registry(settings)
+    await registry.aclose()
+
+
 def running_line(banner: str) -> str:
     """aiohttp's start banner as one line: "Running on http://...", without its frame of
     ``=`` and the "(Press CTRL+C to quit)" meant for a terminal."""
@@ -286,6 +293,10 @@ def serve(settings: Settings) -> None:
     sockets = listening_sockets(settings.server)  # a port in use: an error, before anything
     loop = new_event_loop(settings.server.event_loop)
     log.info("event loop: %s", loop_name(loop))
+    # The agents are built once before the app starts: a tool that cannot be imported is then
+    # a config error like any other, before the store is opened (aiohttp does not clean up the
+    # contexts already started when a later one fails at startup).
+    loop.run_until_complete(check_agents(settings))
     if settings.sandbox.enabled:
         print(sandbox_banner(settings), flush=True)
     app = build_app(settings)

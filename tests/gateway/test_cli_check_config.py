@@ -109,7 +109,8 @@ def test_check_config_fails_naming_the_key_and_never_says_ok(
 
 
 def test_serve_names_the_key_of_a_tool_it_cannot_import(tmp_path: Path) -> None:
-    """The same error at serve's start (where the registry is built), as a real process."""
+    """The same error at serve's start, as a real process: before the store is opened, with no
+    traceback of a half-started application."""
     path = tmp_path / "c.toml"
     store = f'[server]\nport = 0\n[store]\nurl = "sqlite:///{tmp_path}/gw.db"\n'
     agents = '[agents]\nstarting_agent = "a"\n' + RULES_AGENT.format(name="a", tools='"nope.x.f"')
@@ -127,6 +128,9 @@ def test_serve_names_the_key_of_a_tool_it_cannot_import(tmp_path: Path) -> None:
     assert result.returncode == 1
     expected = f"config error in {path}: agents.list[0].tools[0]: cannot import 'nope.x.f': "
     assert result.stderr.splitlines()[-1] == expected + "No module named 'nope'"
+    assert "Traceback" not in result.stderr
+    assert '"level": "ERROR"' not in result.stderr
+    assert not (tmp_path / "gw.db").exists()
 
 
 def test_serve_prints_a_config_error_without_pydantics_prefix(
