@@ -22,6 +22,7 @@ from webhook_bot_gateway.store import (
     is_postgres,
     open_store,
     sqlite_path,
+    why_no_store,
 )
 
 from ._same_store import MEMORY, same_store
@@ -37,6 +38,7 @@ async def migrate_store(args: argparse.Namespace, out: TextIO) -> int:
         raise ValueError("--from and --to name the same store")
     _check_source_exists(source_url)
     _check_target_path(target_url)
+    await _check_source_holds_a_store(source_url)
     source = await _open("--from", source_url)
     try:
         with _removed_on_failure(target_url):
@@ -68,16 +70,39 @@ def _check_target_path(url: str) -> None:
         raise ValueError(f"--to {path}: the folder {folder} does not exist; create it first")
 
 
+async def _check_source_holds_a_store(url: str) -> None:
+    """Opening a database that holds no gateway store would make one there (in another
+    application's file too), copy its zero rows and, with ``--replace``, empty the target: a
+    typo in --from emptied a deployment. So the source's schema version is read first, without
+    writing. A version newer than this gateway's is refused by ``open_store`` before it writes;
+    an older one is migrated there, as ``gateway serve`` would."""
+    with _named("--from", url):
+        why = await why_no_store(url)
+    if why:
+        raise StoreError(f"--from {_shown(url)} holds no gateway store ({why})")
+
+
 async def _open(flag: str, url: str) -> Store:
     """``open_store``, its failures named by the option and the path (or the masked url)."""
-    try:
+    with _named(flag, url):
         return await open_store(url)
+
+
+@contextmanager
+def _named(flag: str, url: str) -> Iterator[None]:
+    """Failures of opening or reading ``url`` as one StoreError naming the option and the store."""
+    try:
+        yield
     except sqlite3.Error as exc:  # not a database, a file SQLite cannot open, ...
         path = sqlite_path(url)
         raise StoreError(f"{flag} {path} cannot be used as a SQLite store: {exc}") from exc
     except StoreError as exc:
-        shown = mask_url(url) if is_postgres(url) else sqlite_path(url)
-        raise StoreError(f"{flag} {shown}: {exc}") from exc
+        raise StoreError(f"{flag} {_shown(url)}: {exc}") from exc
+
+
+def _shown(url: str) -> str:
+    """The store as an error names it: a SQLite path, or the url with its password masked."""
+    return mask_url(url) if is_postgres(url) else sqlite_path(url)
 
 
 @contextmanager

@@ -61,7 +61,7 @@ from ._types import (
     Session,
     SessionEvent,
 )
-from ._url import check_url, is_postgres, open_store, sqlite_path
+from ._url import check_url, is_postgres, open_store, sqlite_path, why_no_store
 from .sqlite._store import SQLiteStore
 from .sqlite._turn import CommitHook, SQLiteTurn
 
@@ -131,6 +131,7 @@ __all__ = [
     "check_url",
     "is_postgres",
     "open_store",
+    "why_no_store",
     "sqlite_path",
     "validate_session_id",
 ]

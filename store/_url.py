@@ -8,7 +8,10 @@ from pathlib import Path
 
 from ._protocol import Store
 from .postgres import DEFAULT_POOL_SIZE, PostgresStore
+from .postgres import _probe as postgres_probe
+from .postgres._store import CONNECT_TIMEOUT
 from .sqlite import DEFAULT_DEDUP_TTL_HOURS, SQLiteStore
+from .sqlite import _probe as sqlite_probe
 
 _SQLITE = "sqlite:///"
 _MEMORY = ":memory:"
@@ -68,3 +71,11 @@ async def open_store(
     if path != _MEMORY:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     return await SQLiteStore.open(path, dedup_ttl_hours=dedup_ttl_hours, clock=clock)
+
+
+async def why_no_store(url: str) -> str:
+    """Why the database ``url`` names holds no gateway store, "" when it holds one; nothing is
+    created or written. A SQLite file must exist (the caller checks)."""
+    if is_postgres(url):
+        return await postgres_probe.why_no_store(url, CONNECT_TIMEOUT)
+    return sqlite_probe.why_no_store(sqlite_path(url))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import sqlite3
 from pathlib import Path
 
 import asyncpg
@@ -53,6 +52,11 @@ async def populate(store: Store) -> None:
         stored.delivery_id, ParsedDelivery(inbox=(item,)), starting_agent="triage"
     )
     await store.ingest([DeliveryIn("whatsapp", None, b"{}", ("whatsapp:wamid.2",))])
+
+
+async def made(url: str) -> None:
+    """An empty store at ``url``."""
+    await (await open_store(url)).aclose()
 
 
 def run(*argv: str) -> tuple[int, str]:
@@ -174,8 +178,8 @@ def test_refusals_name_the_problem_without_a_traceback_or_a_password(
     assert "names no SQLite file" in capsys.readouterr().err
     assert not absent.exists()
     assert not (tmp_path / "y.db").exists()  # nothing opened, nothing made
-    sqlite3.connect(tmp_path / "x.db").close()  # a source that exists
     same = f"sqlite:///{tmp_path / 'x.db'}"
+    asyncio.run(made(same))  # a source that exists: an empty store
     assert run("migrate-store", "--from", same, "--to", same)[0] == 1
     assert "name the same store" in capsys.readouterr().err
     assert run("migrate-store", "--from", same, "--to", "mysql://u:hunter2@db/x")[0] == 1
