@@ -280,9 +280,7 @@ async def show_session(request: web.Request) -> web.Response:
     """GET /api/sessions/{id}, with the replies parked while the user is blocked."""
     session = await existing_session(request)
     rows = await request.app[STORE].list_outbox(session.session_id)
-    parked = sum(1 for row in rows if row.state == "pending" and row.error == PARKED_ERROR)
-    detail = SessionDetail(**_session(session).model_dump(), parked_replies=parked)
-    return respond(detail)
+    return respond(SessionDetail.of(session, rows))
 
 
 def _session(session: Session) -> SessionOut:

@@ -21,7 +21,13 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from webhook_bot_gateway.store import Message, QuarantineItem
+from webhook_bot_gateway.store import (
+    PARKED_ERROR,
+    Message,
+    OutboxItem,
+    QuarantineItem,
+    Session,
+)
 
 OPERATOR = "operator"  # the agent name of an operator's messages
 MAX_ROW_ID = 2**63 - 1  # the largest id (and offset) SQLite and PostgreSQL can hold
@@ -159,6 +165,13 @@ class SessionDetail(SessionOut):
         description="replies kept unsent while the user has blocked the bot or cannot be"
         " reached (metadata.blocked); sent once the user is back",
     )
+
+    @classmethod
+    def of(cls, session: Session, outbox: Sequence[OutboxItem]) -> SessionDetail:
+        """The session with the count of its parked rows among ``outbox`` (its rows)."""
+        parked = sum(1 for row in outbox if row.state == "pending" and row.error == PARKED_ERROR)
+        shown = SessionOut.model_validate(session, from_attributes=True)
+        return cls(**shown.model_dump(), parked_replies=parked)
 
 
 class SessionsPage(_Output):

@@ -12,7 +12,6 @@ from typing import TextIO
 from pydantic import BaseModel
 
 from webhook_bot_gateway.store import (
-    PARKED_ERROR,
     Store,
     is_postgres,
     open_store,
@@ -142,11 +141,9 @@ async def _show_session(store: Store, session_id: str, out: TextIO) -> int:
         print(f"no session {session_id!r}", file=out)
         return 1
     branch = await store.get_branch(session_id)
-    rows = await store.list_outbox(session_id)
-    parked = sum(1 for row in rows if row.state == "pending" and row.error == PARKED_ERROR)
-    fields = SessionOut.model_validate(session, from_attributes=True).model_dump()
+    detail = SessionDetail.of(session, await store.list_outbox(session_id))
     messages = [MessageOut.of(m) for m in branch]
-    dump(SessionShown(**fields, parked_replies=parked, messages=messages), out)
+    dump(SessionShown(**detail.model_dump(), messages=messages), out)
     return 0
 
 
