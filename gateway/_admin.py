@@ -160,10 +160,14 @@ def respond(answer: BaseModel, status: int = 200) -> web.Response:
     return web.json_response(answer.model_dump(mode="json"), status=status)
 
 
-def parse(model: type[M], data: object) -> M:
-    """Validate ``data``; the first error becomes a 400 invalid_field naming the field."""
+def parse(model: type[M], data: object, *, strict: bool = False) -> M:
+    """Validate ``data``; the first error becomes a 400 invalid_field naming the field.
+
+    ``strict`` for a JSON body, whose values come typed: ``true``, ``"5"`` or ``5.0`` is then
+    no integer. A query's values are text, parsed (``limit=5``).
+    """
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, strict=strict)
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
         field = ".".join(str(part) for part in first["loc"]) or "body"
@@ -171,8 +175,9 @@ def parse(model: type[M], data: object) -> M:
 
 
 async def json_body(request: web.Request, model: type[M]) -> M:
-    """The request body as ``model``: 400 invalid_json, json_too_deep, or invalid_field naming
-    the field; 408, 413 or 415 when the body itself cannot be read (``read_body``)."""
+    """The request body as ``model``, strictly typed: 400 invalid_json, json_too_deep, or
+    invalid_field naming the field; 408, 413 or 415 when the body itself cannot be read
+    (``read_body``)."""
     await read_body(request)
     try:
         data = await request.json()  # the bytes read_body read
@@ -184,7 +189,7 @@ async def json_body(request: web.Request, model: type[M]) -> M:
         raise _too_deep()
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_json", "the body is not a JSON object")
-    return parse(model, data)
+    return parse(model, data, strict=True)
 
 
 async def read_body(request: web.Request) -> bytes:

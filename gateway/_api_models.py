@@ -2,7 +2,8 @@
 
 Handlers validate their input and serialize every answer through these models, and
 /api/openapi.json is generated from the same models, so the document and the answers cannot
-drift. Inputs are strict (unknown fields refused); outputs are open: the surface may grow.
+drift. Inputs are strict (unknown fields refused; a JSON body's values must have their JSON
+type: ``_admin.json_body``); outputs are open: the surface may grow.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ MAX_JSON_DEPTH = 32  # arrays and objects within each other in a body; none need
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"  # store.validate_session_id
 
 Status = Literal["idle", "running", "interrupted"]  # store.SESSION_STATUSES
+Channel = Literal["telegram", "whatsapp", "web"]  # channels.ADAPTERS
 ShownRole = Literal["system", "user", "assistant", "operator", "tool"]
 Timestamp = Annotated[  # ISO 8601 with its offset, as datetime.isoformat() writes it
     datetime,
@@ -79,7 +81,7 @@ class PageQuery(_Input):
 
 
 class SessionsQuery(PageQuery):
-    channel: str | None = None
+    channel: Channel | None = None
     status: Status | None = None
     agent: str | None = None
     q: str | None = Field(
@@ -123,11 +125,12 @@ class ReplyBody(_Input):
 class TemplateBody(_Input):
     name: str = Field(min_length=1, max_length=512, description="a [[whatsapp.templates]] name")
     language: str = Field(min_length=1, max_length=32, description="its language code, e.g. en_US")
-    parameters: list[Annotated[str, Field(min_length=1, max_length=1024), NotBlank]] = Field(
+    parameters: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
         default_factory=list,
         max_length=100,
         description="the body's parameters in order, as many as the template declares; none"
-        " only whitespace",
+        " only whitespace, none with a line break, a tab or more than 4 spaces in a row"
+        " (WhatsApp refuses them: error 132018)",
     )
     operator: Name | None = Field(default=None, description="the sending person's name")
 

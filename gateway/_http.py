@@ -3,15 +3,59 @@ request-body checks every route that reads a body makes."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import wraps
+from http import HTTPStatus
+
 from aiohttp import hdrs, web
 
 OK_BODY = b'{"ok":true}'
 UNSUPPORTED_ENCODING = "unsupported_encoding"
+# The codes of aiohttp's own refusals where the gateway says it otherwise; else the reason
+# phrase in snake case ("Bad Request": bad_request).
+HTTP_ERROR_CODES = {413: "body_too_large"}
+BODY_HEADERS = frozenset({hdrs.CONTENT_TYPE, hdrs.CONTENT_LENGTH})
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def json_error(status: int, code: str, message: str, **extra: str) -> web.Response:
     """``{"error": {"code": ..., "message": ...}}`` with ``status``."""
     return web.json_response({"error": {"code": code, "message": message, **extra}}, status=status)
+
+
+def http_error(exc: web.HTTPException) -> web.Response:
+    """One of aiohttp's refusals (a ``text/plain`` body) as the JSON error: same status, same
+    headers (``Allow`` of a 405), aiohttp's text as the message."""
+    status = HTTPStatus(exc.status)
+    code = HTTP_ERROR_CODES.get(exc.status) or status.phrase.lower().replace(" ", "_")
+    default = f"{exc.status}: {exc.reason}"  # what aiohttp writes when it has nothing to say
+    message = exc.text if exc.text and exc.text != default else status.description
+    response = json_error(exc.status, code, " ".join(message.split()))
+    for name, value in exc.headers.items():
+        if name not in BODY_HEADERS:
+            response.headers[name] = value
+    return response
+
+
+def json_http_errors(handler: Handler) -> Handler:
+    """``handler`` with the HTTP errors aiohttp raises in it answered as JSON (``http_error``).
+
+    For handlers whose aiohttp calls refuse before they answer: a WebSocket handshake that is
+    not one (400). The webhooks and the admin API answer their own errors: no middleware does
+    this for every route, so the webhook hot path pays nothing for it (docs/benchmarks.md).
+    """
+
+    @wraps(handler)
+    async def answered(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return http_error(exc)
+
+    return answered
 
 
 def body_encoding(request: web.Request) -> str | None:

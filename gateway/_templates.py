@@ -2,12 +2,14 @@
 
 Operators (``POST /api/sessions/{id}/template``) and agents (the ``whatsapp_template`` tool)
 go through the same check, so a template that Meta would refuse for a wrong name, language or
-parameter count (errors 132000-132001) is refused here, before anything is queued.
+parameter count (errors 132000-132001), or for a parameter's text (132018), is refused here,
+before anything is stored or queued.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,18 +22,41 @@ from ._reachability import is_blocked
 
 
 class TemplateRefused(ValueError):
-    """A template send that does not match the declared templates."""
+    """A template send that does not match the declared templates, or that WhatsApp would
+    refuse for a parameter's text."""
 
     def __init__(self, status: int, code: str, message: str, field: str) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.field = status, code, message, field
 
 
+# What Meta refuses in a body parameter's text, error 132018: "Param text cannot have
+# new-line/tab characters or more than 4 consecutive spaces". A line break is any that
+# str.splitlines() breaks at (\r and U+2028 too).
+LINE_BREAK_OR_TAB = re.compile(r"[\t\n\v\f\r\x1c-\x1e\x85\u2028\u2029]")
+MAX_SPACES = 4
+TOO_MANY_SPACES = re.compile(f" {{{MAX_SPACES + 1},}}")
+WHY = "WhatsApp refuses it: error 132018"
+
+
+def parameter_problem(text: str) -> str | None:
+    """Why WhatsApp would not take ``text`` as a body parameter, or None when it would."""
+    if not text.strip():  # the channels strip what they send: nothing would be left
+        return "must not be empty or only whitespace"
+    if LINE_BREAK_OR_TAB.search(text):
+        return f"must not hold a line break or a tab ({WHY})"
+    if TOO_MANY_SPACES.search(text):
+        return f"must not hold more than {MAX_SPACES} spaces in a row ({WHY})"
+    return None
+
+
 def checked(
     config: WhatsAppConfig, name: str, language: str, parameters: Sequence[str]
 ) -> OutboundTemplate:
-    """The template to send; TemplateRefused when it is not declared or the count is wrong."""
+    """The template to send; TemplateRefused when a parameter is one WhatsApp refuses (400,
+    ``parameters.N``), the template is not declared (404) or the count is wrong (422)."""
     declared = config.template(name, language)
+    _check_parameters(parameters, declared.parameters if declared is not None else ())
     if declared is None:
         languages = sorted(t.language for t in config.templates if t.name == name)
         known = f" (declared in: {', '.join(languages)})" if languages else ""
@@ -45,6 +70,16 @@ def checked(
         )
         raise TemplateRefused(422, "template_parameters", message, "parameters")
     return OutboundTemplate(name=name, language=language, parameters=tuple(parameters))
+
+
+def _check_parameters(parameters: Sequence[str], names: Sequence[str]) -> None:
+    """TemplateRefused naming the first parameter WhatsApp would refuse (and its declared name)."""
+    for index, text in enumerate(parameters):
+        problem = parameter_problem(text)
+        if problem is not None:
+            field = f"parameters.{index}"
+            named = f" ({names[index]})" if index < len(names) else ""
+            raise TemplateRefused(400, "invalid_field", f"{field}{named}: {problem}", field)
 
 
 def summary(template: OutboundTemplate) -> str:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from aiohttp import web
 
+from .._http import json_error, json_http_errors
 from . import api
 from .keys import TICKETS
 from .live import live
@@ -20,6 +22,27 @@ async def index(request: web.Request) -> web.StreamResponse:
     return web.FileResponse(STATIC / "index.html", headers=NO_CACHE)
 
 
+async def static_file(request: web.Request) -> web.StreamResponse:
+    """GET /console/static/{name}: a file of the console's folder, as aiohttp's add_static
+    serves it (ETag, ranges); a missing file, a folder or a path out of it: a JSON 404."""
+    found = await asyncio.to_thread(_static_file, request.match_info["name"])
+    if found is None:
+        return json_error(404, "not_found", f"no file {request.path}")
+    return web.FileResponse(found)
+
+
+def _static_file(name: str) -> Path | None:
+    """The regular file ``name`` names inside STATIC, symlinks resolved; None for any other."""
+    if Path(name).is_absolute():  # joined, it would replace the folder (or name a UNC share)
+        return None
+    root = STATIC.resolve()
+    try:
+        path = (root / name).resolve(strict=True)
+    except (OSError, RuntimeError, ValueError):  # missing; a symlink loop; a NUL character
+        return None
+    return path if path.is_relative_to(root) and path.is_file() else None
+
+
 async def home(request: web.Request) -> web.StreamResponse:
     """GET /: the console."""
     raise web.HTTPFound("/console")
@@ -31,8 +54,9 @@ def add_console_routes(app: web.Application) -> None:
     add = app.router.add_route
     add("GET", "/", home)
     add("GET", "/console", index)
-    app.router.add_static("/console/static", STATIC, append_version=False)
-    add("GET", "/console/live", live)
+    # Not add_static: its refusals are plain text, and a missing file an empty 404.
+    app.router.add_get(r"/console/static/{name:[\s\S]+}", static_file)
+    add("GET", "/console/live", json_http_errors(live))  # not a WebSocket handshake: JSON 400
     add("GET", "/api/queue", api.human_queue)
     add("GET", "/api/agents", api.agents)
     add("POST", "/api/sessions/{id:[^/]*}/cancel", api.cancel_turn)

@@ -24,6 +24,7 @@ from aiohttp import WSMsgType, web
 from webhook_bot_gateway.channels.web import ACCOUNT, CHANNEL, web_body, web_dedup_key
 from webhook_bot_gateway.store import DeliveryIn, Session, SessionEvent, Store, StoreError
 
+from .._http import json_http_errors
 from .._keys import BACKLOG, DISPATCHER, FEED, METRICS, SETTINGS, SOCKETS, STORE, WRITER
 from .feed import follow_log
 from .frames import CancelFrame, FrameError, MessageData, error_frame, event_frame, parse_frame
@@ -217,4 +218,4 @@ async def _check_attachments(store: Store, session: Session, data: MessageData) 
 
 def add_ws_route(app: web.Application) -> None:
     """Register ``GET /ws``."""
-    app.router.add_get("/ws", websocket)
+    app.router.add_get("/ws", json_http_errors(websocket))  # not a handshake: a JSON 400

@@ -124,6 +124,15 @@ def test_openapi_models_become_components_and_uploads_multipart() -> None:
     assert [p["name"] for p in events["parameters"]] == ["id", "after", "limit"]
 
 
+def test_openapi_sessions_filters_show_their_closed_sets() -> None:
+    listing = cached_document()["paths"]["/api/sessions"]["get"]
+    schemas = {p["name"]: p["schema"] for p in listing["parameters"]}
+    assert schemas["channel"]["enum"] == ["telegram", "whatsapp", "web"]
+    assert schemas["status"]["enum"] == ["idle", "running", "interrupted"]
+    assert "enum" not in schemas["agent"]  # agents are the config's: any name, none found
+    assert {p["name"]: p["required"] for p in listing["parameters"]}["channel"] is False
+
+
 def test_openapi_document_is_built_from_the_table_it_is_given() -> None:
     only = [op for op in OPERATIONS if op.path == "/api/openapi.json"]
     document = openapi_document(only)

@@ -112,3 +112,26 @@ async def test_template_tool_refuses_an_undeclared_template_to_the_model(
     assert result.role == "tool"
     assert "no template 'other' in language 'en_US' is declared" in (result.text or "")
     assert [row.get("text") for row in outbox(db_path, sid)] == ["Could not."]
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("Bob\nSmith", "must not hold a line break or a tab"),
+        ("Bob\tSmith", "must not hold a line break or a tab"),
+        ("Bob     Smith", "must not hold more than 4 spaces in a row"),
+        ("  ", "must not be empty or only whitespace"),
+    ],
+)
+async def test_template_tool_refuses_a_parameter_whatsapp_refuses_to_the_model(
+    store: SQLiteStore, db_path: Path, text: str, why: str
+) -> None:
+    """The API's check (Graph error 132018), before the template is queued with the turn."""
+    arguments = {"name": "follow_up", "language": "en_US", "parameters": [text]}
+    model = ScriptedModel(call(TEMPLATE_TOOL, arguments, id="t1"), reply("Could not."))
+    sid = await turn_at(store, model, hours_later=1)
+    result = model.calls[1].messages[-1]
+    assert result.role == "tool"
+    assert f"parameters.0 (customer_name): {why}" in (result.text or "")
+    [row] = outbox(db_path, sid)  # the reply only: no template was queued
+    assert (row.get("text"), row.get("template")) == ("Could not.", None)
