@@ -6,14 +6,14 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, get_args
 
 from webhook_bot_gateway.agents import AgentError
 from webhook_bot_gateway.channels import ChannelError
 from webhook_bot_gateway.store import InvalidSessionId, StoreError
 
 from . import _commands, _quarantine
-from ._api_models import MAX_ROW_ID
+from ._api_models import MAX_ROW_ID, Channel
 from ._logging import configure_logging
 from ._migrate import migrate_store
 from .config import Settings, load_settings, resolve_config_path
@@ -63,7 +63,7 @@ def _add_sessions(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     listing = _add(actions, "list", "list sessions, newest first")
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--offset", type=int, default=0)
-    listing.add_argument("--channel")
+    listing.add_argument("--channel", choices=get_args(Channel))
     listing.add_argument("--status", choices=["idle", "running", "interrupted"])
     listing.add_argument("--agent")
     _add(actions, "show", "show one session and its current branch").add_argument("session_id")

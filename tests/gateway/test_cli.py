@@ -127,6 +127,17 @@ def test_sessions_list_on_a_new_store_is_empty(tmp_path: Path) -> None:
     assert json.loads(out) == {"sessions": [], "total": 0}
 
 
+@pytest.mark.parametrize(("flag", "value"), [("--channel", "sms"), ("--status", "asleep")])
+def test_sessions_list_refuses_a_filter_value_that_names_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    create_store(tmp_path / "gw.db")
+    with pytest.raises(SystemExit) as exited:
+        cli("sessions", "list", flag, value, "--config", str(config_with_store(tmp_path)))
+    assert exited.value.code == 2
+    assert f"argument {flag}: invalid choice: '{value}'" in capsys.readouterr().err
+
+
 async def _seed(db: Path) -> None:
     from webhook_bot_gateway.store import open_store
 
