@@ -41,8 +41,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Test files are dealt out to TEST_WORKERS processes, each file's tests kept on one (its module
+# fixtures, such as the built wheel or the browser, are made once); 1 runs them in this process.
+TEST_WORKERS ?= 2
+
 pytest: $(STAMP) $(WHEELHOUSE)/.complete
-	$(BIN)/pytest
+	$(BIN)/pytest $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The long versions of tests/reliability (docs/reliability.md); `make test` runs the short ones.
 soak: $(STAMP)
