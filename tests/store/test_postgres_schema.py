@@ -502,3 +502,28 @@ async def test_v3_schema_migrates_operator_replies_to_their_own_role(
         await admin.execute(
             "INSERT INTO messages (session_id, role, created_at) VALUES ($1, 'robot', 1)", SID
         )
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ('["a\\"b", "x,y", "{}", "[1]", "é"]', ['a"b', "x,y", "{}", "[1]", "é"]),
+        (
+            "[1.50, -0.0, 1e5, 1733470000.123456, 7]",
+            ["1.50", "0.0", "100000", "1733470000.123456", "7"],
+        ),
+        ('[null, "", "  "]', [None, "", "  "]),
+        ("[]", []),
+        (None, []),
+    ],
+)
+async def test_gateway_texts_reads_a_json_array_as_text_in_order(
+    url: str, admin: asyncpg.Connection, given: str | None, expected: list[str | None]
+) -> None:
+    """The _many functions read every list argument so (schema 10 gave it a body the planner
+    inlines): what jsonb_array_elements_text gives, in order, and {} for none."""
+    async with PostgresStore(url) as store:
+        await store.ping()
+    assert await admin.fetchval("SELECT gateway_texts($1::jsonb)", given) == expected
+    same = "SELECT ARRAY(SELECT jsonb_array_elements_text($1::jsonb))"
+    assert await admin.fetchval(same, given) == expected
