@@ -7,12 +7,14 @@ import json
 import socket
 import struct
 from collections import defaultdict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
+from pytest_aiohttp import AiohttpServer
 
 from webhook_bot_gateway.channels import TelegramConfig
 from webhook_bot_gateway.channels.telegram import BotIdentity
@@ -257,3 +259,12 @@ class ConnectionCounter:
         if transport is not None:
             self.peers.add(transport.get_extra_info("peername")[:2])
         return await handler(request)
+
+
+@pytest.fixture
+async def bot_api(aiohttp_server: AiohttpServer) -> AsyncIterator[tuple[FakeBotApi, str]]:
+    """A FakeBotApi on loopback and its base url (import the fixture where it is used)."""
+    fake = FakeBotApi()
+    server = await aiohttp_server(fake.app())
+    yield fake, str(server.make_url("")).rstrip("/")
+    fake.release.set()

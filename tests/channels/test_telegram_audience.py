@@ -6,12 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from aiohttp import web
-from pytest_aiohttp import AiohttpServer
 
 from webhook_bot_gateway.channels import InboundMessage, ParseResult
 from webhook_bot_gateway.channels._telegram._identify import retry
@@ -21,6 +19,8 @@ from . import telegram_fakes as tg
 
 GROUP = {"id": -1001987654321, "title": "Example Support Group", "type": "supergroup"}
 BOB = {"id": 987654321, "is_bot": False, "first_name": "Bob"}
+
+bot_api = tg.bot_api  # the fixture: a FakeBotApi on loopback and its url
 
 
 def adapter(identity: BotIdentity | None = tg.FIXTURE_BOT, **options: str) -> TelegramAdapter:
@@ -153,14 +153,6 @@ def test_without_a_username_commands_with_a_name_are_ignored_and_replies_still_c
     original = {"message_id": 3, "date": 1735690400, "chat": GROUP, "from": me, "text": "x"}
     assert answered(bot, group_message("thanks", reply_to_message=original))
     assert answered(bot, command("/help"))
-
-
-@pytest.fixture
-async def bot_api(aiohttp_server: AiohttpServer) -> AsyncIterator[tuple[tg.FakeBotApi, str]]:
-    fake = tg.FakeBotApi()
-    server = await aiohttp_server(fake.app())
-    yield fake, str(server.make_url("")).rstrip("/")
-    fake.release.set()
 
 
 async def test_identify_asks_get_me_once_and_uses_the_username(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,7 @@ from .ingest_helpers import settings
 
 TASK = "telegram-identify"
 
-
-@pytest.fixture
-async def bot_api(aiohttp_server: AiohttpServer) -> AsyncIterator[tuple[tg.FakeBotApi, str]]:
-    fake = tg.FakeBotApi()
-    server = await aiohttp_server(fake.app())
-    yield fake, str(server.make_url("")).rstrip("/")
-    fake.release.set()
+bot_api = tg.bot_api  # the fixture: a FakeBotApi on loopback and its url
 
 
 def identify_task() -> asyncio.Task[Any] | None:

@@ -31,20 +31,25 @@ SECRET_ENV = {
 }
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``gateway ARGS`` as a process, without GATEWAY_CONFIG, in ``cwd`` or a new folder."""
+    if cwd is None:
+        # A directory of its own: config.example.toml's admin.token_file (data/admin-token) is
+        # relative to the working directory, and the checkout's own must stay make run's.
+        with tempfile.TemporaryDirectory() as temporary:
+            return run_cli(*args, env=env, cwd=Path(temporary))
     environ = {k: v for k, v in os.environ.items() if k != "GATEWAY_CONFIG"}
-    # A directory of its own: config.example.toml's admin.token_file (data/admin-token) is
-    # relative to the working directory, and the checkout's own must stay make run's.
-    with tempfile.TemporaryDirectory() as cwd:
-        return subprocess.run(
-            [sys.executable, "-m", "webhook_bot_gateway", *args],
-            capture_output=True,
-            text=True,
-            env={**environ, **(env or {})},
-            cwd=cwd,
-            timeout=60,
-            check=False,
-        )
+    return subprocess.run(
+        [sys.executable, "-m", "webhook_bot_gateway", *args],
+        capture_output=True,
+        text=True,
+        env={**environ, **(env or {})},
+        cwd=cwd,
+        timeout=60,
+        check=False,
+    )
 
 
 def config_with_store(tmp_path: Path, extra: str = "") -> Path:

@@ -4,9 +4,6 @@ admin token file is left to the first `gateway serve`, which prints its token.""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +11,7 @@ import pytest
 from webhook_bot_gateway.gateway import app
 from webhook_bot_gateway.gateway.config import Settings
 
-from .test_cli import EXAMPLE, cli
+from .test_cli import EXAMPLE, cli, run_cli
 
 HUMAN = '[[agents.list]]\nname = "a"\nkind = "human"\n'
 RULES_AGENT = '[[agents.list]]\nname = "{name}"\nmodel = "rules"\ntools = [{tools}]\n'
@@ -115,16 +112,7 @@ def test_serve_names_the_key_of_a_tool_it_cannot_import(tmp_path: Path) -> None:
     store = f'[server]\nport = 0\n[store]\nurl = "sqlite:///{tmp_path}/gw.db"\n'
     agents = '[agents]\nstarting_agent = "a"\n' + RULES_AGENT.format(name="a", tools='"nope.x.f"')
     path.write_text(store + agents, encoding="utf-8")
-    environ = {k: v for k, v in os.environ.items() if k != "GATEWAY_CONFIG"}
-    result = subprocess.run(
-        [sys.executable, "-m", "webhook_bot_gateway", "serve", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        env=environ,
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
+    result = run_cli("serve", "--config", str(path), cwd=tmp_path)
     assert result.returncode == 1
     expected = f"config error in {path}: agents.list[0].tools[0]: cannot import 'nope.x.f': "
     assert result.stderr.splitlines()[-1] == expected + "No module named 'nope'"

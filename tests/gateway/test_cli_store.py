@@ -4,14 +4,11 @@ no admin token file). ``gateway serve`` still creates its store at its first sta
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from .test_cli import EXAMPLE, cli
+from .test_cli import EXAMPLE, cli, run_cli
 
 OFFLINE_COMMANDS = [
     ["sessions", "list"],
@@ -84,17 +81,8 @@ def test_a_mistyped_store_url_through_the_console_script(tmp_path: Path) -> None
     """The user's report: the example config with ``GATEWAY_STORE_URL`` mistyped, as a real
     process. Before, it printed an empty list, exit 0, and left typo/gateway.db and
     data/admin-token behind."""
-    environ = {k: v for k, v in os.environ.items() if k != "GATEWAY_CONFIG"}
-    environ["GATEWAY_STORE_URL"] = "sqlite:///typo/gateway.db"
-    result = subprocess.run(
-        [sys.executable, "-m", "webhook_bot_gateway", "sessions", "list", "--config", str(EXAMPLE)],
-        capture_output=True,
-        text=True,
-        env=environ,
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
+    typo = {"GATEWAY_STORE_URL": "sqlite:///typo/gateway.db"}
+    result = run_cli("sessions", "list", "--config", str(EXAMPLE), env=typo, cwd=tmp_path)
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr.startswith("error: no SQLite store at typo/gateway.db (store.url)")
     assert list(tmp_path.iterdir()) == []
