@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -111,6 +110,7 @@ class AgentsConfig(_Section):
                 [(a.name, a.handoffs) for a in self.agents],
                 self.starting_agent,
                 complete=self.module is None,
+                listed="agents.list",
             )
         for index, agent in enumerate(self.agents):
             if agent.model not in (None, RULES, *self.models):
@@ -121,19 +121,32 @@ class AgentsConfig(_Section):
 
 
 def check_agent_names(
-    agents: list[tuple[str, tuple[str, ...]]], starting: str, *, complete: bool = True
+    agents: list[tuple[str, tuple[str, ...]]],
+    starting: str,
+    *,
+    complete: bool = True,
+    listed: str | None = None,
 ) -> None:
-    """Refuse duplicate names, unknown handoff targets and a missing starting agent."""
-    duplicates = sorted(name for name, count in Counter(n for n, _ in agents).items() if count > 1)
-    if duplicates:
-        raise AgentConfigError(duplicates[0], "declared more than once")
+    """Refuse duplicate names, unknown handoff targets and a missing starting agent.
+
+    ``listed``: the config key of ``agents`` (``agents.list``), so that an error names the
+    entry (``agents.list[2].name``); None for agents given in Python."""
+    seen: set[str] = set()
+    for index, (name, _) in enumerate(agents):
+        if name in seen:
+            key = f"{listed}[{index}].name" if listed else None
+            problem = f"agent {name!r} is declared more than once"
+            raise AgentConfigError(name, "declared more than once", key=key, problem=problem)
+        seen.add(name)
     if not complete:
         return
-    names = {name for name, _ in agents}
-    for name, handoffs in agents:
-        for target in handoffs:
-            if target not in names:
-                raise AgentConfigError(name, f"handoff target {target!r} is not declared")
+    for index, (name, handoffs) in enumerate(agents):
+        for place, target in enumerate(handoffs):
+            if target not in seen:
+                problem = f"handoff target {target!r} is not declared"
+                key = f"{listed}[{index}].handoffs[{place}]" if listed else None
+                raise AgentConfigError(name, problem, key=key, problem=problem)
+    names = seen
     if starting not in names:
         problem = f"agent {starting!r} is not declared"
         if names:

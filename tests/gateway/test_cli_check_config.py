@@ -69,6 +69,20 @@ def config_error(tmp_path: Path, problem: str) -> str:
             "agents.list[0].model: model 'gpt' is not declared",
         ),
         (
+            '[agents]\nstarting_agent = "a"\n'
+            + HUMAN
+            + RULES_AGENT.format(name="b", tools="")
+            + HUMAN,
+            "agents.list[2].name: agent 'a' is declared more than once",
+        ),
+        (
+            '[agents]\nstarting_agent = "a"\n'
+            + RULES_AGENT.format(name="a", tools="")
+            + 'handoffs = ["b", "ghost"]\n'
+            + RULES_AGENT.format(name="b", tools=""),
+            "agents.list[0].handoffs[1]: handoff target 'ghost' is not declared",
+        ),
+        (
             '[agents.models.gpt]\nmodel = "gpt-4o"\napi_key_env = "NO_SUCH_KEY_VARIABLE_XYZ"\n'
             '[agents]\nstarting_agent = "a"\n' + HUMAN,
             "agents.models.gpt.api_key_env: environment variable NO_SUCH_KEY_VARIABLE_XYZ (its API"
@@ -91,6 +105,8 @@ def config_error(tmp_path: Path, problem: str) -> str:
         "module-not-importable",
         "module-without-agents",
         "undeclared-model",
+        "duplicate-name",
+        "undeclared-handoff",
         "api-key-unset",
         "value-error-prefix",
         "agent-value-error-prefix",
