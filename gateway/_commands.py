@@ -17,6 +17,7 @@ from webhook_bot_gateway.store import (
     open_store,
     sqlite_path,
     validate_session_id,
+    why_no_store,
 )
 
 from ._accounts import gateway_registry
@@ -32,13 +33,22 @@ from .config import Settings
 MEMORY = ":memory:"
 
 
-def check_store_exists(url: str) -> None:
-    """ValueError (``error: ...``, exit 1) unless a SQLite url names a file that exists: the
-    offline commands work on a store ``gateway serve`` made, and never create one (a mistyped
-    url would otherwise answer with an empty store, and leave a new file and folders behind)."""
-    if is_postgres(url):
-        return  # a missing database is refused by the server itself
-    path = sqlite_path(url)
+async def check_store_exists(url: str) -> None:
+    """ValueError (``error: ...``, exit 1) unless the url names a gateway store that exists:
+    the offline commands work on a store ``gateway serve`` made, and never create one (a
+    mistyped url would otherwise answer with an empty store, and leave a new file and folders,
+    or a PostgreSQL schema's tables, behind). Nothing is written to find out."""
+    if not is_postgres(url):
+        _check_sqlite_file(sqlite_path(url))
+    why = await why_no_store(url)
+    if why:
+        raise ValueError(
+            f"store.url names no gateway store ({why}): check the url;"
+            " `gateway serve` creates the store at its first start"
+        )
+
+
+def _check_sqlite_file(path: str) -> None:
     if path == MEMORY:
         raise ValueError(
             "store.url is sqlite:///:memory:, which holds nothing outside a running gateway"
@@ -53,7 +63,7 @@ def check_store_exists(url: str) -> None:
 @asynccontextmanager
 async def opened_store(settings: Settings) -> AsyncIterator[Store]:
     """The configured store, which must exist already (``check_store_exists``)."""
-    check_store_exists(settings.store.url)
+    await check_store_exists(settings.store.url)
     store = await open_store(
         settings.store.url,
         dedup_ttl_hours=settings.dedup.ttl_hours,

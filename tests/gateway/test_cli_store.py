@@ -4,9 +4,13 @@ no admin token file). ``gateway serve`` still creates its store at its first sta
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import asyncpg
 import pytest
+
+from tests.pg import fresh_schema
 
 from .test_cli import EXAMPLE, cli, run_cli
 
@@ -86,3 +90,39 @@ def test_a_mistyped_store_url_through_the_console_script(tmp_path: Path) -> None
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr.startswith("error: no SQLite store at typo/gateway.db (store.url)")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_offline_command_refuses_an_empty_sqlite_file_and_leaves_it_empty(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (workdir / "gw.db").touch()
+    code, out = cli("sessions", "list", "--config", str(write_config(workdir, "sqlite:///gw.db")))
+    assert (code, out) == (1, "")
+    assert capsys.readouterr().err.startswith(
+        "error: store.url names no gateway store (an empty file)"
+    )
+    assert [p.name for p in workdir.iterdir()] == ["gw.db"]
+    assert (workdir / "gw.db").stat().st_size == 0
+
+
+async def test_an_offline_command_refuses_an_empty_postgresql_schema_and_creates_nothing(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, the command migrated the empty schema (made the gateway's tables there) and
+    answered with an empty store."""
+    async with fresh_schema() as url:
+        config = write_config(workdir, url)
+        code, out = await asyncio.to_thread(cli, "purge", "--config", str(config))
+        conn = await asyncpg.connect(url)
+        try:
+            tables = await conn.fetch(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = current_schema()"
+            )
+        finally:
+            await conn.close()
+    assert (code, out) == (1, "")
+    assert "error: store.url names no gateway store (no gateway_schema table in schema" in (
+        capsys.readouterr().err
+    )
+    assert tables == []
