@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from webhook_bot_gateway.store import (
     TargetNotEmpty,
     check_url,
     copy_store,
+    counts,
     is_postgres,
     open_store,
     sqlite_path,
@@ -41,14 +43,61 @@ async def migrate_store(args: argparse.Namespace, out: TextIO) -> int:
     await _check_source_holds_a_store(source_url)
     source = await _open("--from", source_url)
     try:
-        with _removed_on_failure(target_url):
-            target = await _open("--to", target_url)
-            try:
-                return await _copy(source, target, args, out)
-            finally:
-                await target.aclose()
+        if is_postgres(target_url) or sqlite_path(target_url) == MEMORY:
+            return await _copy_into(source, target_url, args, out)
+        return await _copy_then_rename(source, sqlite_path(target_url), args, out)
     finally:
         await source.aclose()
+
+
+async def _copy_into(source: Store, url: str, args: argparse.Namespace, out: TextIO) -> int:
+    target = await _open("--to", url)
+    try:
+        return await _copy(source, target, args, out)
+    finally:
+        await target.aclose()
+
+
+async def _copy_then_rename(source: Store, path: str, args: argparse.Namespace, out: TextIO) -> int:
+    """A SQLite target is written as a new file beside it, renamed over it once the counts
+    are verified: a copy that fails leaves the target as it was (emptied by ``--replace`` and
+    half filled, before), and a new one absent."""
+    existing, temporary = _sqlite_url(path), _sqlite_url(f"{path}.migrating-{os.getpid()}")
+    if _exists(path):
+        await _refuse_if_not_empty(existing, replace=args.replace)
+    with _removed_on_failure(temporary):
+        code = await _copy_into(source, temporary, args, out)
+        _swap_in(sqlite_path(temporary), path)
+    return code
+
+
+def _sqlite_url(path: str) -> str:
+    return f"sqlite:///{os.path.abspath(path)}"
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def _swap_in(new: str, path: str) -> None:
+    """``new`` (closed, its log folded in) in the place of ``path`` with ``path``'s mode."""
+    if os.path.exists(new + "-wal"):  # SQLite removes it when the last connection closes
+        raise StoreError(f"--to {path}: the copy's write-ahead log was not folded in")
+    if os.path.exists(path):
+        shutil.copymode(path, new)
+    for suffix in _SQLITE_FILES[1:]:  # the old file's log must not be applied to the new one
+        Path(path + suffix).unlink(missing_ok=True)
+    os.replace(new, path)
+
+
+async def _refuse_if_not_empty(url: str, *, replace: bool) -> None:
+    target = await _open("--to", url)
+    try:
+        existing = await counts(_tables(target))
+    finally:
+        await target.aclose()
+    if any(existing.values()) and not replace:
+        raise StoreError(f"{TargetNotEmpty(existing)}; pass --replace to empty it first")
 
 
 def _check_source_exists(url: str) -> None:

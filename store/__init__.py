@@ -1,7 +1,7 @@
 """Persistent state: sessions, their history DAG, turns, the dedup guard and the pipeline."""
 
 from ._args import storable_text
-from ._copy import CountMismatch, TableAccess, TargetNotEmpty, copy_store
+from ._copy import CountMismatch, TableAccess, TargetNotEmpty, copy_store, counts
 from ._errors import (
     AttachmentNotFound,
     DeliveryNotFound,
@@ -71,6 +71,7 @@ __all__ = [
     "TableAccess",
     "TargetNotEmpty",
     "copy_store",
+    "counts",
     "ATTACHMENT_SOURCES",
     "ATTACHMENT_STATES",
     "Attachment",

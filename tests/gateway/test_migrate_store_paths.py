@@ -195,6 +195,41 @@ def test_a_copy_that_fails_leaves_no_new_target_behind(
     assert sorted(path.name for path in tmp_path.iterdir()) == ["a.db"]
 
 
+def test_a_copy_that_fails_leaves_a_replaced_target_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --replace the target was emptied first and left half filled when a row failed;
+    the copy is now written beside it and renamed over it only once verified."""
+    source, target = tmp_path / "a.db", tmp_path / "b.db"
+    make_store(f"sqlite:///{source}")
+    with sqlite3.connect(source) as conn:  # a row the target's CHECK refuses (a damaged file)
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        conn.execute("UPDATE sessions SET status = 'bogus' WHERE chat_id = '42'")
+    conn.close()
+    before = make_store(f"sqlite:///{target}")
+    target.chmod(0o600)
+    image = digest(target)
+
+    err = refused(
+        capsys, "--from", f"sqlite:///{source}", "--to", f"sqlite:///{target}", "--replace"
+    )
+    assert "the copy failed" in err
+    assert digest(target) == image  # not emptied, not half filled
+    assert rows(f"sqlite:///{target}") == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a.db", "b.db"]
+
+    with sqlite3.connect(source) as conn:  # mended, the same command replaces it whole
+        conn.execute("UPDATE sessions SET status = 'idle' WHERE chat_id = '42'")
+    conn.close()
+    code, _ = run(
+        "migrate-store", "--from", f"sqlite:///{source}", "--to", f"sqlite:///{target}", "--replace"
+    )
+    assert code == 0, capsys.readouterr().err
+    assert rows(f"sqlite:///{target}") == rows(f"sqlite:///{source}")
+    assert target.stat().st_mode & 0o777 == 0o600  # the file keeps its mode
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a.db", "b.db"]
+
+
 def test_a_target_in_a_missing_folder_is_refused_not_made(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
