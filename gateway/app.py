@@ -278,6 +278,20 @@ async def check_agents(settings: Settings) -> None:
     await registry.aclose()
 
 
+def checked_loop(settings: Settings) -> asyncio.AbstractEventLoop:
+    """The event loop ``serve`` runs on, once the agents were built on it: a tool that cannot
+    be imported is then a config error like any other, before the store is opened (aiohttp
+    does not clean up the contexts already started when a later one fails at startup)."""
+    loop = new_event_loop(settings.server.event_loop)
+    log.info("event loop: %s", loop_name(loop))
+    try:
+        loop.run_until_complete(check_agents(settings))
+    except BaseException:
+        loop.close()
+        raise
+    return loop
+
+
 def running_line(banner: str) -> str:
     """aiohttp's start banner as one line: "Running on http://...", without its frame of
     ``=`` and the "(Press CTRL+C to quit)" meant for a terminal."""
@@ -291,12 +305,12 @@ def serve(settings: Settings) -> None:
     if after != before:
         log.info("open-files limit raised from %d to %d", before, after)
     sockets = listening_sockets(settings.server)  # a port in use: an error, before anything
-    loop = new_event_loop(settings.server.event_loop)
-    log.info("event loop: %s", loop_name(loop))
-    # The agents are built once before the app starts: a tool that cannot be imported is then
-    # a config error like any other, before the store is opened (aiohttp does not clean up the
-    # contexts already started when a later one fails at startup).
-    loop.run_until_complete(check_agents(settings))
+    try:
+        loop = checked_loop(settings)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
     if settings.sandbox.enabled:
         print(sandbox_banner(settings), flush=True)
     app = build_app(settings)

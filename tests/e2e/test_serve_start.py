@@ -74,11 +74,3 @@ async def test_serve_on_a_taken_port_exits_1_naming_server_port_and_touches_noth
     assert "Traceback" not in out.decode() + err.decode()
     assert calls == []  # no getMe, nothing else sent anywhere
     assert not db.parent.exists()  # no folder, no database
-
-
-def test_the_start_line_holds_no_json_breaking_banner() -> None:
-    from webhook_bot_gateway.gateway.app import running_line
-
-    banner = "======== Running on http://127.0.0.1:8080 ========\n(Press CTRL+C to quit)"
-    assert running_line(banner) == "Running on http://127.0.0.1:8080"
-    assert json.loads(json.dumps(running_line(banner))) == "Running on http://127.0.0.1:8080"

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from pathlib import Path
 
 import pytest
 import uvloop
 
 from webhook_bot_gateway.gateway import _loop
+from webhook_bot_gateway.gateway.app import serve
 from webhook_bot_gateway.gateway.config import ServerConfig
 from webhook_bot_gateway.gateway.errors import ConfigError
+
+from .ingest_helpers import settings
 
 
 @pytest.mark.parametrize(
@@ -75,3 +79,22 @@ def test_an_address_of_no_interface_is_a_config_error_naming_server_host() -> No
     with pytest.raises(ConfigError) as caught:
         _loop.listening_sockets(ServerConfig(host="192.0.2.1", port=0))  # TEST-NET-1
     assert caught.value.key == "server.host"
+
+
+def test_serve_that_fails_before_it_starts_lets_go_of_its_port(tmp_path: Path) -> None:
+    """A tool that cannot be imported ends ``serve`` after it bound its port: the socket is
+    closed then, not left to the garbage collector, and nothing is stored."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    broken = {
+        "starting_agent": "a",
+        "list": [{"name": "a", "model": "rules", "tools": ["nope.x.f"]}],
+    }
+    config = settings(tmp_path / "gw.db", server={"host": "127.0.0.1", "port": port}, agents=broken)
+    with pytest.raises(ConfigError) as caught:
+        serve(config)
+    assert caught.value.key == "agents.list[0].tools[0]"
+    with socket.socket() as again:  # the port is free while the failed call's frame lives on
+        again.bind(("127.0.0.1", port))
+    assert not (tmp_path / "gw.db").exists()
