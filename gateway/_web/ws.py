@@ -42,7 +42,7 @@ def short(session_id: str) -> str:
 
 
 class Refused(Exception):
-    """The socket cannot attach: an ``error`` frame, then the close."""
+    """The socket cannot attach: an ``error`` frame, repeated for every frame the client sends."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -76,8 +76,7 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
         session, after = await _attach(request)
     except Refused as exc:
         request.app[METRICS].inc(CONNECTIONS, outcome=exc.code)
-        await ws.send_json(error_frame(exc.code, exc.message))
-        await ws.close(code=4000, message=exc.code.encode())
+        await _refusing(request, ws, exc)
         return ws
     request.app[METRICS].inc(CONNECTIONS, outcome="attached")
     log.info("web socket attached to %s after seq %d", short(session.session_id), after)
@@ -97,6 +96,25 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     return ws
 
 
+async def _refusing(request: web.Request, ws: web.WebSocketResponse, refusal: Refused) -> None:
+    """The refusal's error frame, then the same frame for each frame the client sends, until it
+    closes: an error frame leaves the socket open (CONTRACT.md), though it is attached to no
+    session and never will be; the client connects again to try another id."""
+    frame = error_frame(refusal.code, refusal.message)
+    open_sockets = request.app[SOCKETS]
+    open_sockets.add(ws)  # closed with the others at shutdown
+    try:
+        await ws.send_json(frame)
+        async for msg in ws:
+            if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+                request.app[METRICS].inc(FRAMES, outcome=refusal.code)
+                await ws.send_json(frame)
+            elif msg.type == WSMsgType.ERROR:
+                return
+    finally:
+        open_sockets.discard(ws)
+
+
 async def _attach(request: web.Request) -> tuple[Session, int]:
     """The session the socket asks for (or a new one) and the seq to replay after."""
     query = request.query
@@ -114,7 +132,7 @@ async def _attach(request: web.Request) -> tuple[Session, int]:
             raise Refused("invalid_session_id", "session_id is not a web session id")
         session = await store.get_session(sid)
     except StoreError:
-        raise Refused("store_unavailable", "the store does not answer; try again") from None
+        raise Refused("store_unavailable", "the store does not answer; connect again") from None
     if session is None or session.channel != CHANNEL:
         raise Refused("unknown_session", "no such web session")
     return session, after

@@ -218,7 +218,7 @@ async def test_ws_every_malformed_frame_gets_its_error_and_the_socket_stays_open
     assert gateway.query("SELECT count(*) FROM inbox WHERE session_id = ?", sid) == [(1,)]
 
 
-async def test_ws_bad_session_ids_are_refused_before_anything_is_created(
+async def test_ws_bad_session_ids_are_refused_on_an_open_socket_before_anything_is_created(
     make_gateway: MakeGateway, http: aiohttp.ClientSession
 ) -> None:
     gateway = await make_gateway()
@@ -237,9 +237,14 @@ async def test_ws_bad_session_ids_are_refused_before_anything_is_created(
                 "type": "error",
                 "data": {"code": code, "message": frame["data"]["message"]},
             }
-            closing = await ws.receive(timeout=20)
-            assert closing.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            # The socket stays open, attached to nothing: a message gets the refusal again.
+            await ws.send_json({"type": "message", "data": {"text": "hi", "client_id": "c1"}})
+            assert await ws.receive_json(timeout=20) == frame
+            await ws.send_bytes(b"binary")
+            assert await ws.receive_json(timeout=20) == frame
+            assert not ws.closed
     assert gateway.query("SELECT count(*) FROM sessions") == [(0,)]
+    assert gateway.query("SELECT count(*) FROM inbox") == [(0,)]
 
 
 async def test_ws_session_id_is_never_logged_in_full(
