@@ -219,6 +219,7 @@ async def graph_media(request: web.Request) -> web.Response:
     media = request.app[SANDBOX].media.get(media_id)
     if media is None:
         return _graph_error(404, 100, "Unsupported get request.")
+    request.app[SANDBOX].record(WHATSAPP, media.account, "", "media", platform_id=media_id)
     base = request.app[SETTINGS].whatsapp.graph_base_url.rstrip("/")
     return web.json_response(
         {

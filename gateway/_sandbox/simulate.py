@@ -20,7 +20,7 @@ from .._admin import ApiError, admin_route, json_body, parse
 from .._keys import SETTINGS
 from ..config import Settings
 from .keys import SANDBOX
-from .state import Call, MediaFile, SandboxState, demo_png
+from .state import MAX_CALLS, Call, MediaFile, SandboxState, demo_png
 
 MAX_WAIT = 25.0  # seconds a GET /sandbox/api/sent may wait for a new call
 
@@ -150,6 +150,7 @@ def whatsapp_value(body: SimulateBody, account: str, state: SandboxState) -> dic
         "metadata": {"display_phone_number": "15550000000", "phone_number_id": account},
     }
     if body.status is not None:
+        _sent_message(state, account, body.chat_id, body.status.message_id)
         status: dict[str, Any] = {
             "id": body.status.message_id,
             "status": body.status.state,
@@ -168,13 +169,38 @@ def whatsapp_value(body: SimulateBody, account: str, state: SandboxState) -> dic
         message |= {"type": "text", "text": {"body": body.text}}
     elif body.image is not None:
         media_id = f"sbx{uuid.uuid4().hex}"
-        state.media[media_id] = MediaFile("image/png", demo_png(len(state.media)), "photo.png")
+        png = demo_png(len(state.media))
+        state.media[media_id] = MediaFile("image/png", png, "photo.png", account=account)
         image = {"id": media_id, "mime_type": "image/png", "sha256": "sandbox"}
         message |= {"type": "image", "image": image | _caption(body.image.caption)}
     else:
         message |= _whatsapp_button(body, state)
     contact = {"profile": {"name": body.name}, "wa_id": body.chat_id}
     return {**value, "contacts": [contact], "messages": [message]}
+
+
+def _sent_message(state: SandboxState, account: str, chat_id: str, message_id: str) -> Call:
+    """The message a status reports on: one the gateway sent from this number to this chat
+    (WhatsApp reports statuses only of what it delivered, and to the recipient's chat)."""
+    field = "status.message_id"
+    call = next((c for c in reversed(state.calls) if _sent_as(c, message_id)), None)
+    if call is None:
+        recalled = f"of the last {MAX_CALLS:,} calls"
+        message = f"{field}: the gateway sent no message {message_id!r} ({recalled})"
+        raise ApiError(404, "unknown_message", message, field)
+    if (call.account, call.chat_id) != (account, chat_id):
+        message = (
+            f"{field}: {message_id!r} was sent to chat {call.chat_id} from {call.account},"
+            f" not to chat {chat_id} from {account}"
+        )
+        raise ApiError(404, "unknown_message", message, field)
+    return call
+
+
+def _sent_as(call: Call, message_id: str) -> bool:
+    return (
+        call.channel == "whatsapp" and call.method == "messages" and call.platform_id == message_id
+    )
 
 
 def _caption(caption: str) -> dict[str, str]:

@@ -46,6 +46,7 @@ class MediaFile:
     content_type: str
     data: bytes
     name: str
+    account: str = ""  # the phone_number_id a simulated WhatsApp delivery handed it to
 
 
 @dataclass
