@@ -2,6 +2,7 @@
 
 from ._agent import Agent, AgentKind, handoff_tool_name
 from ._config import AgentConfig, AgentsConfig, OpenAIModelConfig, RuleConfig
+from ._config_bool import ConfigBool
 from ._context import DEAD_LETTER
 from ._errors import (
     AgentConfigError,
@@ -37,6 +38,7 @@ __all__ = [
     "AgentKind",
     "AgentsConfig",
     "ChatMessage",
+    "ConfigBool",
     "ModelBackend",
     "ModelBackendError",
     "ModelMessage",

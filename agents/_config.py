@@ -7,6 +7,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ._agent import DEFAULT_HUMAN_REPLY
+from ._config_bool import ConfigBool
 from ._errors import AgentConfigError
 from ._handoff_history import HandoffHistory
 from ._rules import Rule
@@ -44,7 +45,7 @@ class OpenAIModelConfig(_Section):
     max_retries: int = Field(default=3, ge=0)  # on 429, 5xx and network errors
     backoff: float = Field(default=0.5, gt=0)  # first retry delay; doubles each time
     max_backoff: float = Field(default=30.0, gt=0)
-    vision: bool = False  # the model takes images: a user's photos go as image parts
+    vision: ConfigBool = False  # the model takes images: a user's photos go as image parts
     # Turns mostly wait on the model, so the pool is sized for many waiting requests
     # (aiohttp's own default, 100, capped a whole gateway at 100 requests in flight).
     max_connections: int = Field(default=1000, gt=0)  # the HTTP pool; keep-alive reused

@@ -19,7 +19,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from webhook_bot_gateway.agents import AgentConfigError, AgentsConfig
+from webhook_bot_gateway.agents import AgentConfigError, AgentsConfig, ConfigBool
 from webhook_bot_gateway.channels import TelegramConfig, WhatsAppConfig
 from webhook_bot_gateway.store import check_url
 
@@ -106,7 +106,7 @@ class AdminConfig(_Section):
 
 
 class SandboxConfig(_Section):
-    enabled: bool = False
+    enabled: ConfigBool = False
 
 
 class MediaConfig(_Section):

@@ -79,6 +79,28 @@ def test_config_rejects_with_the_agent_named(raw: dict[str, Any], message: str) 
     assert message in error_text(raw)
 
 
+def vision_config(value: object) -> dict[str, Any]:
+    return config(TRIAGE, models={"gpt": {"model": "m", "vision": value}})
+
+
+@pytest.mark.parametrize("value", ["yes", "on", "1", "t", "no", "off", "flase", "", 1, 0, 1.0])
+def test_config_boolean_refuses_anything_but_true_or_false(value: object) -> None:
+    with pytest.raises(ValidationError) as caught:
+        AgentsConfig.model_validate(vision_config(value))
+    error = caught.value.errors()[0]
+    assert error["loc"] == ("models", "gpt", "vision")
+    assert error["msg"] == "Value error, must be true or false"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(True, True), (False, False), ("true", True), ("FALSE", False), (" True\n", True)],
+)
+def test_config_boolean_takes_booleans_and_their_names(value: object, expected: bool) -> None:
+    """Names because ``${VAR}`` substitution gives strings."""
+    assert AgentsConfig.model_validate(vision_config(value)).models["gpt"].vision is expected
+
+
 def test_config_module_defers_name_checks_to_the_registry() -> None:
     parsed = AgentsConfig.model_validate(
         config({"name": "helper", "model": "rules", "handoffs": ["coder"]}, module="x")

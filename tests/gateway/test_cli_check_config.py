@@ -96,6 +96,13 @@ def config_error(tmp_path: Path, problem: str) -> str:
             '[agents]\nstarting_agent = "a"\n[[agents.list]]\nname = "a"\n',
             "agents.list[0]: agent 'a': needs a model ('rules' or a name under [agents.models])",
         ),
+        ('[sandbox]\nenabled = "yes"\n', "sandbox.enabled: must be true or false"),
+        ("[sandbox]\nenabled = 1\n", "sandbox.enabled: must be true or false"),
+        ('[sandbox]\nenabled = "flase"\n', "sandbox.enabled: must be true or false"),
+        (
+            '[agents.models.gpt]\nmodel = "gpt-4o"\nvision = "on"\n',
+            "agents.models.gpt.vision: must be true or false",
+        ),
     ],
     ids=[
         "empty-file",
@@ -110,6 +117,10 @@ def config_error(tmp_path: Path, problem: str) -> str:
         "api-key-unset",
         "value-error-prefix",
         "agent-value-error-prefix",
+        "boolean-yes",
+        "boolean-number",
+        "boolean-typo",
+        "agent-boolean-on",
     ],
 )
 def test_check_config_fails_naming_the_key_and_never_says_ok(

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import tomllib
+import types
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import pytest
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
 from webhook_bot_gateway.gateway.config import (
     Settings,
@@ -260,3 +265,98 @@ def test_account_agents_must_be_declared_and_hold_its_starting_agent(tmp_path: P
     assert own.key == "telegram.bots[0].starting_agent"
     fine = bot + 'starting_agent = "sales"\nagents = ["sales"]\n'
     assert load_settings(write(tmp_path, fine + AGENTS), {}).telegram.bots[0].agents == ("sales",)
+
+
+# Every boolean of the file: a TOML template with {} for the value, and the key errors name.
+BOOLEANS = [
+    ("[sandbox]\nenabled = {}\n", "sandbox.enabled"),
+    ('[agents.models.gpt]\nmodel = "m"\nvision = {}\n', "agents.models.gpt.vision"),
+]
+# What pydantic's lax mode would read as a boolean, and typos it would not: all refused.
+NOT_BOOLEANS = ['"yes"', '"on"', '"1"', '"t"', '"y"', '"no"', '"off"', '"flase"', '""', "1", "0"]
+
+
+@pytest.mark.parametrize(("template", "key"), BOOLEANS, ids=[key for _, key in BOOLEANS])
+@pytest.mark.parametrize("value", NOT_BOOLEANS)
+def test_boolean_refuses_anything_but_true_or_false_naming_the_key(
+    tmp_path: Path, template: str, key: str, value: str
+) -> None:
+    error = error_of(tmp_path, template.format(value))
+    assert (error.key, error.problem) == (key, "must be true or false")
+
+
+def value_at(settings: Settings, key: str) -> Any:
+    """``agents.models.gpt.vision`` of ``settings``."""
+    found: Any = settings
+    for part in key.split("."):
+        found = found[part] if isinstance(found, dict) else getattr(found, part)
+    return found
+
+
+@pytest.mark.parametrize(("template", "key"), BOOLEANS, ids=[key for _, key in BOOLEANS])
+@pytest.mark.parametrize(
+    ("value", "environ", "expected"),
+    [
+        ("true", {}, True),
+        ("false", {}, False),
+        ('"${FLAG}"', {"FLAG": "true"}, True),
+        ('"${FLAG}"', {"FLAG": "False"}, False),
+        ('"${FLAG}"', {"FLAG": " TRUE "}, True),
+        ('"${FLAG:-false}"', {}, False),
+    ],
+)
+def test_boolean_takes_toml_booleans_and_true_or_false_from_a_variable(
+    tmp_path: Path,
+    template: str,
+    key: str,
+    value: str,
+    environ: dict[str, str],
+    expected: bool,
+) -> None:
+    settings = load_settings(write(tmp_path, template.format(value)), environ)
+    assert value_at(settings, key) is expected
+
+
+def config_models(annotation: Any) -> Iterator[type[BaseModel]]:
+    """The models inside a field's type: ``tuple[X, ...]``, ``dict[str, X]``, ``X | None``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+    for inner in get_args(annotation):
+        yield from config_models(inner)
+
+
+def is_bool(annotation: Any) -> bool:
+    if annotation is bool:
+        return True
+    return get_origin(annotation) in (Union, types.UnionType) and bool in get_args(annotation)
+
+
+def bool_fields(model: type[BaseModel], path: str = "") -> Iterator[tuple[str, FieldInfo]]:
+    for name, field in model.model_fields.items():
+        key = f"{path}.{field.alias or name}".lstrip(".")
+        if is_bool(field.annotation):
+            yield key, field
+        for inner in config_models(field.annotation):
+            yield from bool_fields(inner, key + ("[]" if inner is not field.annotation else ""))
+
+
+def refuses(adapter: TypeAdapter[Any], value: object) -> bool:
+    try:
+        adapter.validate_python(value)
+    except ValidationError:
+        return True
+    return False
+
+
+def test_every_boolean_of_every_section_is_true_or_false_only() -> None:
+    """gateway's, channels' and agents' sections alike, and any boolean added later."""
+    found = dict(bool_fields(Settings))
+    assert {"sandbox.enabled", "agents.models[].vision"} <= set(found)
+    lax, unread = [], []
+    for key, field in found.items():
+        annotated = Annotated[(field.annotation, *field.metadata)] if field.metadata else bool
+        adapter: TypeAdapter[Any] = TypeAdapter(annotated)
+        lax += [(key, v) for v in ("yes", "on", "1", 1, 0) if not refuses(adapter, v)]
+        if refuses(adapter, " True ") or adapter.validate_python(" True ") is not True:
+            unread.append(key)
+    assert (lax, unread) == ([], [])
