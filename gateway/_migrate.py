@@ -51,6 +51,9 @@ async def migrate_store(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _copy_into(source: Store, url: str, args: argparse.Namespace, out: TextIO) -> int:
+    """Into a PostgreSQL target, the emptying (``--replace``), the copy and the count check are
+    one transaction, committed once the counts are verified (store/postgres/_tables.py): a copy
+    that fails leaves the target as it was."""
     target = await _open("--to", url)
     try:
         return await _copy(source, target, args, out)
@@ -177,7 +180,7 @@ async def _copy(source: Store, target: Store, args: argparse.Namespace, out: Tex
         raise StoreError(f"{exc}; pass --replace to empty it first") from None
     except CountMismatch as exc:
         raise StoreError(str(exc)) from None
-    except sqlite3.Error as exc:  # e.g. a source row the target's constraints refuse
+    except (sqlite3.Error, StoreError) as exc:  # e.g. a source row the target refuses
         raise StoreError(f"the copy failed: {exc}") from exc
     for table, rows in copied.items():
         print(f"  {table}: {rows} rows", file=out)

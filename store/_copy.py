@@ -4,16 +4,21 @@ Both backends have the same tables and columns (store/sqlite/_schema.py and
 store/postgres/_schema.py), so rows move column for column, ids included. Each backend gives
 raw access to its tables through ``TableAccess``; this module owns the order (parents before
 children), the circular link of a session's head to its messages, and the final count check.
+
+Everything written to the target goes through ``TableAccess.copying``: on PostgreSQL that is one
+transaction for the whole copy, emptying included, committed only once the counts are verified
+(a SQLite target is a new file, renamed over the old one by ``gateway migrate-store``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 Row = tuple[Any, ...]
-PAGE = 2000  # rows read and written per transaction
+PAGE = 2000  # rows per read of the source and per write to the target: memory stays bounded
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,11 @@ class TableAccess(Protocol):
 
     async def after_copy(self) -> None: ...
 
+    async def copying(self, fn: Callable[[TableAccess], Awaitable[T]]) -> T:
+        """``fn`` on the tables to copy into. PostgreSQL runs all of it in one transaction on
+        one connection, committed only if ``fn`` returns; SQLite gives ``fn`` the store."""
+        ...
+
 
 class TargetNotEmpty(Exception):
     """The target holds rows already; ``counts`` says where."""
@@ -170,8 +180,24 @@ async def copy_store(
     """Copy every row of ``source`` into ``target``; the rows copied per table.
 
     Refuses (TargetNotEmpty) a target holding rows unless ``replace``, which empties it first.
-    Raises CountMismatch if a table's count differs afterwards.
+    Raises CountMismatch if a table's count differs afterwards. All of it is one
+    ``target.copying`` call: on PostgreSQL a failure, this check's included, rolls back the
+    emptying and every row written.
     """
+
+    async def copy(into: TableAccess) -> dict[str, int]:
+        return await _copy_all(source, into, replace=replace, progress=progress)
+
+    return await target.copying(copy)
+
+
+async def _copy_all(
+    source: TableAccess,
+    target: TableAccess,
+    *,
+    replace: bool,
+    progress: Callable[[str, int], None],
+) -> dict[str, int]:
     existing = await counts(target)
     if any(existing.values()):
         if not replace:

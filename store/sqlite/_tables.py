@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-from .._copy import TABLES, Row, Table
+from .._copy import TABLES, Row, Table, TableAccess
 from ._conn import Connection
+
+T = TypeVar("T")
 
 
 def _placeholders(table: Table) -> str:
@@ -50,3 +54,8 @@ class TableMethods:
 
     async def after_copy(self) -> None:
         """Nothing: AUTOINCREMENT moved each table's sequence past the ids inserted."""
+
+    async def copying(self, fn: Callable[[TableAccess], Awaitable[T]]) -> T:
+        """``fn`` on this store, each write its own transaction: ``gateway migrate-store``
+        copies into a new file and renames it over the target once the counts are verified."""
+        return await fn(self)
