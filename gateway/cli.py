@@ -150,4 +150,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         print(f"invalid session id: {exc}", file=sys.stderr)
     except (StoreError, ChannelError, AgentError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C in an offline command: its transaction rolled back
+        print("interrupted", file=sys.stderr)
+        return 130
     return 1
