@@ -105,7 +105,8 @@ class AgentsConfig(_Section):
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         if RULES in self.models:
-            raise ValueError(f"agents.models: {RULES!r} is the built-in rules backend's name")
+            problem = f"{RULES!r} is the built-in rules backend's name: choose another"
+            raise AgentConfigError(None, problem, key=f"agents.models.{RULES}", problem=problem)
         if self.agents:
             check_agent_names(
                 [(a.name, a.handoffs) for a in self.agents],

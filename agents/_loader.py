@@ -56,13 +56,15 @@ def agent_from_config(
     model: ModelBackend | str | None = spec.model
     if spec.model == RULES:
         model = RulesModel([rule.to_rule() for rule in spec.rules])
+    tools = [
+        builtin.get(path) or import_tool(spec.name, path, key=key and f"{key}.tools[{index}]")
+        for index, path in enumerate(spec.tools)
+    ]
+    _check_rule_tools(spec, tools, key)
     return Agent(
         name=spec.name,
         instructions=spec.instructions,
-        tools=[
-            builtin.get(path) or import_tool(spec.name, path, key=key and f"{key}.tools[{index}]")
-            for index, path in enumerate(spec.tools)
-        ],
+        tools=tools,
         handoffs=spec.handoffs,
         model=model,
         kind=spec.kind,
@@ -70,6 +72,19 @@ def agent_from_config(
         handoff_reply=spec.handoff_reply,
         handoff_history=spec.handoff_history,
     )
+
+
+def _check_rule_tools(spec: AgentConfig, tools: list[Tool], key: str | None) -> None:
+    """A rule's ``tool`` names one of the agent's tools (known only once they are imported)."""
+    names = [tool.name for tool in tools]
+    for index, rule in enumerate(spec.rules):
+        if rule.tool and rule.tool not in names:
+            problem = (
+                f"tool {rule.tool!r} is not among the agent's tools"
+                f" ({', '.join(map(repr, names)) or 'it has none'})"
+            )
+            rule_key = key and f"{key}.rules[{index}].tool"
+            raise AgentConfigError(spec.name, f"a rule's {problem}", key=rule_key, problem=problem)
 
 
 def import_tool(agent: str, path: str, *, key: str | None = None) -> Tool:

@@ -181,8 +181,9 @@ def test_a_users_own_agents_package_is_not_taken_for_the_old_path() -> None:
 
 def test_registry_rule_calling_missing_tool_names_agent() -> None:
     parsed = AgentsConfig.model_validate(config({**TRIAGE, "rules": [{"tool": "lookup"}]}))
-    with pytest.raises(AgentConfigError, match="agent 'triage': a rule calls tool 'lookup'"):
+    with pytest.raises(AgentConfigError, match="agent 'triage': a rule's tool 'lookup'") as err:
         build_registry(parsed)
+    assert err.value.key == "agents.list[0].rules[0].tool"
 
 
 def test_registry_from_module_agents_and_list_together() -> None:

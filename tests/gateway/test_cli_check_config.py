@@ -103,6 +103,18 @@ def config_error(tmp_path: Path, problem: str) -> str:
             '[agents.models.gpt]\nmodel = "gpt-4o"\nvision = "on"\n',
             "agents.models.gpt.vision: must be true or false",
         ),
+        (
+            '[agents]\nstarting_agent = "a"\n'
+            + RULES_AGENT.format(name="a", tools=DEMO_TOOL)
+            + '[[agents.list.rules]]\nmatch = "hi"\nreply = "hello"\n'
+            + '[[agents.list.rules]]\nmatch = "inv"\ntool = "lookup_order"\n',
+            "agents.list[0].rules[1].tool: tool 'lookup_order' is not among the agent's tools"
+            " ('lookup_invoice')",
+        ),
+        (
+            '[agents.models.rules]\nmodel = "x"\n[agents]\nstarting_agent = "a"\n' + HUMAN,
+            "agents.models.rules: 'rules' is the built-in rules backend's name: choose another",
+        ),
     ],
     ids=[
         "empty-file",
@@ -121,6 +133,8 @@ def config_error(tmp_path: Path, problem: str) -> str:
         "boolean-number",
         "boolean-typo",
         "agent-boolean-on",
+        "rule-tool-not-among-tools",
+        "model-named-rules",
     ],
 )
 def test_check_config_fails_naming_the_key_and_never_says_ok(
