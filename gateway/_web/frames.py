@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from webhook_bot_gateway.store import SessionEvent
+
+from .._admin import nested_deeper_than
+from .._api_models import MAX_JSON_DEPTH
 
 ClientFrameType = Literal["message", "cancel_turn"]
 
@@ -16,8 +20,20 @@ class _Frame(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _storable(text: str) -> str:
+    """Text the store can hold: no NUL (PostgreSQL refuses it) and no lone surrogate (a
+    ``\\ud800`` escape is valid JSON but no Unicode text, and cannot be written as UTF-8)."""
+    if "\x00" in text:
+        raise PydanticCustomError("nul_character", "must not hold a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PydanticCustomError("lone_surrogate", "must not hold a lone surrogate") from None
+    return text
+
+
 class MessageData(_Frame):
-    text: str = ""
+    text: Annotated[str, AfterValidator(_storable)] = ""
     client_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
     attachments: tuple[str, ...] = ()
 
@@ -46,8 +62,12 @@ def parse_frame(text: str) -> MessageFrame | CancelFrame:
     """A client frame; FrameError naming what is wrong."""
     try:
         raw = json.loads(text)
+    except RecursionError:  # json's C scanner gives up deeper than the interpreter's stack
+        raise _too_deep() from None
     except ValueError:
         raise FrameError("invalid_json", "the frame is not JSON") from None
+    if nested_deeper_than(raw, MAX_JSON_DEPTH):
+        raise _too_deep()
     if not isinstance(raw, dict):
         raise FrameError("invalid_frame", "a frame is a JSON object with 'type' and 'data'")
     kind = raw.get("type")
@@ -64,6 +84,11 @@ def parse_frame(text: str) -> MessageFrame | CancelFrame:
         first = exc.errors(include_url=False, include_input=False)[0]
         field = ".".join(str(part) for part in first["loc"]) or "frame"
         raise FrameError("invalid_frame", f"{field}: {first['msg']}") from None
+
+
+def _too_deep() -> FrameError:
+    message = f"the frame nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"
+    return FrameError("json_too_deep", message)
 
 
 def error_frame(code: str, message: str, client_id: str | None = None) -> dict[str, Any]:

@@ -197,6 +197,10 @@ BAD_FRAMES = [
         "frame_too_large",
     ),
     ('{"type": "cancel_turn"}', "no_turn_running"),
+    ("[" * 400 + "]" * 400, "json_too_deep"),
+    ('{"type": "cancel_turn", "data": {"a": ' + "[" * 40 + "]" * 40 + "}}", "json_too_deep"),
+    ('{"type": "message", "data": {"text": "\\ud800", "client_id": "c"}}', "invalid_frame"),
+    ('{"type": "message", "data": {"text": "a\\u0000b", "client_id": "c"}}', "invalid_frame"),
 ]
 
 

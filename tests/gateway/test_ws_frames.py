@@ -1,0 +1,31 @@
+"""``/ws`` client frames that JSON accepts but the gateway cannot take: one error each."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from webhook_bot_gateway.gateway._web.frames import FrameError, parse_frame
+
+
+def test_a_frame_nested_past_the_json_scanners_stack_is_json_too_deep() -> None:
+    """json.loads raises RecursionError here (it escaped the handler and dropped the socket)."""
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(RecursionError):
+        json.loads(deep)
+    with pytest.raises(FrameError) as refused:
+        parse_frame(deep)
+    assert refused.value.code == "json_too_deep"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("\\ud800", "must not hold a lone surrogate"), ("a\\u0000b", "must not hold a NUL character")],
+    ids=["lone-surrogate", "nul"],
+)
+def test_message_text_the_store_cannot_hold_is_an_invalid_frame(text: str, problem: str) -> None:
+    frame = '{"type": "message", "data": {"text": "' + text + '", "client_id": "c"}}'
+    with pytest.raises(FrameError) as refused:
+        parse_frame(frame)
+    assert (refused.value.code, refused.value.message) == ("invalid_frame", f"data.text: {problem}")
