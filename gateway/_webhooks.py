@@ -56,6 +56,7 @@ log = logging.getLogger("gateway.webhooks")
 READS = web.AppKey("webhook_reads", ReadSlots)  # server.max_concurrent_reads
 
 NO_KEYS = "none"  # the ignored-update type of a delivery with nothing to record
+INCOMPLETE_BODY = "incomplete_body"  # nobody reads the answer: the code is for logs and metrics
 
 
 class Refused(Exception):
@@ -66,7 +67,8 @@ class Refused(Exception):
         self.status = status
         self.code = code
         self.message = message
-        self.close = close or status in (408, 413, 415)  # refused with its body unread
+        # Refused with its body unread (or its client gone): the connection is closed.
+        self.close = close or status in (408, 413, 415) or code == INCOMPLETE_BODY
 
     def response(self) -> web.Response:
         response = json_error(self.status, self.code, self.message)
@@ -130,6 +132,8 @@ async def _read_slowly(content: StreamReader, limit: int, seconds: float) -> byt
                 chunks.append(chunk)
     except TimeoutError:
         raise Refused(408, "request_timeout", f"the body took over {seconds:g} s") from None
+    except ConnectionError:  # the client went away mid-body: one INFO line, not a traceback
+        raise Refused(400, INCOMPLETE_BODY, "the connection closed before the body came") from None
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import re
+from functools import partial
 
 import aiohttp
 
@@ -90,3 +92,36 @@ async def test_e2e_refusals_are_json_and_their_connections_close_at_once(
         raw.close()
 
     assert "Traceback" not in gateway.log(tail=10_000)
+
+
+async def _metric(http: aiohttp.ClientSession, url: str, sample: str) -> float:
+    async with http.get(f"{url}/metrics") as response:
+        text = await response.text()
+    found = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+async def test_e2e_a_client_gone_mid_body_is_an_info_line_not_a_traceback(
+    make_gateway: MakeGateway, http: aiohttp.ClientSession
+) -> None:
+    """It was aiohttp's ERROR "Error handling request" with a ConnectionResetError traceback,
+    one per connection, from anyone who can reach the webhooks."""
+    gateway = await make_gateway()
+    for channel, path in [("telegram", TG), ("whatsapp", "/webhooks/whatsapp")]:
+        received = f'gateway_webhooks_received_total{{channel="{channel}"}}'
+        rejected = (
+            f'gateway_webhooks_rejected_total{{channel="{channel}",reason="incomplete_body"}}'
+        )
+        raw = await Raw.connect(gateway.port)
+        await raw.send(head("POST", path, SECRET, length=1000) + b"{")
+
+        async def reading(sample: str = received) -> bool:
+            return await _metric(http, gateway.url, sample) == 1
+
+        await eventually(reading, f"the {channel} handler waiting for the body")
+        raw.close()
+        await eventually(partial(reading, rejected), f"the {channel} refusal counted")
+    log = gateway.log(tail=10_000)
+    assert "Traceback" not in log
+    assert "Error handling request" not in log
+    assert "webhook refused: 400 incomplete_body" in log
