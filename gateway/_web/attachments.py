@@ -93,6 +93,11 @@ async def _upload(request: web.Request) -> web.Response:
     except TimeoutError:
         message = f"the upload sent nothing for {idle:g} s (server.read_timeout)"
         raise ApiError(408, "request_timeout", message, close=True) from None
+    except ConnectionError:  # the client went away mid-upload: an INFO line, not a traceback
+        log.info("web session %s: upload cut off: the client went away", short(sid))
+        raise ApiError(
+            400, "incomplete_body", "the connection closed mid-upload", close=True
+        ) from None
     name = clean_name(part.filename, "file")
     content_type = _content_type(part.headers.get("Content-Type"))
     try:

@@ -19,6 +19,7 @@ from tests.gateway.raw_http import Raw, head
 from .conftest import MakeGateway
 from .gateway_proc import ADMIN_TOKEN, BOT, BOT_SECRET, eventually
 from .webhooks import post, telegram_text
+from .ws_client import connect
 
 TG = f"/webhooks/telegram/{BOT}"
 SECRET = {"X-Telegram-Bot-Api-Secret-Token": BOT_SECRET}
@@ -125,3 +126,25 @@ async def test_e2e_a_client_gone_mid_body_is_an_info_line_not_a_traceback(
     assert "Traceback" not in log
     assert "Error handling request" not in log
     assert "webhook refused: 400 incomplete_body" in log
+
+
+async def test_e2e_an_upload_cut_off_leaves_no_file_and_no_traceback(
+    make_gateway: MakeGateway, http: aiohttp.ClientSession
+) -> None:
+    gateway = await make_gateway()
+    async with connect(http, gateway.url) as client:
+        sid = client.session_id
+    folder = gateway.directory / "data" / "media" / sid
+    part = (
+        b'--XX\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\n'
+        b"Content-Type: text/plain\r\n\r\n" + b"x" * 70_000
+    )
+    headers = {"Content-Type": "multipart/form-data; boundary=XX"}
+    raw = await Raw.connect(gateway.port)
+    await raw.send(head("POST", f"/web/sessions/{sid}/attachments", headers, length=10**6) + part)
+    await eventually(lambda: any(folder.glob(".*.part")), "the upload being written")
+    raw.close()
+    await eventually(lambda: "upload cut off" in gateway.log(), "the cut-off logged")
+    assert list(folder.iterdir()) == []
+    assert gateway.query("SELECT count(*) FROM attachments") == [(0,)]
+    assert "Traceback" not in gateway.log(tail=10_000)
