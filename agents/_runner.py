@@ -106,7 +106,11 @@ class Runner:
         ``TurnResult.cancelled``); an exception or a timeout rolls everything back.
 
         ``before_commit(turn, replies)`` runs inside the turn after the agents answered, so what
-        it buffers (outbox rows, finished inbox rows) commits with the turn or not at all.
+        it buffers (outbox rows, finished inbox rows) commits with the turn or not at all. It
+        marks the point of no return: ``cancel`` is looked at for the last time just before it,
+        with nothing awaited in between, and a cancel set from then on changes nothing (the
+        turn commits its answer); a caller that reports whether a cancel took must refuse one
+        from there.
         ``inbox_ids``: the inbox rows this turn answers; the store refuses to begin if one is no
         longer pending (another process answered it meanwhile), before any agent runs. They
         also name the turn for its tools' idempotency keys (``ToolContext``), which are then
@@ -124,9 +128,11 @@ class Runner:
             try:
                 work = self._work(turn, inbound, inbox_ids, reply_guard)
                 replies, handoffs = await self._guarded(session_id, work, cancel)
+                if cancel is not None and cancel.is_set():  # the last look: see the docstring
+                    raise TurnCancelled(session_id)
             except TurnCancelled:
                 _keep_only_the_message(turn, inbound)
-                replies, cancelled = [], True
+                replies, handoffs, cancelled = [], [], True
             if before_commit is not None:
                 before_commit(turn, replies)
             after = turn.active_agent

@@ -106,7 +106,7 @@ class Dispatcher:
         self._overflow = False
         self._poll_now = asyncio.Event()
         self._stop = asyncio.Event()
-        self._cancels: dict[str, asyncio.Event] = {}  # running turns, by session
+        self._cancels: dict[str, _Running] = {}  # running turns, by session
         self._busy: dict[str, tuple[float, int, float]] = {}  # refused: since, tries, warned at
         self.running_turns = 0
 
@@ -217,13 +217,11 @@ class Dispatcher:
     def cancel_turn(self, session_id: str) -> bool:
         """Stop the session's running turn: it commits only the user's message (see the runner).
 
-        False when no turn of the session runs in this process.
+        False when no turn of the session runs in this process, or when the one running can no
+        longer be stopped: it has its answer and commits it (or runs no agent: reactions).
         """
-        cancel = self._cancels.get(session_id)
-        if cancel is None or cancel.is_set():
-            return False
-        cancel.set()
-        return True
+        running = self._cancels.get(session_id)
+        return running is not None and running.stop()
 
     async def wait_session(self, session_id: str) -> None:
         """Until the session's lane (if any) has ended (tests)."""
@@ -340,7 +338,9 @@ class Dispatcher:
     async def _turn(self, sid: str, batch: Sequence[InboxItem]) -> float | None:
         """Run one turn of ``batch``; None once it committed, else seconds until a new look."""
         typing = self._typing(batch[-1])
-        cancel = self._cancels[sid] = asyncio.Event()
+        events = [row.event for row in batch]
+        reactions = convert.only_reactions(events)  # recorded by no agent: nothing to stop
+        running = self._cancels[sid] = _Running(committing=reactions)
         returned: list[str] = []  # the session, if the turn released its parked replies
         started = time.perf_counter()
         self.running_turns += 1
@@ -348,11 +348,10 @@ class Dispatcher:
             typing.start()
             with_files = [row.dedup_key for row in batch if convert.has_files(row.event)]
             files = await self._media.settle(with_files) if with_files else []
-            events = [row.event for row in batch]
             inbound = convert.user_input(events, files)
-            commit = partial(_before_commit, batch, typing, returned)
+            commit = partial(_before_commit, batch, typing, returned, running)
             ids = [row.id for row in batch]
-            if convert.only_reactions(events):
+            if reactions:
                 result = await self._runner.record_turn(
                     sid, inbound, before_commit=commit, inbox_ids=ids
                 )
@@ -360,7 +359,7 @@ class Dispatcher:
                 result = await self._runner.run_turn(
                     sid,
                     replace(inbound, images=await self._media.images(files)),
-                    cancel=cancel,
+                    cancel=running.cancel,
                     before_commit=commit,
                     inbox_ids=ids,
                     reply_guard=self._window_guard,
@@ -484,6 +483,24 @@ class Dispatcher:
             self._metrics.inc(HANDOFFS, from_agent=source, to_agent=target, reason=DEAD_LETTER)
 
 
+class _Running:
+    """A turn running here: its cancel event, honoured until the turn reaches its commit."""
+
+    __slots__ = ("cancel", "committing")
+
+    def __init__(self, *, committing: bool = False) -> None:
+        self.cancel = asyncio.Event()
+        # Past the point of no return (``_before_commit``): the turn commits what it has.
+        self.committing = committing
+
+    def stop(self) -> bool:
+        """Set the cancel event; False if it was set already or the turn is committing."""
+        if self.committing or self.cancel.is_set():
+            return False
+        self.cancel.set()
+        return True
+
+
 class _Known:
     """The pending rows of a session, oldest first, as its lane knows them."""
 
@@ -535,12 +552,17 @@ def _before_commit(
     batch: Sequence[InboxItem],
     typing: Typing,
     returned: list[str],
+    running: _Running,
     turn: Turn,
     replies: Sequence[Reply],
 ) -> None:
     """Inside the turn's transaction: finish the inbox rows, keep a deep link's payload in the
     session's metadata, queue one outbox row per reply (parked while the user is blocked; a
-    WhatsApp user who writes again is back: ``returned`` gets the session)."""
+    WhatsApp user who writes again is back: ``returned`` gets the session).
+
+    The runner calls it at the turn's point of no return, once it has looked at the cancel
+    event for the last time: from here a cancel is refused, as the turn commits what it has."""
+    running.committing = True
     typing.stop()
     turn.complete_inbox([row.id for row in batch])
     payload = convert.last_start_payload([row.event for row in batch])

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from webhook_bot_gateway.agents import ModelBackendError, Runner, TurnTimeout, UserInput
+from webhook_bot_gateway.agents import (
+    ModelBackendError,
+    ModelResponse,
+    Runner,
+    TurnTimeout,
+    UserInput,
+)
 from webhook_bot_gateway.agents.testing import Hang, ScriptedModel, call, reply, transfer
 from webhook_bot_gateway.store import SQLiteStore
 
@@ -124,6 +130,39 @@ async def test_cancel_event_unset_lets_the_turn_commit(store: SQLiteStore, sessi
     runner = Runner(store, make_registry(ScriptedModel(reply("ok"))))
     result = await runner.run_turn(session_id, UserInput("x"), cancel=asyncio.Event())
     assert [r.text for r in result.replies] == ["ok"]
+
+
+async def test_cancel_set_as_the_agents_answer_still_stops_the_turn(
+    store: SQLiteStore, session_id: str
+) -> None:
+    cancel = asyncio.Event()
+
+    def answer(*_: object) -> ModelResponse:
+        cancel.set()  # the user's cancel lands as the model's answer comes in: before the commit
+        return reply("too late?")
+
+    runner = Runner(store, make_registry(ScriptedModel(answer), ScriptedModel()))
+    seen: list[bool] = []
+    result = await runner.run_turn(
+        session_id, UserInput("x"), cancel=cancel, before_commit=lambda *_: seen.append(True)
+    )
+    assert (result.cancelled, result.replies, seen) == (True, (), [True])
+    assert [(m.text, m.data) for m in await store.get_branch(session_id)] == [
+        ("x", {"cancelled": True})
+    ]
+
+
+async def test_cancel_set_once_before_commit_ran_changes_nothing(
+    store: SQLiteStore, session_id: str
+) -> None:
+    """``before_commit`` is the point of no return: the turn commits what it has."""
+    cancel = asyncio.Event()
+    runner = Runner(store, make_registry(ScriptedModel(reply("ok")), ScriptedModel()))
+    result = await runner.run_turn(
+        session_id, UserInput("x"), cancel=cancel, before_commit=lambda *_: cancel.set()
+    )
+    assert (result.cancelled, [r.text for r in result.replies]) == (False, ["ok"])
+    assert [m.text for m in await store.get_branch(session_id)] == ["x", "ok"]
 
 
 async def test_raising_tool_does_not_abort_the_turn(store: SQLiteStore, session_id: str) -> None:

@@ -26,8 +26,9 @@ from webhook_bot_gateway.gateway._dispatcher import BUSY_WARN_SECONDS, TURNS, Di
 from webhook_bot_gateway.gateway._metrics import Metrics
 from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
 from webhook_bot_gateway.gateway.config import DispatcherConfig
-from webhook_bot_gateway.store import SessionInbox, SQLiteStore
+from webhook_bot_gateway.store import InboxIn, SessionInbox, SQLiteStore
 
+from .cancel_helpers import CASES, Point, cancel_at, check_agrees
 from .pipeline_helpers import RecordingAdapter, add_inbox, inbound, registry, rows
 from .test_pacer import Clock
 
@@ -776,3 +777,15 @@ async def test_another_processs_row_for_a_turn_running_here_follows_it_at_once(
     await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
     assert await harness.user_texts(sid) == ["one", "two"]
     assert await harness.replies(sid) == ["re: two"]  # the hung step said nothing
+
+
+@pytest.mark.parametrize(("at", "event", "accepted", "replies"), CASES)
+async def test_dispatcher_cancel_answer_agrees_with_what_the_turn_committed(
+    store: SQLiteStore,
+    monkeypatch: pytest.MonkeyPatch,
+    at: Point,
+    event: InboxIn,
+    accepted: bool,
+    replies: list[str],
+) -> None:
+    check_agrees(await cancel_at(store, monkeypatch, at, event), accepted, replies)

@@ -1,5 +1,6 @@
 """The dispatcher on PostgreSQL: a failing turn whose error quotes a NUL character (a model
-server's answer, say) is recorded like any other failure, and dead-lettered after its tries.
+server's answer, say) is recorded like any other failure, and dead-lettered after its tries;
+a user's cancel is answered as the turn then ends (tests/gateway/cancel_helpers.py).
 
 PostgreSQL's text cannot hold a NUL: before the store replaced it in error texts, the failure
 could not be recorded, the lane stopped, and the turn ran again at every poll, for ever.
@@ -18,8 +19,9 @@ from webhook_bot_gateway.agents.testing import ScriptedModel
 from webhook_bot_gateway.gateway._dispatcher import TURNS, Dispatcher
 from webhook_bot_gateway.gateway._metrics import Metrics
 from webhook_bot_gateway.gateway.config import DispatcherConfig
-from webhook_bot_gateway.store import Store, open_store
+from webhook_bot_gateway.store import InboxIn, Store, open_store
 
+from .cancel_helpers import CASES, Point, cancel_at, check_agrees
 from .pipeline_helpers import add_inbox, inbound, registry
 
 
@@ -51,3 +53,15 @@ async def test_a_turn_failing_with_a_nul_in_its_error_is_dead_lettered(store: St
     assert "bad\ufffdinput" in dead.error
     assert metrics.value(TURNS, outcome="dead") == 1
     assert [row.payload["text"] for row in await store.list_outbox(sid)] == ["Sorry!"]
+
+
+@pytest.mark.parametrize(("at", "event", "accepted", "replies"), CASES)
+async def test_dispatcher_cancel_answer_agrees_with_what_the_turn_committed(
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+    at: Point,
+    event: InboxIn,
+    accepted: bool,
+    replies: list[str],
+) -> None:
+    check_agrees(await cancel_at(store, monkeypatch, at, event), accepted, replies)

@@ -1,0 +1,137 @@
+"""A user's cancel landing at a chosen point of a turn, on either store: what the dispatcher
+answered must agree with what the turn committed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+
+import pytest
+
+from webhook_bot_gateway.agents import Runner
+from webhook_bot_gateway.agents.testing import ScriptedModel, reply
+from webhook_bot_gateway.gateway._dispatcher import TURNS, Dispatcher
+from webhook_bot_gateway.gateway._metrics import Metrics
+from webhook_bot_gateway.gateway.config import DispatcherConfig
+from webhook_bot_gateway.store import InboxIn, Store, Turn
+
+from .pipeline_helpers import add_inbox, inbound, registry
+
+Point = Literal["begin", "commit"]
+
+
+class HeldTurn:
+    """The turns of a store wait at ``at`` (the begin, or the commit once the turn has its
+    answer and ``before_commit`` has run) until ``release`` is set; ``reached`` says one is
+    waiting there. The store's own turn does the rest."""
+
+    def __init__(self, at: Point) -> None:
+        self.at = at
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def install(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        real: Callable[..., Any] = store.turn
+        monkeypatch.setattr(store, "turn", lambda *a, **kw: _HeldScope(self, real(*a, **kw)))
+
+    async def hold(self, point: Point) -> None:
+        if point == self.at:
+            self.reached.set()
+            await self.release.wait()
+
+
+class _HeldScope:
+    def __init__(self, held: HeldTurn, scope: Any) -> None:
+        self._held = held
+        self._scope = scope
+
+    async def __aenter__(self) -> Turn:
+        await self._held.hold("begin")
+        turn: Turn = await self._scope.__aenter__()
+        return turn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            await self._held.hold("commit")
+        await self._scope.__aexit__(exc_type, exc, tb)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    accepted: bool  # what cancel_turn answered
+    replies: list[str]  # the outbox rows the turn committed
+    users: list[tuple[str | None, bool]]  # the user's messages kept, and whether marked cancelled
+    ended: str  # the turn's last event: turn_finished or turn_cancelled
+    outcomes: dict[str, float]  # gateway_turns_total by outcome
+
+
+async def cancel_at(
+    store: Store, monkeypatch: pytest.MonkeyPatch, at: Point, event: InboxIn
+) -> Outcome:
+    """Run the turn of ``event`` (answered "the answer"), cancel it while it waits at ``at``."""
+    held = HeldTurn(at)
+    held.install(store, monkeypatch)
+    metrics = Metrics()
+    runner = Runner(store, registry(ScriptedModel(reply("the answer"))))
+    dispatcher = Dispatcher(store, runner, DispatcherConfig(retry_base_seconds=0), metrics=metrics)
+    [sid] = await add_inbox(store, event)
+    dispatcher.wake([sid])
+    try:
+        await asyncio.wait_for(held.reached.wait(), 10)
+        accepted = dispatcher.cancel_turn(sid)
+        again = dispatcher.cancel_turn(sid)
+    finally:
+        held.release.set()
+    await asyncio.wait_for(dispatcher.wait_idle(), 10)
+    assert not again  # one cancel per turn
+    assert await store.pending_inbox(sid, 10) == []  # the message is done either way
+    branch = await store.get_branch(sid)
+    events = [e.kind for e in await store.list_events(sid)]
+    names = ("committed", "cancelled_by_user", "failed")
+    return Outcome(
+        accepted,
+        [row.payload["text"] for row in await store.list_outbox(sid)],
+        [(m.text, bool(m.data.get("cancelled"))) for m in branch if m.role == "user"],
+        next(k for k in reversed(events) if k in ("turn_finished", "turn_cancelled")),
+        {name: metrics.value(TURNS, outcome=name) for name in names},
+    )
+
+
+CASES = [
+    # A cancel before the turn has its answer stops it; one while it commits the answer is
+    # refused (past the point of no return); a turn of reactions runs no agent to stop.
+    pytest.param("begin", inbound("hello", n=1), True, [], id="message-cancelled-at-begin"),
+    pytest.param(
+        "commit", inbound("hello", n=1), False, ["the answer"], id="message-cancelled-at-commit"
+    ),
+    pytest.param(
+        "begin",
+        inbound("", n=1, kind="reaction", reaction={"message_id": "m0", "emoji": "+1"}),
+        False,
+        [],
+        id="reaction-cancelled-at-begin",
+    ),
+]
+
+
+def check_agrees(outcome: Outcome, accepted: bool, replies: list[str]) -> None:
+    """A cancel that was accepted left nothing but the user's message, marked cancelled; one
+    refused left the turn as it would have been without it, answer committed."""
+    assert outcome.accepted is accepted
+    assert outcome.replies == replies
+    if accepted:
+        assert outcome.ended == "turn_cancelled"
+        assert outcome.users == [("hello", True)]
+        assert outcome.outcomes == {"committed": 0, "cancelled_by_user": 1, "failed": 0}
+    else:
+        assert outcome.ended == "turn_finished"
+        assert [cancelled for _, cancelled in outcome.users] == [False]
+        assert outcome.outcomes == {"committed": 1, "cancelled_by_user": 0, "failed": 0}
