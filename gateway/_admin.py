@@ -355,8 +355,9 @@ async def _zip_response(request: web.Request, document: SessionExport) -> web.St
             }
         )
         await response.prepare(request)
-        while chunk := await asyncio.to_thread(spool.read, EXPORT_CHUNK):
-            await response.write(chunk)
+        if request.method != hdrs.METH_HEAD:  # a HEAD gets the headers (the zip's length) only
+            while chunk := await asyncio.to_thread(spool.read, EXPORT_CHUNK):
+                await response.write(chunk)
         await response.write_eof()
     return response
 
@@ -569,19 +570,19 @@ def add_admin_routes(app: web.Application) -> None:
     A route added here belongs in ``_openapi.OPERATIONS`` too (tests/gateway/test_openapi.py).
     """
     app.cleanup_ctx.append(agent_names_ctx)
-    add = app.router.add_route
-    add("GET", "/api/sessions", list_sessions)
-    add("GET", "/api/sessions/{id:[^/]*}", show_session)
-    add("DELETE", "/api/sessions/{id:[^/]*}", delete_session)
-    add("GET", "/api/sessions/{id:[^/]*}/messages", session_messages)
-    add("POST", "/api/sessions/{id:[^/]*}/reply", operator_reply)
-    add("POST", "/api/sessions/{id:[^/]*}/template", send_template)
-    add("POST", "/api/sessions/{id:[^/]*}/handoff", handoff)
-    add("POST", "/api/sessions/{id:[^/]*}/rewind", rewind)
-    add("GET", "/api/sessions/{id:[^/]*}/events", session_events)
-    add("GET", "/api/sessions/{id:[^/]*}/export", export_session)
-    add("GET", "/api/deadletters", dead_letters)
-    add("GET", "/api/quarantine", quarantine)
-    add("GET", "/api/quarantine/{qid}", quarantine_item)
-    add("GET", "/api/openapi.json", openapi_json)  # no token: it holds no data
-    add("*", r"/api/{tail:[\s\S]*}", unknown_route)  # last; [\s\S], as "." misses a newline
+    router = app.router  # add_get answers HEAD too (else the catch-all's 404 would)
+    router.add_get("/api/sessions", list_sessions)
+    router.add_get("/api/sessions/{id:[^/]*}", show_session)
+    router.add_delete("/api/sessions/{id:[^/]*}", delete_session)
+    router.add_get("/api/sessions/{id:[^/]*}/messages", session_messages)
+    router.add_post("/api/sessions/{id:[^/]*}/reply", operator_reply)
+    router.add_post("/api/sessions/{id:[^/]*}/template", send_template)
+    router.add_post("/api/sessions/{id:[^/]*}/handoff", handoff)
+    router.add_post("/api/sessions/{id:[^/]*}/rewind", rewind)
+    router.add_get("/api/sessions/{id:[^/]*}/events", session_events)
+    router.add_get("/api/sessions/{id:[^/]*}/export", export_session)
+    router.add_get("/api/deadletters", dead_letters)
+    router.add_get("/api/quarantine", quarantine)
+    router.add_get("/api/quarantine/{qid}", quarantine_item)
+    router.add_get("/api/openapi.json", openapi_json)  # no token: it holds no data
+    router.add_route("*", r"/api/{tail:[\s\S]*}", unknown_route)  # last; "." misses a newline

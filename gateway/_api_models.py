@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     WithJsonSchema,
+    field_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -34,6 +35,7 @@ OPERATOR = "operator"  # the agent name of an operator's messages
 MAX_ROW_ID = 2**63 - 1  # the largest id (and offset) SQLite and PostgreSQL can hold
 MAX_JSON_DEPTH = 32  # arrays and objects within each other in a body; none needs half of it
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"  # store.validate_session_id
+NUL = "\x00"  # no input string may hold it (_Input)
 
 Status = Literal["idle", "running", "interrupted"]  # store.SESSION_STATUSES
 Channel = Literal["telegram", "whatsapp", "web"]  # channels.ADAPTERS
@@ -47,7 +49,22 @@ RowId = Annotated[int, Field(ge=1, le=MAX_ROW_ID)]
 
 
 class _Input(BaseModel):
+    """A query or a JSON body: unknown fields refused, and no NUL character in any string."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: object) -> object:
+        """PostgreSQL's text cannot hold a NUL (U+0000) and SQLite's LIKE ends its pattern at
+        one (``q=%00`` matched every session): refused here, before any store query."""
+        if isinstance(value, str) and NUL in value:
+            raise PydanticCustomError("nul_character", "must not hold a NUL character")
+        for index, item in enumerate(value if isinstance(value, list) else ()):
+            if isinstance(item, str) and NUL in item:
+                message = "item {index} must not hold a NUL character"
+                raise PydanticCustomError("nul_character", message, {"index": index})
+        return value
 
 
 class _Output(BaseModel):
@@ -103,7 +120,7 @@ def not_blank(text: str) -> str:
 
 
 NotBlank = AfterValidator(not_blank)
-# No NUL character (U+0000): the store refuses one in a message (PostgreSQL cannot hold it).
+# No NUL character (U+0000): _Input refuses one in every string; the pattern tells the schema.
 MessageText = Annotated[
     str,
     Field(

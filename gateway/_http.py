@@ -15,6 +15,7 @@ UNSUPPORTED_ENCODING = "unsupported_encoding"
 # phrase in snake case ("Bad Request": bad_request).
 HTTP_ERROR_CODES = {413: "body_too_large"}
 BODY_HEADERS = frozenset({hdrs.CONTENT_TYPE, hdrs.CONTENT_LENGTH})
+NO_HANDSHAKE = "a HEAD request is no WebSocket handshake: send a GET with Upgrade: websocket"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -42,13 +43,17 @@ def json_http_errors(handler: Handler) -> Handler:
     """``handler`` with the HTTP errors aiohttp raises in it answered as JSON (``http_error``).
 
     For handlers whose aiohttp calls refuse before they answer: a WebSocket handshake that is
-    not one (400). The webhooks and the admin API answer their own errors: no middleware does
-    this for every route, so the webhook hot path pays nothing for it (docs/benchmarks.md).
+    not one (400). A HEAD is never one (RFC 6455: the handshake is a GET), but aiohttp would
+    switch protocols for a HEAD with the handshake's headers: it gets the 400 without
+    ``handler`` running. The webhooks and the admin API answer their own errors: no middleware
+    does this for every route, so the webhook hot path pays nothing for it (docs/benchmarks.md).
     """
 
     @wraps(handler)
     async def answered(request: web.Request) -> web.StreamResponse:
         try:
+            if request.method == hdrs.METH_HEAD:
+                raise web.HTTPBadRequest(text=NO_HANDSHAKE)
             return await handler(request)
         except web.HTTPException as exc:
             if exc.status < 400:

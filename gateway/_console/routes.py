@@ -51,14 +51,15 @@ async def home(request: web.Request) -> web.StreamResponse:
 def add_console_routes(app: web.Application) -> None:
     """Register the console (before the admin API's catch-all)."""
     app[TICKETS] = Tickets()
-    add = app.router.add_route
-    add("GET", "/", home)
-    add("GET", "/console", index)
+    router = app.router  # add_get answers HEAD too
+    router.add_get("/", home)
+    router.add_get("/console", index)
     # Not add_static: its refusals are plain text, and a missing file an empty 404.
-    app.router.add_get(r"/console/static/{name:[\s\S]+}", static_file)
-    add("GET", "/console/live", json_http_errors(live))  # not a WebSocket handshake: JSON 400
-    add("GET", "/api/queue", api.human_queue)
-    add("GET", "/api/agents", api.agents)
-    add("POST", "/api/sessions/{id:[^/]*}/cancel", api.cancel_turn)
-    add("POST", "/api/console/ticket", api.ticket)
-    add("GET", "/api/console/config", api.console_config)
+    router.add_get(r"/console/static/{name:[\s\S]+}", static_file)
+    # Not a WebSocket handshake (a HEAD never is): a JSON 400.
+    router.add_get("/console/live", json_http_errors(live))
+    router.add_get("/api/queue", api.human_queue)
+    router.add_get("/api/agents", api.agents)
+    router.add_post("/api/sessions/{id:[^/]*}/cancel", api.cancel_turn)
+    router.add_post("/api/console/ticket", api.ticket)
+    router.add_get("/api/console/config", api.console_config)

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from webhook_bot_gateway.channels import ADAPTERS
 from webhook_bot_gateway.gateway._api_models import SessionsQuery
+from webhook_bot_gateway.gateway._export import ExportQuery
 from webhook_bot_gateway.gateway._keys import STORE
 from webhook_bot_gateway.gateway._openapi import OPERATIONS
 from webhook_bot_gateway.gateway._sandbox.simulate import SimulateBody
@@ -113,3 +114,23 @@ async def test_sessions_list_channels_are_the_channels_the_gateway_has(client: C
         )
     error = await client.get("/api/sessions?channel=sms", headers=AUTH)
     assert error.status == 400  # before: 200 and no sessions, as if none had come by SMS
+
+
+# Every model the admin API reads a query or a JSON body into (the export's query included).
+INPUTS: list[type[BaseModel]] = sorted(
+    {model for op in OPERATIONS for model in (op.query, op.body) if model is not None},
+    key=lambda model: model.__name__,
+)
+QUERIES = {op.query for op in OPERATIONS if op.query is not None}
+
+
+@pytest.mark.parametrize("model", INPUTS, ids=[model.__name__ for model in INPUTS])
+def test_every_query_and_body_field_refuses_a_nul_character(model: type[BaseModel]) -> None:
+    """One check for all of them (``_Input``): PostgreSQL's text holds no NUL."""
+    assert ExportQuery in INPUTS
+    for name in model.model_fields:
+        for value in ("\x00", "a\x00b", ["ok", "\x00"]):
+            with pytest.raises(ValidationError) as caught:
+                model.model_validate({name: value}, strict=model not in QUERIES)
+            found = {(e["loc"][0], e["type"]) for e in caught.value.errors()}
+            assert (name, "nul_character") in found, (name, value)
