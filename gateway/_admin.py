@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -86,6 +87,7 @@ from ._templates import (
 from ._window import applies, free_text_refusal
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+log = logging.getLogger("gateway.admin")
 M = TypeVar("M", bound=BaseModel)
 HTTP_BLANKS = " \t"  # the optional whitespace around a header field's parts (RFC 9110)
 WEB = "web"  # the channel whose users read replies from the session's event log, not an outbox
@@ -210,6 +212,12 @@ async def read_body(request: web.Request) -> bytes:
     except TimeoutError:
         message = f"the body took over {seconds:g} s"
         raise ApiError(408, "request_timeout", message, close=True) from None
+    except ConnectionError:  # the client went away mid-body: an INFO line, not a traceback
+        route = request.match_info.route.resource  # its pattern: a web session id is a secret
+        where = route.canonical if route is not None else "?"
+        log.info("%s %s: the client went away before its body came", request.method, where)
+        message = "the connection closed before the body came"
+        raise ApiError(400, "incomplete_body", message, close=True) from None
 
 
 def _too_large(limit: int) -> ApiError:

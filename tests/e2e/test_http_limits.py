@@ -122,10 +122,24 @@ async def test_e2e_a_client_gone_mid_body_is_an_info_line_not_a_traceback(
         await eventually(reading, f"the {channel} handler waiting for the body")
         raw.close()
         await eventually(partial(reading, rejected), f"the {channel} refusal counted")
+    # The admin API: its handler waits for the body once the token is checked. A request
+    # sent after it on another connection is handled after it started: its answer says so.
+    auth = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
+    async with connect(http, gateway.url) as client:
+        sid = client.session_id
+    raw = await Raw.connect(gateway.port)
+    await raw.send(head("POST", f"/api/sessions/{sid}/reply", auth, length=1000) + b"{")
+    async with http.get(f"{gateway.url}/healthz") as later:
+        assert later.status == 200
+    raw.close()
+    await eventually(
+        lambda: "the client went away before its body came" in gateway.log(), "the admin line"
+    )
     log = gateway.log(tail=10_000)
     assert "Traceback" not in log
     assert "Error handling request" not in log
     assert "webhook refused: 400 incomplete_body" in log
+    assert "POST /api/sessions/{id}/reply: the client went away" in log
 
 
 async def test_e2e_an_upload_cut_off_leaves_no_file_and_no_traceback(
