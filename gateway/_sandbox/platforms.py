@@ -42,18 +42,22 @@ def _bot_name(request: web.Request, token: str) -> str | None:
     return None
 
 
-async def _fields(request: web.Request) -> dict[str, Any]:
-    """PTB sends form fields (JSON-encoded where structured); accept JSON bodies too."""
+async def _fields(request: web.Request) -> dict[str, Any] | None:
+    """PTB sends form fields (JSON-encoded where structured); accept JSON bodies too. None for
+    a JSON body that is not a JSON object (or nests past the scanner's stack)."""
     if request.content_type == "application/json":
-        data = await request.json()
-        return data if isinstance(data, dict) else {}
+        try:
+            data = await request.json()
+        except (ValueError, RecursionError):
+            return None
+        return data if isinstance(data, dict) else None
     form = await request.post()
     fields: dict[str, Any] = {}
     for key, value in form.items():
         text = value if isinstance(value, str) else ""
         try:
             fields[key] = json.loads(text) if text[:1] in "[{" else text
-        except ValueError:
+        except (ValueError, RecursionError):
             fields[key] = text
     return fields
 
@@ -78,6 +82,8 @@ async def telegram_method(request: web.Request) -> web.Response:
         return _telegram_error(401, "Unauthorized")
     method = request.match_info["method"]
     fields = await _fields(request)
+    if fields is None:
+        return _telegram_error(400, "Bad Request: the body is no JSON object")
     chat_id = str(fields.get("chat_id", ""))
     if method in ("sendMessage", "sendPhoto", "sendDocument"):
         message_id = next(_message_ids)
@@ -190,7 +196,7 @@ async def graph_messages(request: web.Request) -> web.Response:
         return _graph_error(401, 190, "Invalid OAuth access token - Cannot parse access token")
     try:
         body = await request.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         return _graph_error(400, 100, "Invalid parameter")
     if not isinstance(body, dict):
         return _graph_error(400, 100, "Invalid parameter")
@@ -243,9 +249,9 @@ async def graph_media_bytes(request: web.Request) -> web.Response:
 
 
 def add_platform_routes(app: web.Application) -> None:
-    add = app.router.add_route
-    add("POST", "/sandbox/telegram/bot{token}/{method}", telegram_method)
-    add("GET", "/sandbox/telegram/file/bot{token}/sandbox/{file_id}", telegram_file)
-    add("GET", "/sandbox/graph/media/{media_id}", graph_media_bytes)
-    add("POST", "/sandbox/graph/{version}/{number}/messages", graph_messages)
-    add("GET", "/sandbox/graph/{version}/{media_id}", graph_media)
+    router = app.router  # add_get answers HEAD too, as every GET route of the gateway does
+    router.add_post("/sandbox/telegram/bot{token}/{method}", telegram_method)
+    router.add_get("/sandbox/telegram/file/bot{token}/sandbox/{file_id}", telegram_file)
+    router.add_get("/sandbox/graph/media/{media_id}", graph_media_bytes)
+    router.add_post("/sandbox/graph/{version}/{number}/messages", graph_messages)
+    router.add_get("/sandbox/graph/{version}/{media_id}", graph_media)

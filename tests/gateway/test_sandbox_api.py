@@ -9,6 +9,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from tests.channels import telegram_fakes as tg
 from tests.channels import whatsapp_fakes as wa
 from tests.e2e.gateway_proc import free_port
 from webhook_bot_gateway.channels import OutboundMessage, OutboundTemplate
@@ -198,3 +199,24 @@ async def test_the_gateways_media_lookup_at_the_fake_graph_api_is_listed(
         "method": "media",
         "platform_id": media_id,
     }
+
+
+async def test_the_fake_platforms_answer_json_nested_past_the_scanner_in_their_own_errors(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """It was aiohttp's plain-text 500 (json.loads raised RecursionError)."""
+    client = await sandbox(aiohttp_client, tmp_path)
+    deep = "[" * 100_000 + "]" * 100_000
+    json_type = {"Content-Type": "application/json"}
+    telegram = await client.post(
+        f"/sandbox/telegram/bot{tg.TOKEN}/sendMessage", data=deep, headers=json_type
+    )
+    assert telegram.status == 400
+    assert (await telegram.json())["ok"] is False
+    graph = await client.post(
+        f"/sandbox/graph/v21.0/{wa.NUMBER_A}/messages",
+        data=deep,
+        headers={**json_type, "Authorization": f"Bearer {wa.TOKEN_A}"},
+    )
+    assert graph.status == 400
+    assert (await graph.json())["error"]["code"] == 100
