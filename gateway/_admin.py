@@ -112,6 +112,8 @@ class ApiError(Exception):
     def response(self) -> web.Response:
         body = ErrorBody(error=ErrorDetail(code=self.code, message=self.message, field=self.field))
         response = web.json_response(body.dump(), status=self.status)
+        if self.status == 401:  # RFC 9110: a 401 names the scheme it wants (RFC 6750: Bearer)
+            response.headers[hdrs.WWW_AUTHENTICATE] = 'Bearer realm="gateway"'
         if self.close:
             response.force_close()
         return response

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,
@@ -92,9 +93,20 @@ class ErrorBody(_Output):
 # queries and request bodies
 
 
+def _digits(value: object) -> object:
+    """A query's number is written in digits: Python's int() would also read "1_0", "+5" and
+    " 5 ", which no client means and a typo may produce."""
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise PydanticCustomError("int_digits", "must be a whole number written in digits")
+    return value
+
+
+QueryInt = Annotated[int, BeforeValidator(_digits)]
+
+
 class PageQuery(_Input):
-    limit: int = Field(default=50, ge=1, le=500)
-    offset: int = Field(default=0, ge=0, le=MAX_ROW_ID)
+    limit: QueryInt = Field(default=50, ge=1, le=500)
+    offset: QueryInt = Field(default=0, ge=0, le=MAX_ROW_ID)
 
 
 class SessionsQuery(PageQuery):
@@ -107,8 +119,8 @@ class SessionsQuery(PageQuery):
 
 
 class EventsQuery(_Input):
-    after: int = Field(default=0, ge=0, le=MAX_ROW_ID, description="events with a larger seq")
-    limit: int = Field(default=100, ge=1, le=500)
+    after: QueryInt = Field(default=0, ge=0, le=MAX_ROW_ID, description="events with a larger seq")
+    limit: QueryInt = Field(default=100, ge=1, le=500)
 
 
 def not_blank(text: str) -> str:

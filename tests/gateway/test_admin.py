@@ -80,6 +80,7 @@ async def test_admin_routes_refuse_without_the_token(
 ) -> None:
     response = await client.request(method, path, headers=headers, json={"text": "x"})
     assert (await error_of(response, 401))["code"] == "unauthorized"
+    assert response.headers["WWW-Authenticate"] == 'Bearer realm="gateway"'  # RFC 6750
     assert await store_of(client).get_session(SID) is not None
 
 

@@ -184,6 +184,9 @@ LISTINGS = ["/api/sessions", "/api/deadletters", "/api/quarantine"]
         (f"limit={BIG}", "limit"),
         ("limit=0", "limit"),
         ("offset=1e3", "offset"),
+        ("limit=1_0", "limit"),  # Python's int() reads these; no client means them
+        ("limit=%2B5", "limit"),
+        ("offset=%205", "offset"),
     ],
 )
 async def test_listing_numbers_outside_0_to_2_63_are_a_400_naming_the_field(
@@ -193,7 +196,9 @@ async def test_listing_numbers_outside_0_to_2_63_are_a_400_naming_the_field(
     assert (error["code"], error["field"]) == ("invalid_field", field)
 
 
-@pytest.mark.parametrize("query", [f"after={BIG}", "after=-1", f"limit={BIG}"])
+@pytest.mark.parametrize(
+    "query", [f"after={BIG}", "after=-1", f"limit={BIG}", "after=1_0", "limit=%2B5"]
+)
 async def test_event_numbers_outside_the_range_are_a_400(client: Client, query: str) -> None:
     response = await client.get(f"/api/sessions/{SID}/events?{query}", headers=AUTH)
     assert (await error_of(response, 400))["code"] == "invalid_field"
