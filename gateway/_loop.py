@@ -54,9 +54,13 @@ def listening_sockets(server: ServerConfig) -> list[socket.socket]:
     except socket.gaierror as exc:
         raise ConfigError("server.host", f"cannot listen on {where}: {exc.strerror}") from None
     bound: list[socket.socket] = []
+    port = server.port  # 0: the system picks one for the first address; the others take it
     try:
         for family, kind, proto, _, address in dict.fromkeys(infos):
+            if port and family in (socket.AF_INET, socket.AF_INET6):
+                address = (str(address[0]), port, *address[2:])
             bound.append(_bound(family, kind, proto, address, where))
+            port = port or int(bound[-1].getsockname()[1])
     except BaseException:
         for sock in bound:
             sock.close()

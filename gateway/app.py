@@ -53,7 +53,7 @@ from ._web.feed import EventFeed
 from ._web.ws import add_ws_route
 from ._webhooks import add_webhook_routes
 from ._writer import GroupCommitWriter
-from .config import Settings
+from .config import Settings, with_bound_port
 
 log = logging.getLogger("gateway")
 
@@ -305,6 +305,7 @@ def serve(settings: Settings) -> None:
     if after != before:
         log.info("open-files limit raised from %d to %d", before, after)
     sockets = listening_sockets(settings.server)  # a port in use: an error, before anything
+    settings = with_bound_port(settings, sockets[0].getsockname()[1])  # port 0: the one bound
     try:
         loop = checked_loop(settings)
     except BaseException:

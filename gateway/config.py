@@ -234,16 +234,33 @@ def with_admin_token_file(settings: Settings, *, make: bool = True) -> Settings:
     return settings.model_copy(update={"admin": admin})
 
 
-def with_local_urls(settings: Settings) -> Settings:
+def with_local_urls(settings: Settings, prefix: str = "/") -> Settings:
     """An API base URL that is a path (``/sandbox/telegram``) means this gateway itself: it is
-    made absolute with the server's own address, so the sandbox follows ``server.port``."""
-    own = f"http://{_loopback(settings.server.host)}:{settings.server.port}"
+    made absolute with the server's own address, so the sandbox follows ``server.port``.
+    (``prefix``: what such a URL starts with; see ``with_bound_port``.)"""
+    own = _own_url(settings)
     telegram, whatsapp = settings.telegram, settings.whatsapp
-    if telegram.api_base_url.startswith("/"):
-        telegram = telegram.model_copy(update={"api_base_url": own + telegram.api_base_url})
-    if whatsapp.graph_base_url.startswith("/"):
-        whatsapp = whatsapp.model_copy(update={"graph_base_url": own + whatsapp.graph_base_url})
+    if telegram.api_base_url.startswith(prefix):
+        path = telegram.api_base_url[len(prefix) - 1 :]
+        telegram = telegram.model_copy(update={"api_base_url": own + path})
+    if whatsapp.graph_base_url.startswith(prefix):
+        path = whatsapp.graph_base_url[len(prefix) - 1 :]
+        whatsapp = whatsapp.model_copy(update={"graph_base_url": own + path})
     return settings.model_copy(update={"telegram": telegram, "whatsapp": whatsapp})
+
+
+def with_bound_port(settings: Settings, port: int) -> Settings:
+    """``server.port = 0`` asks the system for a port: once ``serve`` has bound it, the
+    settings name it, and the base URLs made for this gateway itself follow (they held ``:0``)."""
+    if settings.server.port == port:
+        return settings
+    unbound = _own_url(settings) + "/"
+    server = settings.server.model_copy(update={"port": port})
+    return with_local_urls(settings.model_copy(update={"server": server}), unbound)
+
+
+def _own_url(settings: Settings) -> str:
+    return f"http://{_loopback(settings.server.host)}:{settings.server.port}"
 
 
 def _loopback(host: str) -> str:

@@ -5,6 +5,7 @@ The admin token is the one the first start made in data/admin-token, as a newcom
 from __future__ import annotations
 
 import asyncio
+import re
 import stat
 import time
 import tomllib
@@ -265,3 +266,43 @@ async def test_a_group_command_for_the_bot_by_name_is_answered(
 
 async def _replies(http: aiohttp.ClientSession, gateway: Demo, chat: str, count: int) -> bool:
     return len(await sent_texts(http, gateway, "telegram", chat)) >= count
+
+
+class OnPortZero(Demo):
+    """``server.port = 0``: the system picks the port; the start line names it."""
+
+    async def _ready(self) -> bool:
+        if not self.port:
+            found = re.search(r"Running on http://127\.0\.0\.1:(\d+)", self.log())
+            if found is None:
+                assert self.process is not None
+                assert self.process.returncode is None, self.log()
+                return False
+            self.port = int(found.group(1))
+            self.url = f"http://127.0.0.1:{self.port}"
+        return await super()._ready()
+
+    async def start(self) -> None:
+        self.port, self.url = 0, ""
+        await super().start()
+
+
+async def test_on_port_zero_the_sandbox_follows_the_port_bound(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """The sandbox's fake APIs are this gateway's own URLs: made with port 0, every reply went
+    to http://127.0.0.1:0/sandbox/... and failed."""
+    text = (REPO / "config.example.toml").read_text(encoding="utf-8")
+    gateway = OnPortZero(tmp_path, text, 0, tmp_path / "data" / "gateway.db", {"GATEWAY_PORT": "0"})
+    try:
+        await gateway.start()
+        assert gateway.port > 0
+        assert f"Sandbox on: open http://127.0.0.1:{gateway.port}/" in gateway.log()
+        await simulate(http, gateway, channel="telegram", chat_id="42", text="hello")
+
+        async def answered() -> bool:
+            return len(await sent_texts(http, gateway, "telegram", "42")) == 1
+
+        await eventually(answered, "the reply at the sandbox's fake Bot API")
+    finally:
+        await gateway.ensure_stopped()
