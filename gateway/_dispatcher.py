@@ -107,6 +107,10 @@ class Dispatcher:
         self._poll_now = asyncio.Event()
         self._stop = asyncio.Event()
         self._cancels: dict[str, _Running] = {}  # running turns, by session
+        # The inbox rows of an accepted cancel whose turn did not commit (its begin was refused,
+        # or failed), by session: their next turn starts cancelled. Forgotten once such a turn
+        # commits, or when the rows are no longer pending (see ``_cancelled_rows``, ``poll``).
+        self._cancelled: dict[str, frozenset[int]] = {}
         self._busy: dict[str, tuple[float, int, float]] = {}  # refused: since, tries, warned at
         self.running_turns = 0
 
@@ -127,7 +131,12 @@ class Dispatcher:
         taken = await self._store.interrupt_running(running_here=self._cancels.keys())
         if taken:
             log.warning("took over %d running session(s) with no turn under way", len(taken))
+        # Cancelled rows no lane reads (its read failed): forgotten if they are no longer pending.
+        unread = {sid for sid in self._cancelled if sid not in self._lanes}
         pending = await self._store.pending_sessions()
+        for sid in unread.difference(pending):  # say, the session was deleted
+            if sid not in self._lanes:
+                self._cancelled.pop(sid, None)
         for sid in pending:  # rows a lane does not hold may be among them (a CLI wrote them)
             if (known := self._known.get(sid)) is not None:
                 known.recheck = True
@@ -221,7 +230,10 @@ class Dispatcher:
         longer be stopped: it has its answer and commits it (or runs no agent: reactions).
         """
         running = self._cancels.get(session_id)
-        return running is not None and running.stop()
+        if running is None or not running.stop():
+            return False
+        self._cancelled[session_id] = running.inbox_ids  # until a turn of them commits
+        return True
 
     async def wait_session(self, session_id: str) -> None:
         """Until the session's lane (if any) has ended (tests)."""
@@ -291,12 +303,13 @@ class Dispatcher:
             if self._stop.is_set():
                 return 0.0
             rows = await self._pending(sid)
+            cancelled = self._cancelled_rows(sid, rows)
             if not rows:
                 return None
             wait = rows[0].next_attempt_at - self._clock()
             if wait > 0:
                 return wait  # a retry in backoff; later rows wait behind it
-            batch = _next_batch(rows, self._config.double_texting)
+            batch = cancelled or _next_batch(rows, self._config.double_texting)
             retry = await self._logged_turn(sid, batch)
             known = self._known.get(sid)
             if retry is not None:
@@ -305,6 +318,18 @@ class Dispatcher:
             if known is not None:
                 return known.took(batch)
             return DRAINED if len(batch) == len(rows) < PENDING_PAGE else 0.0
+
+    def _cancelled_rows(self, sid: str, rows: Sequence[InboxItem]) -> Sequence[InboxItem]:
+        """The first pending rows when a cancel was accepted for them: the batch of their turn
+        that did not commit, alone (a message written since is not cancelled). The rows that
+        are no longer pending ended otherwise (answered elsewhere, deleted, dead): forgotten."""
+        ids = self._cancelled.pop(sid, None)
+        if ids is None:
+            return ()
+        held = list(takewhile(lambda row: row.id in ids, rows))
+        if held:
+            self._cancelled[sid] = frozenset(row.id for row in held)
+        return held
 
     async def _pending(self, sid: str) -> Sequence[InboxItem]:
         """The session's pending rows: those the lane holds, else read. A read that found
@@ -340,7 +365,10 @@ class Dispatcher:
         typing = self._typing(batch[-1])
         events = [row.event for row in batch]
         reactions = convert.only_reactions(events)  # recorded by no agent: nothing to stop
-        running = self._cancels[sid] = _Running(committing=reactions)
+        ids = [row.id for row in batch]
+        running = self._cancels[sid] = _Running(ids, committing=reactions)
+        if not reactions and not self._cancelled.get(sid, frozenset()).isdisjoint(ids):
+            running.cancel.set()  # cancelled while an earlier turn of these rows ran
         returned: list[str] = []  # the session, if the turn released its parked replies
         started = time.perf_counter()
         self.running_turns += 1
@@ -350,7 +378,6 @@ class Dispatcher:
             files = await self._media.settle(with_files) if with_files else []
             inbound = convert.user_input(events, files)
             commit = partial(_before_commit, batch, typing, returned, running)
-            ids = [row.id for row in batch]
             if reactions:
                 result = await self._runner.record_turn(
                     sid, inbound, before_commit=commit, inbox_ids=ids
@@ -366,6 +393,7 @@ class Dispatcher:
                 )
         except (SessionDeletedError, SessionNotFound):
             log.info("session %s was deleted during its turn; nothing written", sid)
+            self._cancelled.pop(sid, None)
             self._ended("deleted")
             return 0.0
         except (RunActive, TurnActive):
@@ -385,6 +413,7 @@ class Dispatcher:
             self.running_turns -= 1
             self._cancels.pop(sid, None)
             await typing.aclose()  # before the sender may send the reply
+        self._cancelled.pop(sid, None)  # the rows a cancel was accepted for are done
         self._ended("cancelled_by_user" if result.cancelled else "committed")
         self._metrics.observe(
             TURN_SECONDS, time.perf_counter() - started, agent=result.agent_before
@@ -486,10 +515,11 @@ class Dispatcher:
 class _Running:
     """A turn running here: its cancel event, honoured until the turn reaches its commit."""
 
-    __slots__ = ("cancel", "committing")
+    __slots__ = ("cancel", "committing", "inbox_ids")
 
-    def __init__(self, *, committing: bool = False) -> None:
+    def __init__(self, inbox_ids: Iterable[int], *, committing: bool = False) -> None:
         self.cancel = asyncio.Event()
+        self.inbox_ids = frozenset(inbox_ids)  # the batch: a cancel accepted sticks to them
         # Past the point of no return (``_before_commit``): the turn commits what it has.
         self.committing = committing
 

@@ -13,43 +13,56 @@ import pytest
 
 from webhook_bot_gateway.agents import Runner
 from webhook_bot_gateway.agents.testing import ScriptedModel, reply
+from webhook_bot_gateway.gateway import _dispatcher
 from webhook_bot_gateway.gateway._dispatcher import TURNS, Dispatcher
 from webhook_bot_gateway.gateway._metrics import Metrics
 from webhook_bot_gateway.gateway.config import DispatcherConfig
-from webhook_bot_gateway.store import InboxIn, Store, Turn
+from webhook_bot_gateway.store import InboxIn, RunActive, Store, Turn
 
 from .pipeline_helpers import add_inbox, inbound, registry
 
-Point = Literal["begin", "commit"]
+Point = Literal["begin", "commit", "refused"]
 
 
 class HeldTurn:
     """The turns of a store wait at ``at`` (the begin, or the commit once the turn has its
     answer and ``before_commit`` has run) until ``release`` is set; ``reached`` says one is
-    waiting there. The store's own turn does the rest."""
+    waiting there. The store's own turn does the rest. At "refused" the first turn waits at
+    the begin, then is refused as if the session's turn ran in another process (RunActive):
+    the lane runs the same rows again."""
 
     def __init__(self, at: Point) -> None:
         self.at = at
         self.reached = asyncio.Event()
         self.release = asyncio.Event()
+        self.refused = False
 
     def install(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
         real: Callable[..., Any] = store.turn
-        monkeypatch.setattr(store, "turn", lambda *a, **kw: _HeldScope(self, real(*a, **kw)))
+        monkeypatch.setattr(
+            store, "turn", lambda sid, *a, **kw: _HeldScope(self, sid, real(sid, *a, **kw))
+        )
 
     async def hold(self, point: Point) -> None:
         if point == self.at:
             self.reached.set()
             await self.release.wait()
 
+    async def begin(self, session_id: str) -> None:
+        await self.hold("refused" if self.at == "refused" else "begin")
+        if self.at == "refused" and not self.refused:
+            self.refused = True
+            raise RunActive(session_id)
+
 
 class _HeldScope:
-    def __init__(self, held: HeldTurn, scope: Any) -> None:
+    def __init__(self, held: HeldTurn, session_id: str, scope: Any) -> None:
         self._held = held
+        self._session_id = session_id
         self._scope = scope
 
     async def __aenter__(self) -> Turn:
-        await self._held.hold("begin")
+        await self._held.begin(self._session_id)
         turn: Turn = await self._scope.__aenter__()
         return turn
 
@@ -79,6 +92,7 @@ async def cancel_at(
     """Run the turn of ``event`` (answered "the answer"), cancel it while it waits at ``at``."""
     held = HeldTurn(at)
     held.install(store, monkeypatch)
+    monkeypatch.setattr(_dispatcher, "BUSY_RETRY_SECONDS", 0.0)  # a refused turn: again at once
     metrics = Metrics()
     runner = Runner(store, registry(ScriptedModel(reply("the answer"))))
     dispatcher = Dispatcher(store, runner, DispatcherConfig(retry_base_seconds=0), metrics=metrics)
@@ -109,6 +123,11 @@ CASES = [
     # A cancel before the turn has its answer stops it; one while it commits the answer is
     # refused (past the point of no return); a turn of reactions runs no agent to stop.
     pytest.param("begin", inbound("hello", n=1), True, [], id="message-cancelled-at-begin"),
+    # Accepted before a begin that is then refused (the session's turn runs elsewhere): the
+    # cancel sticks to the rows, and the lane's next turn of them starts cancelled.
+    pytest.param(
+        "refused", inbound("hello", n=1), True, [], id="message-cancelled-then-begin-refused"
+    ),
     pytest.param(
         "commit", inbound("hello", n=1), False, ["the answer"], id="message-cancelled-at-commit"
     ),

@@ -22,12 +22,14 @@ from webhook_bot_gateway.agents import (
     ToolSpec,
 )
 from webhook_bot_gateway.agents.testing import Hang, ScriptedModel, reply
+from webhook_bot_gateway.gateway import _dispatcher
 from webhook_bot_gateway.gateway._dispatcher import BUSY_WARN_SECONDS, TURNS, Dispatcher
 from webhook_bot_gateway.gateway._metrics import Metrics
 from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
 from webhook_bot_gateway.gateway.config import DispatcherConfig
 from webhook_bot_gateway.store import InboxIn, SessionInbox, SQLiteStore
 
+from . import cancel_helpers
 from .cancel_helpers import CASES, Point, cancel_at, check_agrees
 from .pipeline_helpers import RecordingAdapter, add_inbox, inbound, registry, rows
 from .test_pacer import Clock
@@ -789,3 +791,28 @@ async def test_dispatcher_cancel_answer_agrees_with_what_the_turn_committed(
     replies: list[str],
 ) -> None:
     check_agrees(await cancel_at(store, monkeypatch, at, event), accepted, replies)
+
+
+async def test_dispatcher_cancel_accepted_before_a_refused_begin_spares_a_later_message(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cancel sticks to the rows of the turn it was accepted for: when the lane runs them
+    again (merge), a message written meanwhile is not merged into the cancelled turn but
+    answered after it."""
+    held = cancel_helpers.HeldTurn("refused")
+    held.install(store, monkeypatch)
+    monkeypatch.setattr(_dispatcher, "BUSY_RETRY_SECONDS", 0.0)
+    harness = Harness(store, ScriptedModel(echo(), echo()))  # the cancelled turn may ask too
+    sid = await harness.feed("hello")
+    try:
+        await asyncio.wait_for(held.reached.wait(), 10)
+        assert harness.dispatcher.cancel_turn(sid)
+        await harness.store_only("again", first=2)
+    finally:
+        held.release.set()
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    branch = await store.get_branch(sid)
+    users = [(m.text, bool(m.data.get("cancelled"))) for m in branch if m.role == "user"]
+    assert users == [("hello", True), ("again", False)]
+    assert await harness.replies(sid) == ["re: again"]
+    assert (harness.turns("cancelled_by_user"), harness.turns("committed")) == (1, 1)
