@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from tests.pg import fresh_schema
 from webhook_bot_gateway.agents import (
     ModelMessage,
     ModelResponse,
@@ -42,15 +41,6 @@ from .pipeline_helpers import registry
 Client = TestClient[web.Request, web.Application]
 SID = "telegram-support-42"
 HANDOFF = f"/api/sessions/{SID}/handoff"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'gateway.db'}"
-        return
-    async with fresh_schema() as url:  # skipped without GATEWAY_TEST_POSTGRES_URL
-        yield url
 
 
 @pytest.fixture

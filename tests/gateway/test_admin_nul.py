@@ -5,7 +5,6 @@ refused with 400 invalid_field naming it, before any store query, on SQLite and 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from yarl import URL
 
-from tests.pg import fresh_schema
 from webhook_bot_gateway.gateway._keys import STORE
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.store import Store
@@ -58,15 +56,6 @@ PATHS = [
     ("/api/quarantine/1%00", 400, "invalid_field"),
     ("/console/static/app.js%00", 404, "not_found"),
 ]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'gateway.db'}"
-        return
-    async with fresh_schema() as url:  # skipped without GATEWAY_TEST_POSTGRES_URL
-        yield url
 
 
 @pytest.fixture
