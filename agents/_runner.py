@@ -211,6 +211,9 @@ async def _unless_cancelled(
     """Await ``work``; when ``cancel`` is set first, stop it and raise TurnCancelled."""
     if cancel is None:
         return await work
+    if cancel.is_set():  # cancelled before it began: no model is asked
+        work.close()
+        raise TurnCancelled(session_id)
     body = asyncio.create_task(work)
     stop = asyncio.create_task(cancel.wait())
     try:

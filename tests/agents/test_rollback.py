@@ -110,6 +110,24 @@ async def test_cancel_event_keeps_only_the_users_message(
     assert "agent_changed" not in kinds
 
 
+async def test_a_cancel_set_before_the_turn_asks_no_model(
+    store: SQLiteStore, session_id: str, db_path: Path
+) -> None:
+    """A turn that starts cancelled (its cancel was accepted for an earlier try of its rows)
+    commits the user's message alone without calling the model (it was called, then stopped)."""
+    await _with_history(store, session_id)
+    hang = Hang()
+    triage, billing = _failing_turn(hang)
+    runner = Runner(store, make_registry(triage, billing))
+    cancel = asyncio.Event()
+    cancel.set()
+    result = await runner.run_turn(session_id, UserInput("my invoice INV-1"), cancel=cancel)
+    assert result.cancelled
+    assert not hang.started.is_set()
+    branch = await store.get_branch(session_id)
+    assert (branch[-1].text, branch[-1].data) == ("my invoice INV-1", {"cancelled": True})
+
+
 async def test_rollback_on_task_cancellation(
     store: SQLiteStore, session_id: str, db_path: Path
 ) -> None:
