@@ -221,18 +221,51 @@ async def wait_for_copy_of(
     raise AssertionError(f"the copy of {table} was not seen (exit {process.returncode})")
 
 
+async def waiting_on_a_lock(
+    url: str, application: str, process: asyncio.subprocess.Process
+) -> None:
+    """Until the command's connection waits on a lock (the held dedup key)."""
+    conn = await asyncpg.connect(url)
+    deadline = asyncio.get_running_loop().time() + 30
+    try:
+        while asyncio.get_running_loop().time() < deadline:
+            found = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+                " AND wait_event_type = 'Lock'",
+                application,
+            )
+            if found:
+                return
+            if process.returncode is not None:
+                break
+            await asyncio.sleep(0.005)
+    finally:
+        await conn.close()
+    raise AssertionError(f"the copy never waited on the held key (exit {process.returncode})")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
 async def test_an_interrupted_copy_leaves_the_postgresql_target_as_it_was(
     tmp_path: Path, sig: signal.Signals
 ) -> None:
     """Ctrl-C (the command's task cancelled: it rolls back) or SIGKILL (the connection drops:
     PostgreSQL rolls back) while the dedup rows are being copied, after --replace emptied
-    the target and sessions, history and events went in."""
+    the target and sessions, history and events went in. The copy is held there for certain:
+    another transaction has inserted, uncommitted, the last dedup key of the source, so the
+    COPY of its page waits on that key's unique check until the signal has done its work
+    (waiting for the COPY to be seen instead raced with a copy that finished first)."""
     source = await sqlite_source(tmp_path / "a.db", damaged=False, keys=0)
     add_keys(tmp_path / "a.db", 60 * PAGE, prefix="many")
     application = f"migrate-{uuid.uuid4().hex[:8]}"
     async with fresh_schema() as url:
         before = await populated_target(url)
+        blocker = await asyncpg.connect(url)
+        held = blocker.transaction()
+        await held.start()
+        last_key = max(f"telegram:many-{n}" for n in range(60 * PAGE))
+        await blocker.execute(
+            "INSERT INTO processed_messages (key, seen_at) VALUES ($1, 1.0)", last_key
+        )
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -248,12 +281,15 @@ async def test_an_interrupted_copy_leaves_the_postgresql_target_as_it_was(
         )
         try:
             await wait_for_copy_of(url, application, "processed_messages", process)
+            await waiting_on_a_lock(url, application, process)
             process.send_signal(sig)
             output, _ = await asyncio.wait_for(process.communicate(), timeout=60)
         finally:
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+            await held.rollback()
+            await blocker.close()
         if sig == signal.SIGINT:  # one line, as shells expect of Ctrl-C: no traceback
             assert process.returncode == 130, output.decode()
             assert output.splitlines()[-1] == b"interrupted"
