@@ -221,6 +221,10 @@ async def wait_for_copy_of(
     raise AssertionError(f"the copy of {table} was not seen (exit {process.returncode})")
 
 
+def _sigint_as_at_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def waiting_on_a_lock(
     url: str, application: str, process: asyncio.subprocess.Process
 ) -> None:
@@ -278,6 +282,9 @@ async def test_an_interrupted_copy_leaves_the_postgresql_target_as_it_was(
             "--replace",
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
+            # A shell that starts a job with & (CI does) has it ignore SIGINT, and the ignoring
+            # is inherited; the command is run here as a terminal would run it.
+            preexec_fn=_sigint_as_at_a_terminal,
         )
         try:
             await wait_for_copy_of(url, application, "processed_messages", process)
