@@ -25,6 +25,7 @@ from webhook_bot_gateway.store import check_url
 
 from ._accounts import check_account_agents, declared_in_config
 from ._admin_token import check_admin_token, read_token_file, refuse_public_secrets
+from ._config_numbers import boolean_for_number
 from ._env import key_path, substitute
 from .errors import ConfigError
 
@@ -206,8 +207,11 @@ def load_settings(
 
 def parse_settings(raw: dict[str, object], environ: Mapping[str, str]) -> Settings:
     """Validate an already parsed TOML document."""
+    data = substitute(raw, environ)
+    if (found := boolean_for_number(Settings, data)) is not None:
+        raise ConfigError(key_path(found), "must be a number, not true or false")
     try:
-        settings = Settings.model_validate(substitute(raw, environ))
+        settings = Settings.model_validate(data)
     except ValidationError as exc:
         raise _first_error(exc) from None
     refuse_public_secrets(settings)  # demo secrets and short admin tokens where strangers reach

@@ -115,6 +115,18 @@ def config_error(tmp_path: Path, problem: str) -> str:
             '[agents.models.rules]\nmodel = "x"\n[agents]\nstarting_agent = "a"\n' + HUMAN,
             "agents.models.rules: 'rules' is the built-in rules backend's name: choose another",
         ),
+        (
+            "[sender]\nmax_attempts = true\n",
+            "sender.max_attempts: must be a number, not true or false",
+        ),
+        (
+            "[telegram]\nrequest_timeout = false\n",
+            "telegram.request_timeout: must be a number, not true or false",
+        ),
+        (
+            '[agents.models.gpt]\nmodel = "gpt-4o"\ntimeout = true\n',
+            "agents.models.gpt.timeout: must be a number, not true or false",
+        ),
     ],
     ids=[
         "empty-file",
@@ -135,6 +147,9 @@ def config_error(tmp_path: Path, problem: str) -> str:
         "agent-boolean-on",
         "rule-tool-not-among-tools",
         "model-named-rules",
+        "boolean-for-a-number",
+        "boolean-for-a-channel-number",
+        "boolean-for-a-model-number",
     ],
 )
 def test_check_config_fails_naming_the_key_and_never_says_ok(
