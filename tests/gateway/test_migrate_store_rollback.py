@@ -197,55 +197,27 @@ async def test_counts_that_differ_leave_the_postgresql_target_as_it_was(tmp_path
         assert await next_message_id(url) > max(row[0] for row in before["messages"])
 
 
-async def wait_for_copy_of(
-    url: str, application: str, table: str, process: asyncio.subprocess.Process
+async def until_seen(
+    url: str, application: str, process: asyncio.subprocess.Process, where: str, what: str
 ) -> None:
-    """Until the command's connection has begun copying ``table`` (its transaction open)."""
+    """Until pg_stat_activity shows the command's connection ``where`` (an SQL condition)."""
     conn = await asyncpg.connect(url)
     deadline = asyncio.get_running_loop().time() + 30
     try:
         while asyncio.get_running_loop().time() < deadline:
-            found = await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
-                " AND xact_start IS NOT NULL AND query LIKE 'COPY%' AND query LIKE $2",
-                application,
-                f"%{table}%",
-            )
-            if found:
+            query = f"SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND {where}"
+            if await conn.fetchval(query, application):
                 return
             if process.returncode is not None:
                 break
             await asyncio.sleep(0.005)
     finally:
         await conn.close()
-    raise AssertionError(f"the copy of {table} was not seen (exit {process.returncode})")
+    raise AssertionError(f"{what} was not seen (exit {process.returncode})")
 
 
 def _sigint_as_at_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-async def waiting_on_a_lock(
-    url: str, application: str, process: asyncio.subprocess.Process
-) -> None:
-    """Until the command's connection waits on a lock (the held dedup key)."""
-    conn = await asyncpg.connect(url)
-    deadline = asyncio.get_running_loop().time() + 30
-    try:
-        while asyncio.get_running_loop().time() < deadline:
-            found = await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
-                " AND wait_event_type = 'Lock'",
-                application,
-            )
-            if found:
-                return
-            if process.returncode is not None:
-                break
-            await asyncio.sleep(0.005)
-    finally:
-        await conn.close()
-    raise AssertionError(f"the copy never waited on the held key (exit {process.returncode})")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
@@ -287,8 +259,8 @@ async def test_an_interrupted_copy_leaves_the_postgresql_target_as_it_was(
             preexec_fn=_sigint_as_at_a_terminal,
         )
         try:
-            await wait_for_copy_of(url, application, "processed_messages", process)
-            await waiting_on_a_lock(url, application, process)
+            copying = "query LIKE 'COPY%processed_messages%' AND wait_event_type = 'Lock'"
+            await until_seen(url, application, process, copying, "the copy held on the key")
             process.send_signal(sig)
             output, _ = await asyncio.wait_for(process.communicate(), timeout=60)
         finally:
