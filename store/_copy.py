@@ -131,12 +131,10 @@ TABLES: tuple[Table, ...] = (
 HEADS = Table("sessions", ("session_id", "head_id"), "session_id")
 
 
-class TableAccess(Protocol):
-    """Raw rows of a backend's tables, for copying only (not part of ``Store``)."""
+class TableWriter(Protocol):
+    """The target's tables inside ``TableAccess.copying``."""
 
     async def table_count(self, table: Table) -> int: ...
-
-    async def table_page(self, table: Table, offset: int, limit: int) -> list[Row]: ...
 
     async def table_insert(self, table: Table, rows: list[Row]) -> None: ...
 
@@ -146,7 +144,15 @@ class TableAccess(Protocol):
 
     async def after_copy(self) -> None: ...
 
-    async def copying(self, fn: Callable[[TableAccess], Awaitable[T]]) -> T:
+
+class TableAccess(Protocol):
+    """Raw rows of a backend's tables, for copying only (not part of ``Store``)."""
+
+    async def table_count(self, table: Table) -> int: ...
+
+    async def table_page(self, table: Table, offset: int, limit: int) -> list[Row]: ...
+
+    async def copying(self, fn: Callable[[TableWriter], Awaitable[T]]) -> T:
         """``fn`` on the tables to copy into. PostgreSQL runs all of it in one transaction on
         one connection, committed only if ``fn`` returns; SQLite gives ``fn`` the store."""
         ...
@@ -165,7 +171,7 @@ class CountMismatch(Exception):
     """After the copy, a table of the target does not hold what the source did."""
 
 
-async def counts(store: TableAccess) -> dict[str, int]:
+async def counts(store: TableAccess | TableWriter) -> dict[str, int]:
     """Rows per table."""
     return {table.name: await store.table_count(table) for table in TABLES}
 
@@ -185,7 +191,7 @@ async def copy_store(
     emptying and every row written.
     """
 
-    async def copy(into: TableAccess) -> dict[str, int]:
+    async def copy(into: TableWriter) -> dict[str, int]:
         return await _copy_all(source, into, replace=replace, progress=progress)
 
     return await target.copying(copy)
@@ -193,7 +199,7 @@ async def copy_store(
 
 async def _copy_all(
     source: TableAccess,
-    target: TableAccess,
+    target: TableWriter,
     *,
     replace: bool,
     progress: Callable[[str, int], None],
@@ -220,7 +226,7 @@ async def _copy_all(
 
 
 async def _copy_table(
-    source: TableAccess, target: TableAccess, table: Table, progress: Callable[[str, int], None]
+    source: TableAccess, target: TableWriter, table: Table, progress: Callable[[str, int], None]
 ) -> None:
     offset = 0
     while rows := await source.table_page(table, offset, PAGE):
@@ -231,7 +237,7 @@ async def _copy_table(
             break
 
 
-async def _copy_heads(source: TableAccess, target: TableAccess) -> None:
+async def _copy_heads(source: TableAccess, target: TableWriter) -> None:
     offset = 0
     while rows := await source.table_page(HEADS, offset, PAGE):
         await target.set_heads([row for row in rows if row[1] is not None])

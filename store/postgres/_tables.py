@@ -17,9 +17,9 @@ from typing import TypeVar
 
 import asyncpg
 
-from .._copy import TABLES, Row, Table, TableAccess
+from .._copy import TABLES, Row, Table, TableWriter
 from .._errors import StoreError
-from ._db import TOUCHED, Database, noted_events
+from ._db import TOUCHED, Database
 
 T = TypeVar("T")
 
@@ -94,7 +94,7 @@ def _event_sessions(table: Table, rows: list[Row]) -> set[str]:
 class TableMethods:
     """``store._copy.TableAccess`` on the database; table names come from ``TABLES`` only.
 
-    Each call outside ``copying`` is a transaction of its own."""
+    A read is a transaction of its own; every write goes through ``copying``."""
 
     @property
     def _db(self) -> Database:
@@ -106,23 +106,7 @@ class TableMethods:
     async def table_page(self, table: Table, offset: int, limit: int) -> list[Row]:
         return await self._db.read(lambda conn: _page(conn, table, offset, limit))
 
-    async def table_insert(self, table: Table, rows: list[Row]) -> None:
-        async def run(conn: asyncpg.Connection) -> None:
-            await _insert(conn, table, rows)
-            noted_events(_event_sessions(table, rows))  # the listeners hear of copied events
-
-        await self._db.write(run)
-
-    async def set_heads(self, heads: list[Row]) -> None:
-        await self._db.write(lambda conn: _set_heads(conn, heads))
-
-    async def clear_tables(self) -> None:
-        await self._db.write(_clear)
-
-    async def after_copy(self) -> None:
-        await self._db.write(_after_copy)
-
-    async def copying(self, fn: Callable[[TableAccess], Awaitable[T]]) -> T:
+    async def copying(self, fn: Callable[[TableWriter], Awaitable[T]]) -> T:
         """``fn`` on one connection in one transaction, committed only if it returns; then
         the listeners hear which sessions got events."""
         db = self._db
@@ -141,7 +125,7 @@ class TableMethods:
 
 
 class CopyTransaction:
-    """``TableAccess`` inside the copy's transaction: every call on its one connection."""
+    """The ``TableWriter`` of the copy's transaction: every call on its one connection."""
 
     def __init__(self, conn: asyncpg.Connection, *, verify: bool, listened: bool) -> None:
         self._conn = conn
@@ -179,9 +163,6 @@ class CopyTransaction:
 
     async def after_copy(self) -> None:
         await _after_copy(self._conn)
-
-    async def copying(self, fn: Callable[[TableAccess], Awaitable[T]]) -> T:
-        return await fn(self)  # already in the transaction
 
     async def _forget_touched(self, sessions: set[str]) -> None:
         """Empty the trigger's setting (see FORGET_TOUCHED), after checking it named exactly

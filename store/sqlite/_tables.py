@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from .._copy import TABLES, Row, Table, TableAccess
+from .._copy import TABLES, Row, Table, TableWriter
 from ._conn import Connection
 
 T = TypeVar("T")
@@ -17,7 +17,8 @@ def _placeholders(table: Table) -> str:
 
 
 class TableMethods:
-    """``store._copy.TableAccess`` on the SQLite file; table names come from ``TABLES`` only."""
+    """``store._copy.TableAccess`` on the SQLite file, and its own ``TableWriter``; table names
+    come from ``TABLES`` only."""
 
     @property
     def _db(self) -> Connection:
@@ -55,7 +56,7 @@ class TableMethods:
     async def after_copy(self) -> None:
         """Nothing: AUTOINCREMENT moved each table's sequence past the ids inserted."""
 
-    async def copying(self, fn: Callable[[TableAccess], Awaitable[T]]) -> T:
+    async def copying(self, fn: Callable[[TableWriter], Awaitable[T]]) -> T:
         """``fn`` on this store, each write its own transaction: ``gateway migrate-store``
         copies into a new file and renames it over the target once the counts are verified."""
         return await fn(self)
