@@ -67,8 +67,7 @@ class Refused(Exception):
         self.status = status
         self.code = code
         self.message = message
-        # Refused with its body unread (or its client gone): the connection is closed.
-        self.close = close or status in (408, 413, 415) or code == INCOMPLETE_BODY
+        self.close = close or status in (408, 413, 415)  # refused with its body unread
 
     def response(self) -> web.Response:
         response = json_error(self.status, self.code, self.message)
@@ -133,7 +132,8 @@ async def _read_slowly(content: StreamReader, limit: int, seconds: float) -> byt
     except TimeoutError:
         raise Refused(408, "request_timeout", f"the body took over {seconds:g} s") from None
     except ConnectionError:  # the client went away mid-body: one INFO line, not a traceback
-        raise Refused(400, INCOMPLETE_BODY, "the connection closed before the body came") from None
+        message = "the connection closed before the body came"
+        raise Refused(400, INCOMPLETE_BODY, message, close=True) from None
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
