@@ -51,6 +51,13 @@ log = logging.getLogger("gateway.dispatcher")
 
 BUSY_RETRY_SECONDS = 0.5  # a session whose turn runs elsewhere is tried again this soon
 BUSY_WARN_SECONDS = 30.0  # a session refused this long is logged (and again each such period)
+# A cancel of a turn another process runs waits this long for that process's answer.
+CANCEL_RELAY_SECONDS = 2.0
+CANCEL_UNANSWERED = "cancel_unanswered"  # the error code when it did not come
+UNANSWERED_TEXT = (
+    f"the process running this session's turn did not answer the cancel within"
+    f" {CANCEL_RELAY_SECONDS:g} s; the turn may still be running: try again"
+)
 PENDING_PAGE = 100  # pending rows read per turn, or held in memory per lane
 # A committed turn took every pending row it read: new rows wake the lane (the intake's wake,
 # or the poll for rows another process wrote), so it ends without reading the store again.
@@ -226,14 +233,24 @@ class Dispatcher:
     def cancel_turn(self, session_id: str) -> bool:
         """Stop the session's running turn: it commits only the user's message (see the runner).
 
-        False when no turn of the session runs in this process, or when the one running can no
-        longer be stopped: it has its answer and commits it (or runs no agent: reactions).
+        True too when a cancel was accepted already for rows whose turn has not committed
+        (they end cancelled). False when no turn of the session runs in this process, or when
+        the one running can no longer be stopped: it has its answer and commits it (or runs
+        no agent: reactions).
         """
         running = self._cancels.get(session_id)
-        if running is None or not running.stop():
-            return False
-        self._cancelled[session_id] = running.inbox_ids  # until a turn of them commits
-        return True
+        if running is not None and running.stop():
+            self._cancelled[session_id] = running.inbox_ids  # until a turn of them commits
+            return True
+        return session_id in self._cancelled
+
+    async def cancel(self, session_id: str) -> bool | None:
+        """``cancel_turn`` here, else in the process whose lease holds the session's running
+        turn (the store relays it, PostgreSQL only): None when that process did not answer
+        within ``CANCEL_RELAY_SECONDS``."""
+        if session_id in self._cancels or session_id in self._cancelled:
+            return self.cancel_turn(session_id)  # its turn is here: this process decides
+        return await self._store.relay_cancel(session_id, wait_seconds=CANCEL_RELAY_SECONDS)
 
     async def wait_session(self, session_id: str) -> None:
         """Until the session's lane (if any) has ended (tests)."""

@@ -226,7 +226,13 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST",
         "/api/sessions/{id}/cancel",
         "Stop the session's running turn: only the user's message is kept (docs/web.md)",
-        {202: CancelAnswer, 400: BAD_ID, 404: NO_SESSION, 409: "no_turn_running"},
+        {
+            202: CancelAnswer,
+            400: BAD_ID,
+            404: NO_SESSION,
+            409: "no_turn_running",
+            503: "cancel_unanswered: the process running the turn did not answer",
+        },
     ),
     Operation(
         "GET",

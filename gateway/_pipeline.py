@@ -230,7 +230,9 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
             # Work other processes commit (PostgreSQL) is theirs: looked at here after a grace
             # (what still waits then), not at the next poll; a turn running here at once.
             on_inbox = partial(_heard, pipeline.dispatcher, Later(pipeline.media.wake.set))
-            async with app[STORE].watch_work(on_inbox, Later(app[SENDER_WAKE].set)):
+            on_outbox = Later(app[SENDER_WAKE].set)
+            cancel_here = pipeline.dispatcher.cancel_turn  # what other processes relay
+            async with app[STORE].watch_work(on_inbox, on_outbox, cancel_here):
                 yield
         finally:
             app[STOPPING].set()

@@ -160,11 +160,23 @@ class Store(Protocol):
         rollback both failed, e.g. the database locked past the busy timeout, left it so)."""
 
     def watch_work(
-        self, on_inbox: Callable[[frozenset[str]], None], on_outbox: Callable[[], None]
+        self,
+        on_inbox: Callable[[frozenset[str]], None],
+        on_outbox: Callable[[], None],
+        on_cancel: Callable[[str], bool] = ...,
     ) -> AbstractAsyncContextManager[None]:
         """While entered, hear of inbox rows (their sessions) and outbox rows that OTHER
-        processes committed, without waiting for a poll. A backend without notifications
-        (SQLite) hears nothing: the pipeline's polls find that work."""
+        processes committed, without waiting for a poll, and answer their ``relay_cancel``
+        with ``on_cancel(session_id)`` (whether the cancel took; by default it does not). A
+        backend without notifications (SQLite) hears nothing: the pipeline's polls find that
+        work."""
+
+    async def relay_cancel(self, session_id: str, *, wait_seconds: float) -> bool | None:
+        """Ask the OTHER process whose live lease holds the session's running turn to cancel
+        it, and return its answer (its ``on_cancel``); False when no other live process runs
+        a turn of the session, or the backend has no channel between processes (SQLite);
+        None when the answer did not come within ``wait_seconds``econds. Needs ``watch_work``
+        entered, where the answer is heard (False otherwise)."""
 
     # history
     async def get_branch(self, session_id: str, head_id: int | None = None) -> list[Message]: ...

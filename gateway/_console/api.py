@@ -22,6 +22,7 @@ from .._api_models import (
     SessionOut,
     TicketAnswer,
 )
+from .._dispatcher import CANCEL_UNANSWERED, UNANSWERED_TEXT
 from .._keys import AGENTS, DISPATCHER, SETTINGS, STORE
 from .keys import TICKETS
 from .tickets import TICKET_SECONDS
@@ -72,8 +73,11 @@ async def cancel_turn(request: web.Request) -> web.Response:
     """POST /api/sessions/{id}/cancel: stop the session's running turn (see docs/web.md)."""
     session = await existing_session(request)
     dispatcher = request.app.get(DISPATCHER)
-    if dispatcher is None or not dispatcher.cancel_turn(session.session_id):
-        raise ApiError(409, "no_turn_running", "no turn of this session is running here")
+    taken = False if dispatcher is None else await dispatcher.cancel(session.session_id)
+    if taken is None:
+        raise ApiError(503, CANCEL_UNANSWERED, UNANSWERED_TEXT)
+    if not taken:
+        raise ApiError(409, "no_turn_running", "no turn of this session is running")
     return respond(CancelAnswer(cancelled=True), 202)
 
 

@@ -24,6 +24,7 @@ from aiohttp import WSMsgType, web
 from webhook_bot_gateway.channels.web import ACCOUNT, CHANNEL, web_body, web_dedup_key
 from webhook_bot_gateway.store import DeliveryIn, Session, SessionEvent, Store, StoreError
 
+from .._dispatcher import CANCEL_UNANSWERED, UNANSWERED_TEXT
 from .._http import json_http_errors
 from .._keys import BACKLOG, DISPATCHER, FEED, METRICS, SETTINGS, SOCKETS, STORE, WRITER
 from .feed import follow_log
@@ -186,7 +187,10 @@ async def _handle(request: web.Request, socket: Socket, text: str) -> None:
     frame = parse_frame(text)
     if isinstance(frame, CancelFrame):
         dispatcher = request.app.get(DISPATCHER)
-        if dispatcher is None or not dispatcher.cancel_turn(socket.session.session_id):
+        taken = False if dispatcher is None else await dispatcher.cancel(socket.session.session_id)
+        if taken is None:
+            raise FrameError(CANCEL_UNANSWERED, UNANSWERED_TEXT)
+        if not taken:
             raise FrameError("no_turn_running", "no turn of this session is running")
         return
     await _message(request, socket, frame.data)

@@ -13,10 +13,12 @@ from typing import Self
 from .._args import DEFAULT_DEDUP_TTL_HOURS, check_ttl
 from .._checks import check_seconds
 from .._errors import StoreError
+from .._ids import validate_session_id
 from .._lifecycle import OpenClose
 from . import _work as work
 from ._attachments import AttachmentMethods
 from ._batch import Batcher
+from ._cancel_relay import CancelHandler, CancelRelay, refuse_all
 from ._db import Database
 from ._pipeline import PENDING_READS_PER_CALL, SENT_MARKS_PER_CALL, PipelineMethods
 from ._sessions import SessionMethods
@@ -55,6 +57,7 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
         self._sent_marks = Batcher(self._write_sent_marks, max_size=SENT_MARKS_PER_CALL)
         self._pending_reads = Batcher(self._read_pending_many, max_size=PENDING_READS_PER_CALL)
         self._turn_calls = TurnCalls.of(lambda: self._db)
+        self._relay = CancelRelay(lambda: self._db, self._owner)
 
     @classmethod
     async def open(
@@ -128,17 +131,42 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
 
     @asynccontextmanager
     async def watch_work(
-        self, on_inbox: Callable[[frozenset[str]], None], on_outbox: Callable[[], None]
+        self,
+        on_inbox: Callable[[frozenset[str]], None],
+        on_outbox: Callable[[], None],
+        on_cancel: CancelHandler = refuse_all,
     ) -> AsyncIterator[None]:
         """While entered, call ``on_inbox({session_id})`` for each inbox row and ``on_outbox()``
-        for each outbox row that other stores (processes) commit, as soon as they commit.
+        for each outbox row that other stores (processes) commit, as soon as they commit; and
+        answer other stores' ``relay_cancel`` of a session with ``on_cancel(session_id)``.
 
         Listens on a connection of its own, opened on entering (StoreUnavailable if it cannot
         be) and closed on exit. Losing it later logs a warning: the polls still find the work.
         """
         self._check_open()
+        relay = self._relay
         watching = work.watch(
-            self._url, self._owner, on_inbox, on_outbox, connect_timeout=CONNECT_TIMEOUT
+            self._url,
+            self._owner,
+            on_inbox,
+            on_outbox,
+            relay.heard_request,
+            relay.heard_answer,
+            connect_timeout=CONNECT_TIMEOUT,
         )
         async with watching:
-            yield
+            relay.handler = on_cancel
+            try:
+                yield
+            finally:
+                relay.handler = None
+                await relay.drained()
+
+    async def relay_cancel(self, session_id: str, *, wait_seconds: float) -> bool | None:
+        """Ask the process whose live lease holds the session's running turn to cancel it,
+        through the database, while ``watch_work`` is entered (its answer is heard there):
+        that process's answer; False when no other live process runs a turn of the session
+        (or this store is not watching); None when no answer came within ``wait_seconds``."""
+        validate_session_id(session_id)
+        wait = check_seconds("wait_seconds", wait_seconds)
+        return await self._relay.ask(session_id, self._now(), wait)

@@ -9,6 +9,7 @@ calls) for the notifications the inbox and outbox triggers send at each COMMIT (
 Each starts with the ``gateway.origin`` of the writing connection, its store's owner: a store
 ignores its own, which its process hears of directly. If that connection is lost, a warning
 says so and nothing else happens: the dispatcher's and the sender's polls still find the work.
+The same connection carries the cancel relay's requests and answers (``_cancel_relay.py``).
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ log = logging.getLogger("store.postgres")  # the names operators filter on stay 
 
 INBOX_CHANNEL = "gateway_inbox"  # payload: "<origin> <session id>"
 OUTBOX_CHANNEL = "gateway_outbox"  # payload: "<origin>"
+CANCEL_CHANNEL = "gateway_cancel"  # payload: "<to owner> <from owner> <request id> <session id>"
+ANSWER_CHANNEL = "gateway_cancel_answer"  # payload: "<to owner> <request id> <1 or 0>"
 
 InboxListener = Callable[[frozenset[str]], None]
 OutboxListener = Callable[[], None]
+CancelListener = Callable[[str, str, str], None]  # (from owner, request id, session id)
+AnswerListener = Callable[[str, bool], None]  # (request id, accepted)
 
 
 async def renew_lease(conn: asyncpg.Connection, owner: str, expires_at: float) -> None:
@@ -45,12 +50,28 @@ async def release_lease(conn: asyncpg.Connection, owner: str) -> None:
     await conn.execute("DELETE FROM leases WHERE owner = $1", owner)
 
 
+async def running_owner(conn: asyncpg.Connection, session_id: str, now: float) -> str | None:
+    """The owner of the session's running turn if its lease is live, else None."""
+    owner: str | None = await conn.fetchval(
+        "SELECT s.owner FROM sessions s JOIN leases l ON l.owner = s.owner"
+        " WHERE s.session_id = $1 AND s.status = 'running' AND l.expires_at > $2",
+        session_id,
+        now,
+    )
+    return owner
+
+
+async def notify(conn: asyncpg.Connection, channel: str, payload: str) -> None:
+    """Send one notification now (outside a transaction: at once)."""
+    await conn.execute("SELECT pg_notify($1, $2)", channel, payload)
+
+
 def _guarded(name: str, call: Callable[[], None]) -> None:
     """A listener's exception would reach only the event loop's handler: log it here."""
     try:
         call()
     except Exception:
-        log.exception("a listener of other processes' %s rows failed", name)
+        log.exception("a listener of other processes' %s failed", name)
 
 
 @asynccontextmanager
@@ -59,22 +80,42 @@ async def watch(
     owner: str,
     on_inbox: InboxListener,
     on_outbox: OutboxListener,
+    on_cancel: CancelListener,
+    on_answer: AnswerListener,
     *,
     connect_timeout: float,
 ) -> AsyncIterator[None]:
     """While entered, call ``on_inbox({session_id})`` for each inbox row and ``on_outbox()``
     for each outbox row another store committed (one call per notification: PostgreSQL sends
-    one per distinct payload and transaction). StoreUnavailable if the connection fails."""
+    one per distinct payload and transaction), and ``on_cancel``/``on_answer`` for the cancel
+    requests and answers addressed to ``owner``. StoreUnavailable if the connection fails."""
     conn = await connect(url, connect_timeout=connect_timeout)
 
     def inbox_heard(_c: object, _pid: int, _channel: str, payload: object) -> None:
         origin, _, session_id = str(payload).partition(" ")
         if origin != owner and session_id:
-            _guarded("inbox", lambda: on_inbox(frozenset({session_id})))
+            _guarded("inbox rows", lambda: on_inbox(frozenset({session_id})))
 
     def outbox_heard(_c: object, _pid: int, _channel: str, payload: object) -> None:
         if str(payload) != owner:
-            _guarded("outbox", on_outbox)
+            _guarded("outbox rows", on_outbox)
+
+    def cancel_heard(_c: object, _pid: int, _channel: str, payload: object) -> None:
+        to, asker, request_id, session_id = (str(payload).split(" ") + ["", "", "", ""])[:4]
+        if to == owner and session_id:
+            _guarded("cancel requests", lambda: on_cancel(asker, request_id, session_id))
+
+    def answer_heard(_c: object, _pid: int, _channel: str, payload: object) -> None:
+        to, request_id, accepted = (str(payload).split(" ") + ["", "", ""])[:3]
+        if to == owner:
+            _guarded("cancel answers", lambda: on_answer(request_id, accepted == "1"))
+
+    heard = {
+        INBOX_CHANNEL: inbox_heard,
+        OUTBOX_CHANNEL: outbox_heard,
+        CANCEL_CHANNEL: cancel_heard,
+        ANSWER_CHANNEL: answer_heard,
+    }
 
     def lost(_c: object) -> None:
         log.warning(
@@ -84,8 +125,8 @@ async def watch(
 
     try:
         conn.add_termination_listener(lost)
-        await conn.add_listener(INBOX_CHANNEL, inbox_heard)
-        await conn.add_listener(OUTBOX_CHANNEL, outbox_heard)
+        for channel, listener in heard.items():
+            await conn.add_listener(channel, listener)
     except BaseException as exc:
         conn.terminate()
         if isinstance(exc, CONNECTION_ERRORS):
@@ -95,22 +136,19 @@ async def watch(
         yield
     finally:
         conn.remove_termination_listener(lost)
-        await _close(conn, inbox_heard, outbox_heard, connect_timeout)
+        await _close(conn, heard, connect_timeout)
 
 
 async def _close(
-    conn: asyncpg.Connection,
-    inbox_heard: Callable[..., None],
-    outbox_heard: Callable[..., None],
-    close_timeout: float,
+    conn: asyncpg.Connection, heard: dict[str, Callable[..., None]], close_timeout: float
 ) -> None:
     """Stop listening and close; a connection that fails to close is dropped (the exception of
     the ``async with`` body, if any, is the one that matters)."""
     if conn.is_closed():
         return  # lost meanwhile: already warned
     try:
-        await conn.remove_listener(INBOX_CHANNEL, inbox_heard)
-        await conn.remove_listener(OUTBOX_CHANNEL, outbox_heard)
+        for channel, listener in heard.items():
+            await conn.remove_listener(channel, listener)
         await conn.close(timeout=close_timeout)
     except Exception as exc:
         conn.terminate()

@@ -212,15 +212,26 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods, OpenClose):
 
     @asynccontextmanager
     async def watch_work(
-        self, on_inbox: Callable[[frozenset[str]], None], on_outbox: Callable[[], None]
+        self,
+        on_inbox: Callable[[frozenset[str]], None],
+        on_outbox: Callable[[], None],
+        on_cancel: Callable[[str], bool] | None = None,
     ) -> AsyncIterator[None]:
-        """Nothing to enter: SQLite has no notifications, so other processes' work is not heard.
+        """Nothing to enter: SQLite has no notifications, so other processes' work is not heard
+        (nor their cancels: see ``relay_cancel``).
 
         The dispatcher's and the sender's polls (``pending_sessions``, ``outbox_schedule``)
         find the inbox and outbox rows another process committed to the same file. This
         process's own rows reach them without any of this (the gateway wakes them directly).
         """
         yield
+
+    async def relay_cancel(self, session_id: str, *, wait_seconds: float) -> bool | None:
+        """False: SQLite has no channel between processes, so a turn running in another
+        process on the same file (a rolling deploy's few seconds) cannot be cancelled here."""
+        validate_session_id(session_id)
+        check_seconds("wait_seconds", wait_seconds)
+        return False
 
     # history
 

@@ -12,12 +12,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import sqlite3
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ import pytest
 from tests.pg import fresh_schema
 
 from .conftest import Platforms, Query, postgres_query
-from .gateway_proc import Gateway, config_text, eventually, free_port
+from .gateway_proc import ADMIN_TOKEN, Gateway, config_text, eventually, free_port
 from .test_crash import ECHO_AGENTS, Chat, repeats_outside_the_window, replies
 from .webhooks import RETRY_SECONDS, Delivery, post, post_until_ok
 
@@ -257,6 +258,68 @@ async def test_rolling_deploy_runs_a_slow_turn_once(
             " GROUP BY kind ORDER BY kind"
         )
         assert turns == [("turn_finished", 2), ("turn_started", 2)]
+
+
+CANCELLED = {"cancelled": True}
+NO_TURN = "no_turn_running"
+
+
+async def cancel(http: aiohttp.ClientSession, gateway: Gateway, session_id: str) -> tuple[int, Any]:
+    """POST the session's cancel to ``gateway``'s admin API: the status, and the body (the
+    error's code for an error)."""
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    url = f"{gateway.url}/api/sessions/{session_id}/cancel"
+    async with http.post(url, headers=headers) as response:
+        body = await response.json()
+        return response.status, body["error"]["code"] if response.status >= 400 else body
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_cancel_sent_to_the_process_not_running_the_turn(
+    backend: str, tmp_path: Path, platforms: Platforms, http: aiohttp.ClientSession
+) -> None:
+    """The console behind a balancer reaches either process: on PostgreSQL the one that does
+    not run the turn relays the cancel to the one that does; on SQLite (two processes only
+    during a rolling deploy) it answers that no turn runs there, and the other takes it."""
+    side_effects = tmp_path / "side-effects.txt"
+    side_effects.touch()
+    env = {"SIDE_EFFECTS": str(side_effects), "SLOW_SECONDS": "120"}  # stopped by the cancel
+    chat = Chat(1)  # a WhatsApp chat
+    async with shared_store(backend, tmp_path) as (url, query):
+        running = make(tmp_path, platforms, "running", url, SLOW_AGENTS, **env)
+        other = make(tmp_path, platforms, "other", url, SLOW_AGENTS, **env)
+        try:
+            await running.start()
+            await other.start()
+            await post_until_ok(http, running.url, chat.delivery(0))
+            await eventually(lambda: side_effects.read_text() != "", "the tool to start")
+            if backend == "sqlite":
+                assert await cancel(http, other, chat.session_id) == (409, NO_TURN)
+                assert await cancel(http, running, chat.session_id) == (202, CANCELLED)
+            else:
+                assert await cancel(http, other, chat.session_id) == (202, CANCELLED)
+                assert await cancel(http, other, chat.session_id) == (202, CANCELLED)  # again
+            ended = "SELECT count(*) FROM session_events WHERE kind = 'turn_cancelled'"
+            await eventually(lambda: _one(query(ended)), "the turn to end cancelled", seconds=30)
+            assert await cancel(http, other, chat.session_id) == (409, NO_TURN)
+            assert await running.stop() == 0
+            assert await other.stop() == 0
+        finally:
+            await stop_all(running, other)
+        assert side_effects.read_text().split() == [chat.tag(0)]
+        assert platforms.graph.texts(chat.chat_id) == []  # nothing answered
+        kinds = await query("SELECT kind FROM session_events WHERE kind LIKE 'turn_%' ORDER BY id")
+        assert kinds == [("turn_started",), ("turn_cancelled",)]
+        users = await query("SELECT text, data FROM messages WHERE role = 'user'")
+        assert [(text, json.loads(data)["cancelled"]) for text, data in users] == [
+            (chat.tag(0), True)
+        ]
+        assert await query("SELECT state FROM inbox") == [("done",)]
+        assert await query("SELECT status FROM sessions") == [("idle",)]
+
+
+async def _one(rows: Awaitable[list[tuple[Any, ...]]]) -> bool:
+    return await rows == [(1,)]
 
 
 @asynccontextmanager

@@ -13,6 +13,7 @@ import pytest
 from webhook_bot_gateway.store import (
     InboxNotFound,
     InboxNotPending,
+    InvalidSessionId,
     NewMessage,
     OutboxIn,
     OutboxItem,
@@ -556,3 +557,96 @@ async def test_interrupt_running_takes_this_stores_own_turn_left_running_with_no
     assert await ownership(raw) == ("interrupted", None)
     events = [event.kind for event in await store.list_events(SID)]
     assert events[-2:] == ["turn_started", "turn_cancelled"]
+
+
+# --- relay_cancel -------------------------------------------------------------------------------
+
+RELAY_WAIT = 10.0  # seconds an answer may take before the test fails
+
+
+class Answering:
+    """A store's ``on_cancel``: records the sessions it was asked about, answers ``answer``."""
+
+    def __init__(self, answer: bool) -> None:
+        self.answer = answer
+        self.asked: list[str] = []
+
+    def __call__(self, session_id: str) -> bool:
+        self.asked.append(session_id)
+        return self.answer
+
+
+def no_work(*_: object) -> None:
+    """``watch_work``'s inbox and outbox listeners, where the test looks at cancels only."""
+
+
+@SHARED
+@pytest.mark.parametrize("answer", [True, False])
+async def test_relay_cancel_gets_the_answer_of_the_store_running_the_turn(
+    store: Store, backend: Backend, answer: bool
+) -> None:
+    await store.create_session(CHANNEL, ACCOUNT, "a", AGENT)
+    await store.renew_lease(LEASE)
+    await start_turn(store)
+    running = Answering(answer)
+    async with (
+        backend.store() as other,
+        store.watch_work(no_work, no_work, running),
+        other.watch_work(no_work, no_work),
+    ):
+        relayed = await other.relay_cancel(SID, wait_seconds=RELAY_WAIT)
+        assert await store.relay_cancel(SID, wait_seconds=RELAY_WAIT) is False  # its own turn
+    if backend.is_sqlite:  # no channel between processes
+        assert (relayed, running.asked) == (False, [])
+    else:
+        assert (relayed, running.asked) == (answer, [SID])
+
+
+@SHARED
+async def test_relay_cancel_asks_nobody_when_no_live_store_runs_a_turn(
+    store: Store, backend: Backend, clock: FakeClock
+) -> None:
+    await store.create_session(CHANNEL, ACCOUNT, "a", AGENT)
+    running = Answering(True)
+    async with (
+        backend.store() as other,
+        store.watch_work(no_work, no_work, running),
+        other.watch_work(no_work, no_work),
+    ):
+        assert await other.relay_cancel(SID, wait_seconds=RELAY_WAIT) is False  # idle
+        await store.renew_lease(LEASE)
+        await start_turn(store)
+        clock.advance(LEASE + 1)  # the lease ran out: the turn is dead, to be taken over
+        assert await other.relay_cancel(SID, wait_seconds=RELAY_WAIT) is False
+    assert running.asked == []
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+async def test_relay_cancel_of_a_store_that_does_not_answer_is_none(
+    backend: Backend, store: Store
+) -> None:
+    """PostgreSQL backend: the store running the turn does not listen (say, it lost its
+    listening connection), so no answer comes."""
+    await store.create_session(CHANNEL, ACCOUNT, "a", AGENT)
+    await store.renew_lease(LEASE)
+    await start_turn(store)
+    async with backend.store() as other:
+        assert await other.relay_cancel(SID, wait_seconds=0.05) is False  # not listening itself
+        async with other.watch_work(no_work, no_work):
+            assert await other.relay_cancel(SID, wait_seconds=0.05) is None
+
+
+@pytest.mark.parametrize(
+    ("session_id", "wait_seconds", "error"),
+    [
+        ("", 1.0, InvalidSessionId),
+        ("a b", 1.0, InvalidSessionId),
+        (SID, -1.0, ValueError),
+        (SID, math.nan, ValueError),
+    ],
+)
+async def test_relay_cancel_refuses_bad_arguments(
+    store: Store, session_id: str, wait_seconds: float, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        await store.relay_cancel(session_id, wait_seconds=wait_seconds)
