@@ -281,14 +281,16 @@ class Dispatcher:
 
     async def _lane(self, sid: str) -> None:
         try:
-            while not self._stop.is_set():
+            while not self._stopping(sid):
                 self._again.discard(sid)
                 wait = await self._next_turn(sid)
                 if wait is None or wait == DRAINED:
                     if sid in self._again:  # the intake recorded more rows meanwhile
                         continue
                     return
-                if wait > 0:
+                if wait > 0 and self._stop.is_set():  # a cancel's rows: tried within the grace
+                    await asyncio.sleep(min(wait, BUSY_RETRY_SECONDS))
+                elif wait > 0:
                     await wait_event(self._stop, wait)
         except Exception:
             log.exception("lane of session %s stopped", sid)
@@ -317,7 +319,7 @@ class Dispatcher:
         if self._pacer is not None:
             await self._pacer.admit(1)  # before the slot: a paced lane holds none
         async with self._slots:
-            if self._stop.is_set():
+            if self._stopping(sid):
                 return 0.0
             rows = await self._pending(sid)
             cancelled = self._cancelled_rows(sid, rows)
@@ -335,6 +337,12 @@ class Dispatcher:
             if known is not None:
                 return known.took(batch)
             return DRAINED if len(batch) == len(rows) < PENDING_PAGE else 0.0
+
+    def _stopping(self, sid: str) -> bool:
+        """The lane ends: the gateway stops, and the lane holds no rows of an accepted cancel.
+        Those rows get their turn (the user's message alone, no model asked) during the drain,
+        at once, so the cancel is not lost with the process."""
+        return self._stop.is_set() and sid not in self._cancelled
 
     def _cancelled_rows(self, sid: str, rows: Sequence[InboxItem]) -> Sequence[InboxItem]:
         """The first pending rows when a cancel was accepted for them: the batch of their turn

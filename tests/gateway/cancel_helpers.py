@@ -36,6 +36,7 @@ class HeldTurn:
         self.reached = asyncio.Event()
         self.release = asyncio.Event()
         self.refused = False
+        self.refusing = asyncio.Event()  # the begin was refused
 
     def install(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
         real: Callable[..., Any] = store.turn
@@ -52,6 +53,7 @@ class HeldTurn:
         await self.hold("refused" if self.at == "refused" else "begin")
         if self.at == "refused" and not self.refused:
             self.refused = True
+            self.refusing.set()
             raise RunActive(session_id)
 
 

@@ -793,6 +793,30 @@ async def test_dispatcher_cancel_answer_agrees_with_what_the_turn_committed(
     check_agrees(await cancel_at(store, monkeypatch, at, event), accepted, replies)
 
 
+async def test_dispatcher_cancel_accepted_before_a_refused_begin_survives_a_shutdown(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lane of an accepted cancel's rows waits to try them again (its begin was refused)
+    when the gateway stops: it tries them at once, and they end cancelled, not answered at the
+    next start."""
+    held = cancel_helpers.HeldTurn("refused")
+    held.install(store, monkeypatch)
+    harness = Harness(store, ScriptedModel(echo()), retry_base_seconds=3600)  # a long wait
+    sid = await harness.feed("hello")
+    try:
+        await asyncio.wait_for(held.reached.wait(), 10)
+        assert harness.dispatcher.cancel_turn(sid)
+    finally:
+        held.release.set()
+    await asyncio.wait_for(held.refusing.wait(), 10)
+    await harness.dispatcher.drain(10)
+    assert await store.pending_inbox(sid, 10) == []
+    branch = await store.get_branch(sid)
+    assert [(m.text, m.data.get("cancelled")) for m in branch] == [("hello", True)]
+    assert harness.turns("cancelled_by_user") == 1
+    assert await harness.replies(sid) == []
+
+
 async def test_dispatcher_cancel_accepted_before_a_refused_begin_spares_a_later_message(
     store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
