@@ -18,6 +18,7 @@ from ._metrics import Metrics
 from ._pacer import AckPacer
 from ._store_gauges import StoreGauges
 from ._web.feed import EventFeed
+from ._web.ids import WebIds
 from ._writer import GroupCommitWriter
 from .config import Settings
 
@@ -51,6 +52,7 @@ DISPATCHER = web.AppKey("dispatcher", Dispatcher)  # absent with ingest_only: no
 # The pipeline's long-running tasks (intake, dispatcher, sender...): one that ended: /readyz 503
 PIPELINE_TASKS = web.AppKey("pipeline_tasks", list[asyncio.Task[None]])
 FEED = web.AppKey("event_feed", EventFeed)  # wakes /ws sockets when their session's log grows
+WEB_IDS = web.AppKey("web_ids", WebIds)  # gives out and recognizes web session ids
 # Open /ws and /console/live sockets: closed at shutdown, which would otherwise wait for them.
 SOCKETS = web.AppKey("open_sockets", set[web.WebSocketResponse])
 AGENTS = web.AppKey("agents", tuple["AgentInfo", ...])  # declared agents, for the console

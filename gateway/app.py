@@ -38,6 +38,7 @@ from ._keys import (
     STOPPING,
     STORE,
     STORE_GAUGES,
+    WEB_IDS,
     WRITER,
 )
 from ._lease import Lease
@@ -50,6 +51,8 @@ from ._sandbox import add_sandbox_routes, sandbox_warnings
 from ._store_gauges import StoreGauges
 from ._web.attachments import add_attachment_routes
 from ._web.feed import EventFeed
+from ._web.ids import SECRET_NAME as WEB_SECRET
+from ._web.ids import WebIds
 from ._web.ws import add_ws_route
 from ._webhooks import add_webhook_routes
 from ._writer import GroupCommitWriter
@@ -74,6 +77,7 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
         if interrupted:
             log.warning("marked %d session(s) interrupted: their process stopped", len(interrupted))
         app[STORE] = store
+        app[WEB_IDS] = WebIds(await store.secret(WEB_SECRET))
         stop_watching = store.watch_events(app[FEED].notify)
         yield
         stop_watching()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -11,6 +12,17 @@ from ._pipeline_types import PARKED_AT, PARKED_ERROR, OutboxIn
 from ._rows import dump_json
 
 MAX_LIST_LIMIT = 1000  # rows per page of a listing
+
+
+SECRET_BYTES = 32
+SECRET_NAME = re.compile(r"[a-z_]{1,64}")
+
+
+def check_secret_name(name: object) -> str:
+    """A secret's name: lowercase letters and ``_``, 1..64."""
+    if not isinstance(name, str) or not SECRET_NAME.fullmatch(name):
+        raise ValueError(f"name must be 1 to 64 lowercase letters or '_', got {name!r}")
+    return name
 
 
 MAX_STORED_INT = 2**63 - 1  # SQLite's INTEGER and PostgreSQL's BIGINT hold no more

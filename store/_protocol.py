@@ -147,6 +147,12 @@ class Store(Protocol):
     async def renew_lease(self, seconds: float) -> None:
         """Hold this store's lease until ``seconds`` from now (the gateway renews it often)."""
 
+    async def secret(self, name: str) -> bytes:
+        """The database's random 32-byte secret called ``name`` (lowercase letters and ``_``),
+        made at its first use and the same from then on for every store on the database (each
+        process of a deployment). Kept in the ``secrets`` table, which migrate-store does not
+        copy: a new database makes its own. ValueError for a bad name."""
+
     async def release_lease(self) -> None:
         """Drop this store's lease (a clean stop): what it held may be taken over at once."""
 
@@ -163,11 +169,11 @@ class Store(Protocol):
         self,
         on_inbox: Callable[[frozenset[str]], None],
         on_outbox: Callable[[], None],
-        on_cancel: Callable[[str], bool] = ...,
+        on_cancel: Callable[[str], bool] | None = None,
     ) -> AbstractAsyncContextManager[None]:
         """While entered, hear of inbox rows (their sessions) and outbox rows that OTHER
         processes committed, without waiting for a poll, and answer their ``relay_cancel``
-        with ``on_cancel(session_id)`` (whether the cancel took; by default it does not). A
+        with ``on_cancel(session_id)`` (whether the cancel took; without one it does not). A
         backend without notifications (SQLite) hears nothing: the pipeline's polls find that
         work."""
 

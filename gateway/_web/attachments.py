@@ -25,12 +25,13 @@ from urllib.parse import quote
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import BadHttpMessage
 
+from webhook_bot_gateway.channels.web import ACCOUNT, CHANNEL
 from webhook_bot_gateway.store import SessionNotFound, validate_session_id
 
 from .._admin import ApiError, admin_route, existing_session
 from .._api_models import AttachmentAnswer, AttachmentOut
 from .._http import ReadSlots, json_error
-from .._keys import SETTINGS, STORE
+from .._keys import SETTINGS, STORE, WEB_IDS
 from .._media.files import attachment_path, clean_name
 from .ws import WEB_SESSION, short
 
@@ -72,8 +73,9 @@ async def _upload(request: web.Request) -> web.Response:
     except ValueError as exc:
         raise ApiError(400, "invalid_session_id", str(exc)) from None
     store = request.app[STORE]
-    session = await store.get_session(sid) if WEB_SESSION.fullmatch(sid) else None
-    if session is None:
+    web_id = WEB_SESSION.fullmatch(sid) is not None
+    session = await store.get_session(sid) if web_id else None
+    if session is None and not (web_id and request.app[WEB_IDS].issued(sid)):
         raise ApiError(404, "unknown_session", "no such web session")
     media = request.app[SETTINGS].media
     limit = media.max_bytes
@@ -101,6 +103,9 @@ async def _upload(request: web.Request) -> web.Response:
     name = clean_name(part.filename, "file")
     content_type = _content_type(part.headers.get("Content-Type"))
     try:
+        if session is None:  # given out, not stored yet: the upload stores it
+            starting = request.app[SETTINGS].agents.starting_agent
+            await store.get_or_create_session(CHANNEL, ACCOUNT, sid.removeprefix("web-"), starting)
         attachment = await store.create_attachment(
             sid,
             name=name,

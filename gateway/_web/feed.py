@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
-from webhook_bot_gateway.store import SessionEvent, Store
+from webhook_bot_gateway.store import SessionEvent, SessionNotFound, Store
 
 from .._wait import wait_event
 
@@ -76,16 +76,29 @@ class EventFeed:
 
 
 async def follow_log(
-    store: Store, session_id: str, after: int, wake: asyncio.Event, send: Send
+    store: Store,
+    session_id: str,
+    after: int,
+    wake: asyncio.Event,
+    send: Send,
+    *,
+    stored: bool = True,
 ) -> None:
     """Send the session's log after ``after``, then each new event, in seq order, each once.
 
-    Runs until cancelled; the store's errors (a deleted session) end it by raising.
+    Runs until cancelled; the store's errors (a deleted session) end it by raising. A session
+    not ``stored`` yet reads as an empty log until it is found once.
     """
     last = after
     while True:
         wake.clear()  # before the read: an event committed during it sets it again
-        events = await store.list_events(session_id, after=last, limit=PAGE)
+        try:
+            events = await store.list_events(session_id, after=last, limit=PAGE)
+            stored = True
+        except SessionNotFound:
+            if stored:
+                raise
+            events = []
         for event in events:
             await send(event)
             last = event.seq

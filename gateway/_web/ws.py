@@ -6,8 +6,9 @@ goes out only after the writer's commit. What the socket is shown is read from t
 event log, after the last seq it was sent: replayed from ``after`` on connect, then live. So a
 reconnect misses nothing and sees nothing twice, and a turn never depends on a socket.
 
-The session id is the web user's only credential: it is made here (``web-<uuid4>``), never
-taken from a client for a new session, and logged only shortened.
+The session id is the web user's only credential: it is made here (``web-<uuid4>``, signed:
+``ids.py``), never taken from a client for a new session, and logged only shortened. A new
+session is stored with its first message or upload, not at connect.
 """
 
 from __future__ import annotations
@@ -16,17 +17,27 @@ import asyncio
 import contextlib
 import logging
 import re
-import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import WSMsgType, web
 
-from webhook_bot_gateway.channels.web import ACCOUNT, CHANNEL, web_body, web_dedup_key
-from webhook_bot_gateway.store import DeliveryIn, Session, SessionEvent, Store, StoreError
+from webhook_bot_gateway.channels.web import CHANNEL, web_body, web_dedup_key
+from webhook_bot_gateway.store import DeliveryIn, SessionEvent, Store, StoreError
 
 from .._dispatcher import CANCEL_UNANSWERED, UNANSWERED_TEXT
 from .._http import json_http_errors
-from .._keys import BACKLOG, DISPATCHER, FEED, METRICS, SETTINGS, SOCKETS, STORE, WRITER
+from .._keys import (
+    BACKLOG,
+    DISPATCHER,
+    FEED,
+    METRICS,
+    SETTINGS,
+    SOCKETS,
+    STORE,
+    WEB_IDS,
+    WRITER,
+)
 from .feed import follow_log
 from .frames import CancelFrame, FrameError, MessageData, error_frame, event_frame, parse_frame
 
@@ -51,10 +62,22 @@ class Refused(Exception):
         self.message = message
 
 
+@dataclass(frozen=True, slots=True)
+class WebChat:
+    """The web session a socket is attached to (stored or not yet)."""
+
+    session_id: str
+    chat_id: str
+
+    @classmethod
+    def of(cls, session_id: str) -> WebChat:
+        return cls(session_id, session_id.removeprefix("web-"))
+
+
 class Socket:
     """One attached socket: frames out under one lock (the pump and the reader both send)."""
 
-    def __init__(self, ws: web.WebSocketResponse, session: Session) -> None:
+    def __init__(self, ws: web.WebSocketResponse, session: WebChat) -> None:
         self.ws = ws
         self.session = session
         self._lock = asyncio.Lock()
@@ -74,7 +97,7 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     )
     await ws.prepare(request)
     try:
-        session, after = await _attach(request)
+        session, after, stored = await _attach(request)
     except Refused as exc:
         request.app[METRICS].inc(CONNECTIONS, outcome=exc.code)
         await _refusing(request, ws, exc)
@@ -86,7 +109,7 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     open_sockets = request.app[SOCKETS]
     open_sockets.add(ws)
     with request.app[FEED].watch(session.session_id) as wake:
-        pump = asyncio.create_task(_pump(request.app[STORE], socket, after, wake))
+        pump = asyncio.create_task(_pump(request.app[STORE], socket, after, wake, stored))
         try:
             await _read(request, socket)
         finally:
@@ -116,27 +139,28 @@ async def _refusing(request: web.Request, ws: web.WebSocketResponse, refusal: Re
         open_sockets.discard(ws)
 
 
-async def _attach(request: web.Request) -> tuple[Session, int]:
-    """The session the socket asks for (or a new one) and the seq to replay after."""
+async def _attach(request: web.Request) -> tuple[WebChat, int, bool]:
+    """The session the socket asks for (or a new one), the seq to replay after, and whether
+    the session is stored (a new one, or one given out and not used yet, is not)."""
     query = request.query
     after = _after(query.get("after", "0"))
-    store = request.app[STORE]
+    ids = request.app[WEB_IDS]
+    if "session_id" not in query:
+        return WebChat.of(ids.issue()), 0, False
+    sid = query["session_id"]
+    if not sid:
+        raise Refused("session_not_connected", "session_id is empty: connect without it")
+    if not WEB_SESSION.fullmatch(sid):
+        raise Refused("invalid_session_id", "session_id is not a web session id")
     try:
-        if "session_id" not in query:
-            chat_id = str(uuid.uuid4())
-            starting = request.app[SETTINGS].agents.starting_agent
-            return await store.create_session(CHANNEL, ACCOUNT, chat_id, starting), 0
-        sid = query["session_id"]
-        if not sid:
-            raise Refused("session_not_connected", "session_id is empty: connect without it")
-        if not WEB_SESSION.fullmatch(sid):
-            raise Refused("invalid_session_id", "session_id is not a web session id")
-        session = await store.get_session(sid)
+        session = await request.app[STORE].get_session(sid)
     except StoreError:
         raise Refused("store_unavailable", "the store does not answer; connect again") from None
+    if session is None and ids.issued(sid):
+        return WebChat.of(sid), after, False
     if session is None or session.channel != CHANNEL:
         raise Refused("unknown_session", "no such web session")
-    return session, after
+    return WebChat(session.session_id, session.chat_id), after, True
 
 
 def _after(raw: str) -> int:
@@ -145,15 +169,18 @@ def _after(raw: str) -> int:
     return int(raw)
 
 
-async def _pump(store: Store, socket: Socket, after: int, wake: asyncio.Event) -> None:
-    """The session's log to the socket (see ``follow_log``) until the socket or session goes."""
+async def _pump(
+    store: Store, socket: Socket, after: int, wake: asyncio.Event, stored: bool
+) -> None:
+    """The session's log to the socket (see ``follow_log``) until the socket or session goes;
+    a session not ``stored`` yet has an empty log until its first message stores it."""
     sid = socket.session.session_id
 
     async def send(event: SessionEvent) -> None:
         await socket.send(event_frame(event))
 
     try:
-        await follow_log(store, sid, after, wake, send)
+        await follow_log(store, sid, after, wake, send, stored=stored)
     except ConnectionError:
         return  # the socket went while an event was on its way: the reader ends the handler
     except StoreError as exc:
@@ -226,7 +253,7 @@ async def _message(request: web.Request, socket: Socket, data: MessageData) -> N
     await socket.send({"type": "ack", "data": {"client_id": cid, "duplicate": duplicate}})
 
 
-async def _check_attachments(store: Store, session: Session, data: MessageData) -> None:
+async def _check_attachments(store: Store, session: WebChat, data: MessageData) -> None:
     for attachment_id in data.attachments:
         try:
             found = await store.get_attachment(session.session_id, attachment_id)

@@ -650,7 +650,14 @@ _V10 = (
     """,
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+# Random keys of the database, shared by its processes (``Store.secret``); not copied by
+# migrate-store: a new database makes its own.
+_V11 = ("CREATE TABLE secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL)",)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    *(_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10),
+    _V11,
+)
 LATEST = len(MIGRATIONS)
 
 _VERSION_TABLE = (

@@ -8,10 +8,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from secrets import token_hex
 from typing import Self
 
 from .._args import DEFAULT_DEDUP_TTL_HOURS, check_ttl
-from .._checks import check_seconds
+from .._checks import SECRET_BYTES, check_seconds, check_secret_name
 from .._errors import StoreError
 from .._ids import validate_session_id
 from .._lifecycle import OpenClose
@@ -119,6 +120,12 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
         and its connections in ``gateway.origin`` (so it can ignore its own notifications)."""
         return self._owner
 
+    async def secret(self, name: str) -> bytes:
+        """The database's random 32-byte secret ``name``, made at its first use (see the
+        protocol)."""
+        run = partial(work.secret, name=check_secret_name(name), fresh=token_hex(SECRET_BYTES))
+        return bytes.fromhex(await self._db.write(run))
+
     async def renew_lease(self, seconds: float) -> None:
         """Hold this store's lease until ``seconds`` from now (by the store's clock)."""
         length = check_seconds("seconds", seconds)
@@ -134,7 +141,7 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
         self,
         on_inbox: Callable[[frozenset[str]], None],
         on_outbox: Callable[[], None],
-        on_cancel: CancelHandler = refuse_all,
+        on_cancel: CancelHandler | None = None,
     ) -> AsyncIterator[None]:
         """While entered, call ``on_inbox({session_id})`` for each inbox row and ``on_outbox()``
         for each outbox row that other stores (processes) commit, as soon as they commit; and
@@ -155,7 +162,7 @@ class PostgresStore(SessionMethods, PipelineMethods, AttachmentMethods, TableMet
             connect_timeout=CONNECT_TIMEOUT,
         )
         async with watching:
-            relay.handler = on_cancel
+            relay.handler = on_cancel or refuse_all
             try:
                 yield
             finally:

@@ -50,6 +50,16 @@ async def release_lease(conn: asyncpg.Connection, owner: str) -> None:
     await conn.execute("DELETE FROM leases WHERE owner = $1", owner)
 
 
+async def secret(conn: asyncpg.Connection, name: str, fresh: str) -> str:
+    """The secret ``name``, stored as ``fresh`` if it has none yet (two statements: the
+    SELECT's snapshot must see a row another process inserted while this INSERT waited)."""
+    await conn.execute(
+        "INSERT INTO secrets (name, value) VALUES ($1, $2) ON CONFLICT DO NOTHING", name, fresh
+    )
+    value: str = await conn.fetchval("SELECT value FROM secrets WHERE name = $1", name)
+    return value
+
+
 async def running_owner(conn: asyncpg.Connection, session_id: str, now: float) -> str | None:
     """The owner of the session's running turn if its lease is live, else None."""
     owner: str | None = await conn.fetchval(

@@ -216,7 +216,11 @@ _V8 = (
     "UPDATE messages SET role = 'operator' WHERE role = 'assistant' AND agent = 'operator'",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+# Random keys of the database, shared by its processes (``Store.secret``); not copied by
+# migrate-store: a new database makes its own.
+_V9 = ("CREATE TABLE secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 LATEST = len(MIGRATIONS)
 
 

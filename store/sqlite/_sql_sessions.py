@@ -184,6 +184,15 @@ def interrupt_running(
     return ids
 
 
+def secret(conn: sqlite3.Connection, name: str, fresh: str) -> str:
+    """The secret ``name``, stored as ``fresh`` if it has none yet."""
+    conn.execute(
+        "INSERT INTO secrets (name, value) VALUES (?, ?) ON CONFLICT DO NOTHING", (name, fresh)
+    )
+    value: str = conn.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()[0]
+    return value
+
+
 def renew_lease(conn: sqlite3.Connection, owner: str, expires_at: float) -> None:
     """Hold ``owner``'s lease until ``expires_at``."""
     conn.execute(

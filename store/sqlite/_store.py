@@ -10,13 +10,16 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
+from secrets import token_hex
 from typing import Any, Self
 
 from .. import _args as args
 from .._args import DEFAULT_DEDUP_TTL_HOURS, check_ttl
 from .._checks import (
+    SECRET_BYTES,
     check_int,
     check_seconds,
+    check_secret_name,
     session_values,
 )
 from .._errors import SessionExistsError, StoreError
@@ -186,6 +189,12 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods, OpenClose):
         """This store's identity (random, made with the object): its turns carry it in
         ``sessions.owner``, its outbox claims in ``outbox.claimed_by``, its lease in ``leases``."""
         return self._owner
+
+    async def secret(self, name: str) -> bytes:
+        """The database's random 32-byte secret ``name``, made at its first use (see the
+        protocol)."""
+        run = partial(sql.secret, name=check_secret_name(name), fresh=token_hex(SECRET_BYTES))
+        return bytes.fromhex(await self._db.write(run))
 
     async def renew_lease(self, seconds: float) -> None:
         """Hold this store's lease until ``seconds`` from now (by the store's clock)."""

@@ -19,7 +19,7 @@ from tests.gateway.raw_http import Raw, head
 from .conftest import MakeGateway
 from .gateway_proc import ADMIN_TOKEN, BOT, BOT_SECRET, eventually
 from .webhooks import post, telegram_text
-from .ws_client import connect
+from .ws_client import connect, is_turn_end
 
 TG = f"/webhooks/telegram/{BOT}"
 SECRET = {"X-Telegram-Bot-Api-Secret-Token": BOT_SECRET}
@@ -125,8 +125,10 @@ async def test_e2e_a_client_gone_mid_body_is_an_info_line_not_a_traceback(
     # The admin API: its handler waits for the body once the token is checked. A request
     # sent after it on another connection is handled after it started: its answer says so.
     auth = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
-    async with connect(http, gateway.url) as client:
+    async with connect(http, gateway.url) as client:  # a stored session: it said something
         sid = client.session_id
+        await client.say("hello", "c1")
+        await client.until(is_turn_end, "the turn's end")
     raw = await Raw.connect(gateway.port)
     await raw.send(head("POST", f"/api/sessions/{sid}/reply", auth, length=1000) + b"{")
     async with http.get(f"{gateway.url}/healthz") as later:
