@@ -58,10 +58,16 @@ async def in_chunks(delete_chunk: Callable[[], Awaitable[int]], chunk_size: int)
 # sessions and history
 
 
-def session_filters(channel: str | None, status: str | None, agent: str | None) -> Filters:
-    """The filters of ``list_sessions`` and ``count_sessions``, by column."""
+def session_filters(
+    channel: str | None, status: str | None, agent: str | None, search: str | None
+) -> Filters:
+    """The column filters of ``list_sessions`` and ``count_sessions`` (``search`` is checked
+    only: a NUL character, which PostgreSQL's text cannot hold, is refused on both backends)."""
     if status is not None and status not in SESSION_STATUSES:
         raise ValueError(f"status must be one of {SESSION_STATUSES}, got {status!r}")
+    for name, value in (("channel", channel), ("agent", agent), ("search", search)):
+        if isinstance(value, str) and "\x00" in value:
+            raise ValueError(f"{name} must not contain a NUL character")
     pairs = {"channel": channel, "status": status, "active_agent": agent}
     return {column: value for column, value in pairs.items() if value is not None}
 

@@ -123,7 +123,7 @@ class SessionMethods:
         """A page of sessions, most recently updated first; ``search``: a substring of the chat
         id or the session id."""
         args.check_page(limit, offset)
-        filters = args.session_filters(channel, status, agent)
+        filters = args.session_filters(channel, status, agent, search)
         run = partial(sql.list_sessions, filters=filters, limit=limit, offset=offset, search=search)
         return await self._db.read(run)
 
@@ -136,7 +136,7 @@ class SessionMethods:
         search: str | None = None,
     ) -> int:
         """How many sessions match the filters."""
-        filters = args.session_filters(channel, status, agent)
+        filters = args.session_filters(channel, status, agent, search)
         return await self._db.read(partial(sql.count_sessions, filters=filters, search=search))
 
     async def interrupt_running(self, running_here: Collection[str] | None = None) -> list[str]:

@@ -76,6 +76,18 @@ async def test_list_sessions_rejects_bad_limit_or_offset(
         await store.list_sessions(limit=limit, offset=offset)
 
 
+@pytest.mark.parametrize("field", ["channel", "agent", "search"])
+async def test_list_and_count_refuse_a_nul_in_a_filter_on_every_backend(
+    store: Store, field: str
+) -> None:
+    """PostgreSQL's text holds no NUL: refused on SQLite too, where it matched everything."""
+    await store.create_session("telegram", "support", "1", "triage")
+    with pytest.raises(ValueError, match=f"{field} must not contain a NUL"):
+        await store.list_sessions(**{field: "a\x00"})
+    with pytest.raises(ValueError, match=f"{field} must not contain a NUL"):
+        await store.count_sessions(**{field: "\x00"})
+
+
 async def test_list_and_count_reject_unknown_status(store: Store) -> None:
     with pytest.raises(ValueError, match="status"):
         await store.list_sessions(status="busy")  # type: ignore[arg-type]
