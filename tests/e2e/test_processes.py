@@ -86,6 +86,14 @@ def make(
     return Gateway(directory, text, port, tmp_path / "gateway.db", env=env)
 
 
+def slow_tool(tmp_path: Path, seconds: int) -> tuple[Path, dict[str, str]]:
+    """The (empty) file the slow tool writes each tag to, and the environment that tells the
+    tool of it and of how long it takes."""
+    side_effects = tmp_path / "side-effects.txt"
+    side_effects.touch()
+    return side_effects, {"SIDE_EFFECTS": str(side_effects), "SLOW_SECONDS": str(seconds)}
+
+
 async def post_to_any(
     http: aiohttp.ClientSession, gateways: tuple[Gateway, ...], delivery: Delivery
 ) -> None:
@@ -223,9 +231,7 @@ async def test_a_process_killed_mid_run_loses_its_sessions_to_the_other_after_it
 async def test_rolling_deploy_runs_a_slow_turn_once(
     backend: str, tmp_path: Path, platforms: Platforms, http: aiohttp.ClientSession
 ) -> None:
-    side_effects = tmp_path / "side-effects.txt"
-    side_effects.touch()
-    env = {"SIDE_EFFECTS": str(side_effects), "SLOW_SECONDS": "3"}
+    side_effects, env = slow_tool(tmp_path, seconds=3)
     chat = Chat(1)  # a WhatsApp chat
     async with shared_store(backend, tmp_path) as (url, query):
         old = make(tmp_path, platforms, "old", url, SLOW_AGENTS, **env)
@@ -281,9 +287,7 @@ async def test_a_cancel_sent_to_the_process_not_running_the_turn(
     """The console behind a balancer reaches either process: on PostgreSQL the one that does
     not run the turn relays the cancel to the one that does; on SQLite (two processes only
     during a rolling deploy) it answers that no turn runs there, and the other takes it."""
-    side_effects = tmp_path / "side-effects.txt"
-    side_effects.touch()
-    env = {"SIDE_EFFECTS": str(side_effects), "SLOW_SECONDS": "120"}  # stopped by the cancel
+    side_effects, env = slow_tool(tmp_path, seconds=120)  # stopped by the cancel
     chat = Chat(1)  # a WhatsApp chat
     async with shared_store(backend, tmp_path) as (url, query):
         running = make(tmp_path, platforms, "running", url, SLOW_AGENTS, **env)

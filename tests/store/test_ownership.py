@@ -576,6 +576,13 @@ class Answering:
         return self.answer
 
 
+async def turn_of_a_live_store(store: Store) -> None:
+    """Session ``SID``, its turn entered (and never left) by ``store``, whose lease is live."""
+    await store.create_session(CHANNEL, ACCOUNT, "a", AGENT)
+    await store.renew_lease(LEASE)
+    await start_turn(store)
+
+
 def no_work(*_: object) -> None:
     """``watch_work``'s inbox and outbox listeners, where the test looks at cancels only."""
 
@@ -585,9 +592,7 @@ def no_work(*_: object) -> None:
 async def test_relay_cancel_gets_the_answer_of_the_store_running_the_turn(
     store: Store, backend: Backend, answer: bool
 ) -> None:
-    await store.create_session(CHANNEL, ACCOUNT, "a", AGENT)
-    await store.renew_lease(LEASE)
-    await start_turn(store)
+    await turn_of_a_live_store(store)
     running = Answering(answer)
     async with (
         backend.store() as other,
@@ -627,9 +632,7 @@ async def test_relay_cancel_of_a_store_that_does_not_answer_is_none(
 ) -> None:
     """PostgreSQL backend: the store running the turn does not listen (say, it lost its
     listening connection), so no answer comes."""
-    await store.create_session(CHANNEL, ACCOUNT, "a", AGENT)
-    await store.renew_lease(LEASE)
-    await start_turn(store)
+    await turn_of_a_live_store(store)
     async with backend.store() as other:
         assert await other.relay_cancel(SID, wait_seconds=0.05) is False  # not listening itself
         async with other.watch_work(no_work, no_work):

@@ -26,6 +26,8 @@ export class ApiError extends Error {
 const WORDS = {
   run_active: "A turn is running for this session; try again in a moment.",
   no_turn_running: "No turn is running for this session, so there is nothing to cancel.",
+  cancel_unanswered:
+    "The gateway process running this turn did not answer the cancel; it may still be running: try again.",
   unknown_session: "This session does not exist (any more): it may have been deleted.",
   not_on_branch: "That message is not on the session's current branch.",
   unknown_message: "That message does not belong to this session.",
