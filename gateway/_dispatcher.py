@@ -213,6 +213,11 @@ class Dispatcher:
         if self._heard:
             self._wake_heard_later()
 
+    def poll_soon(self) -> None:
+        """Look for sessions with pending rows now (rows written without a wake-up: a replay),
+        not at the next periodic poll."""
+        self._poll_now.set()
+
     def _wake_heard(self) -> None:
         heard, self._heard = self._heard, set()
         self.wake(heard)

@@ -57,7 +57,7 @@ async def replay(
             return 1
         items = [item]
     else:
-        items = [item for item in await _all(store) if item.replayed_at is None]
+        items = [item for item in await all_quarantined(store) if item.replayed_at is None]
     for item in items:
         outcome = await replay_one(store, adapters, item, starting_agent, agents)
         print(f"quarantine {item.id} ({item.channel}): {outcome}", file=out)
@@ -66,7 +66,7 @@ async def replay(
     return 0
 
 
-async def _all(store: Store) -> list[QuarantineItem]:
+async def all_quarantined(store: Store) -> list[QuarantineItem]:
     """Every row, oldest first (read before any is changed, so paging is stable)."""
     items: list[QuarantineItem] = []
     while page := await store.list_quarantine(PAGE, len(items)):
@@ -118,6 +118,10 @@ async def _record_directly(
 ) -> str:
     """Record the parsed events that have no inbox row yet, without claiming keys again."""
     result = adapter.parse(item.body, item.account)
+    if not result.events and not result.failures:  # e.g. a group message not for the bot
+        await store.mark_replayed(item.id)
+        ignored = ", ".join(result.ignored)
+        return f"parses now, as nothing to answer (ignored: {ignored}); marked replayed"
     keys = frozenset(event.dedup_key for event in result.events)
     whole = Delivery(0, item.channel, item.account, item.body, keys, item.received_at)
     parsed = to_parsed(whole, result, agents)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
@@ -75,6 +76,9 @@ class TelegramAdapter:
             for b in config.bots
         }
         self._unknown = {n for n, a in self._audiences.items() if a.identity.username is None}
+        self._all_known = asyncio.Event()  # set once no bot's username is unknown
+        if not self._unknown:
+            self._all_known.set()
         self._origin = origin(config.api_base_url)
         self._closed = False
 
@@ -143,8 +147,14 @@ class TelegramAdapter:
         identity = BotIdentity(me.id, me.username)
         self._audiences[handle.name] = self._audiences[handle.name].knowing(identity)
         self._unknown.discard(handle.name)
+        if not self._unknown:
+            self._all_known.set()
         identified(handle.name, me.username)
         return None
+
+    async def identified(self) -> None:
+        """Until every bot's username is known (each ``getMe`` answered)."""
+        await self._all_known.wait()
 
     def identity(self, account: str) -> BotIdentity:
         """What the bot ``account`` knows of itself (its username once getMe answered)."""

@@ -6,7 +6,16 @@ from dataclasses import dataclass, replace
 
 from telegram import Message, MessageEntity
 
+from .._errors import ChannelError
+from ._call import CHANNEL
+
 GROUP_CHATS = frozenset({"group", "supergroup"})
+# The quarantine reason of a message whose addressee cannot be told yet: the gateway replays
+# the deliveries quarantined so once every bot's getMe has answered.
+USERNAME_UNKNOWN = (
+    "whether the message is for the bot depends on its username, which getMe has not given"
+    " yet; replayed once it has"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,13 +46,25 @@ def id_of_token(token: str) -> int | None:
 
 def wanted(message: Message, audience: Audience) -> bool:
     """Whether the bot answers ``message``: never a command for another bot; in groups and
-    supergroups with ``groups = "addressed"`` only what is addressed to it."""
+    supergroups with ``groups = "addressed"`` only what is addressed to it.
+
+    While the bot's username is unknown (getMe has not answered), a message whose answer
+    depends on it (``/cmd@name``, or an ``@mention`` in a group) raises ChannelError with
+    ``USERNAME_UNKNOWN``: quarantined and replayed later, rather than dropped as not the bot's.
+    """
+    me = audience.identity
     target = command_target(message)
-    if target is not None and not _is_me(target, audience.identity):
-        return False
+    if target is not None and not _is_me(target, me):
+        return _undecided() if me.username is None else False
     if message.chat.type not in GROUP_CHATS or audience.groups == "all":
         return True
-    return addressed(message, audience.identity)
+    if addressed(message, me):
+        return True
+    return _undecided() if me.username is None and _has_mention(message) else False
+
+
+def _undecided() -> bool:
+    raise ChannelError(CHANNEL, USERNAME_UNKNOWN)
 
 
 def addressed(message: Message, me: BotIdentity) -> bool:
@@ -82,6 +103,11 @@ def _mentions(message: Message, me: BotIdentity) -> bool:
         if entity.type == MessageEntity.TEXT_MENTION and user is not None and user.id == me.id:
             return True
     return False
+
+
+def _has_mention(message: Message) -> bool:
+    entities = message.entities if message.text else message.caption_entities
+    return any(entity.type == MessageEntity.MENTION for entity in entities)
 
 
 def _replies_to(message: Message, me: BotIdentity) -> bool:

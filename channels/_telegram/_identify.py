@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 log = logging.getLogger("channels.telegram")
 
 # Seconds before each new round of getMe while one fails: growing, then every 30 s for as long
-# as the process runs (a bot whose username is unknown ignores commands with @name).
+# as the process runs (a bot whose username is unknown cannot tell whom /cmd@name is for).
 RETRY_DELAYS: Sequence[float] = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -48,8 +48,8 @@ def unidentified(bot: str, reason: str, *, again: bool) -> None:
         "until it answers (asked again in the background)" if again else "until it is asked again"
     )
     log.warning(
-        "bot %s: getMe failed (%s); %s, commands with @name are ignored"
-        " and in groups only bare commands and replies to the bot are answered",
+        "bot %s: getMe failed (%s); %s, messages that name a bot (/cmd@name, group"
+        " @mentions) are quarantined, to be replayed once it has",
         bot,
         reason,
         then,

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from webhook_bot_gateway.channels import InboundMessage, ParseResult
+from webhook_bot_gateway.channels import ChannelError, InboundMessage, ParseResult
 from webhook_bot_gateway.channels._telegram._identify import retry
-from webhook_bot_gateway.channels.telegram import BotIdentity, TelegramAdapter
+from webhook_bot_gateway.channels.telegram import USERNAME_UNKNOWN, BotIdentity, TelegramAdapter
 
 from . import telegram_fakes as tg
 
@@ -145,14 +145,30 @@ def test_edited_message_is_ignored_by_default_and_a_new_turn_when_configured() -
     assert (event.kind, event.edited_message_id) == ("edited", "1365")
 
 
-def test_without_a_username_commands_with_a_name_are_ignored_and_replies_still_count() -> None:
-    """getMe failed: the username is unknown, the id still comes from the token."""
+def undecided(bot: TelegramAdapter, body: bytes) -> bool:
+    """Whether parsing refuses ``body`` as depending on the unknown username (quarantined)."""
+    try:
+        bot.parse(body, "support")
+    except ChannelError as exc:
+        return exc.reason == USERNAME_UNKNOWN
+    return False
+
+
+def test_without_a_username_what_depends_on_it_is_quarantined_and_the_rest_decided() -> None:
+    """getMe failed: the username is unknown, the id still comes from the token. A command
+    with a name and a group mention cannot be told ours or not: they are quarantined (the
+    gateway replays them once getMe answers), not dropped; replies and bare commands count,
+    and group chatter with no mention is still not the bot's."""
     bot = adapter(identity=None)
-    assert not answered(bot, tg.fixture_bytes("20_group_command.json"))
+    assert undecided(bot, tg.fixture_bytes("20_group_command.json"))
+    text = "@someone hello"
+    assert undecided(bot, group_message(text, entities=[entity("mention", text, "@someone")]))
     me = {"id": int(tg.TOKEN.split(":")[0]), "is_bot": True, "first_name": "Bot"}
     original = {"message_id": 3, "date": 1735690400, "chat": GROUP, "from": me, "text": "x"}
     assert answered(bot, group_message("thanks", reply_to_message=original))
     assert answered(bot, command("/help"))
+    assert not undecided(bot, group_message("just chatting"))
+    assert not answered(bot, group_message("just chatting"))
 
 
 async def test_identify_asks_get_me_once_and_uses_the_username(
@@ -242,17 +258,21 @@ async def test_identity_that_failed_at_start_is_learned_later_without_a_restart(
     async with TelegramAdapter(tg.config(url)) as bot:
         with caplog.at_level(logging.DEBUG, logger="channels.telegram"):
             assert await bot.identify(again_later=True) == {"support", "sales"}
-            assert not answered(bot, mention)
+            assert undecided(bot, mention)
+            known = asyncio.create_task(bot.identified())
             retrying = asyncio.create_task(bot.keep_identifying(clock.sleep))
             await clock.paused(1)
             clock.wake()
             await clock.paused(2)
             assert bot.identity("sales") == BotIdentity(7000000001, "gw_bot")
             assert bot.identity("support").username is None  # failed once more
+            assert not known.done()  # one bot is still unknown
             clock.wake()
             async with asyncio.timeout(5):
                 await retrying
             assert bot.identity("support") == BotIdentity(7000000001, "gw_bot")
+            async with asyncio.timeout(5):
+                await known
             assert answered(bot, mention)
     assert clock.pauses == [1.0, 2.0]
     assert fake.methods() == ["getMe"] * 5

@@ -189,9 +189,10 @@ def _is_send(method: str) -> bool:
 class FakeTelegram(FakePlatform):
     """``POST /bot<token>/<method>``; sendMessage answers a Message with a fresh id; getMe the
     bot whose id is the token's number and whose username is ``usernames[token]`` (else
-    ``e2e_bot``), unrecorded."""
+    ``e2e_bot``), unrecorded; a 502 instead while ``get_me_down``."""
 
     usernames: dict[str, str] = field(default_factory=dict)
+    get_me_down: bool = False
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -202,6 +203,10 @@ class FakeTelegram(FakePlatform):
     async def _call(self, request: web.Request) -> web.StreamResponse:
         method = request.match_info["method"]
         fields = await _fields(request)
+        if method == "getMe" and self.get_me_down:
+            return web.json_response(
+                {"ok": False, "error_code": 502, "description": "Bad Gateway"}, status=502
+            )
         if method == "getMe":
             return _ok(self.bot_user(request.match_info["token"]))
         if method == "getFile":

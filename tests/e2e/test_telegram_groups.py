@@ -73,6 +73,39 @@ async def test_e2e_group_answers_only_messages_addressed_to_the_bot(
     assert gateway.query("SELECT count(*) FROM deliveries") == [(0,)]
 
 
+async def test_e2e_a_mention_while_the_username_is_unknown_is_kept_and_answered_once_known(
+    make_gateway: MakeGateway, platforms: Platforms, http: aiohttp.ClientSession
+) -> None:
+    """getMe fails at start: a mention of the bot (or of anyone) cannot be told ours yet, so
+    it is quarantined, not dropped; once getMe answers (the background retry) it is replayed:
+    the bot's is answered, the other marked replayed, neither twice."""
+    fake = platforms.telegram
+    fake.usernames[BOT_TOKEN] = USERNAME
+    fake.get_me_down = True
+    gateway = await make_gateway(AGENTS)
+    updates = [
+        group(1, "@support_bot my refund?", entities=leading("mention", "@support_bot")),
+        group(2, "@alice lunch?", entities=leading("mention", "@alice")),
+        group(3, "anyone seen the match?"),  # no mention: not the bot's, known at once
+    ]
+    for update in updates:
+        assert await post(http, gateway.url, telegram_update(update)) == 200
+
+    def kept() -> list[tuple[Any, ...]]:
+        return gateway.query("SELECT id, replayed_at IS NOT NULL FROM quarantine ORDER BY id")
+
+    await eventually(lambda: [replayed for _, replayed in kept()] == [False, False], "quarantine")
+    fake.get_me_down = False
+    await eventually(
+        lambda: fake.texts(str(GROUP)) == ["got: @support_bot my refund?"],
+        "the answer once getMe answered",
+        seconds=40,
+    )
+    await eventually(lambda: [r for _, r in kept()] == [True, True], "both marked replayed")
+    assert fake.texts(str(GROUP)) == ["got: @support_bot my refund?"]
+    assert "getMe answered: @support_bot" in gateway.log()
+
+
 async def test_e2e_deep_link_payload_reaches_the_agent_and_the_metadata(
     make_gateway: MakeGateway, platforms: Platforms, http: aiohttp.ClientSession
 ) -> None:

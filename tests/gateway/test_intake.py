@@ -16,7 +16,7 @@ from pytest_aiohttp import AiohttpServer
 from tests.channels import telegram_fakes as tg
 from tests.channels import whatsapp_fakes as wa
 from webhook_bot_gateway.channels import ChannelAdapter
-from webhook_bot_gateway.channels.telegram import TelegramAdapter
+from webhook_bot_gateway.channels.telegram import USERNAME_UNKNOWN, TelegramAdapter
 from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 from webhook_bot_gateway.gateway._handed import HandedDeliveries
 from webhook_bot_gateway.gateway._intake import IGNORED, QUARANTINED, Intake
@@ -243,11 +243,30 @@ async def test_intake_answers_a_pressed_telegram_button(
 async def test_intake_counts_updates_it_ignores(
     store: SQLiteStore, adapters: dict[str, ChannelAdapter]
 ) -> None:
+    telegram = adapters["telegram"]
+    assert isinstance(telegram, TelegramAdapter)
+    assert await telegram.identify() == frozenset()  # the bot knows its username
     body = tg.fixture_bytes("33_group_command_other_bot.json")  # a command for another bot
     await store.ingest([DeliveryIn("telegram", "support", body, ("telegram:support:other",))])
     intake, _, metrics = make_intake(store, adapters)
     await intake.step()
     assert metrics.value(IGNORED, channel="telegram", type="message") == 1
+    assert await store.list_quarantine(10, 0) == []
+
+
+async def test_intake_quarantines_a_command_with_a_name_while_the_username_is_unknown(
+    store: SQLiteStore, adapters: dict[str, ChannelAdapter]
+) -> None:
+    """getMe has not answered: whether ``/cmd@name`` is the bot's cannot be told, so the
+    delivery is kept whole in quarantine (replayed once the bot is known), not dropped."""
+    body = tg.fixture_bytes("33_group_command_other_bot.json")
+    await store.ingest([DeliveryIn("telegram", "support", body, ("telegram:support:other",))])
+    intake, _, metrics = make_intake(store, adapters)
+    await intake.step()
+    assert metrics.value(IGNORED, channel="telegram", type="message") == 0
+    [kept] = await store.list_quarantine(10, 0)
+    assert (kept.body, kept.account) == (body, "support")
+    assert USERNAME_UNKNOWN in kept.reason
 
 
 async def test_intake_run_parses_on_a_wake_up_and_by_polling(

@@ -1,0 +1,80 @@
+"""Telegram deliveries quarantined while a bot's username was unknown, replayed once it is.
+
+Before a bot's ``getMe`` has answered, a group message that mentions someone, or a command
+with a bot's name, cannot be told to be the bot's or not: the parser refuses it with
+``USERNAME_UNKNOWN`` and the intake quarantines it (acknowledged, kept whole) instead of
+dropping it. Once every bot is known, this replays those rows through the current parser as
+``gateway quarantine replay`` would: what is for the bot is recorded and answered, the rest is
+marked replayed. Another process may replay the same rows: the inbox's unique dedup key
+records each message once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+
+from webhook_bot_gateway.channels import ChannelAdapter, TelegramAdapter
+from webhook_bot_gateway.channels.telegram import USERNAME_UNKNOWN
+from webhook_bot_gateway.store import QuarantineItem, Store, StoreError
+
+from ._intake import AccountAgents
+from ._quarantine import all_quarantined, replay_one
+
+log = logging.getLogger("gateway.quarantine")
+
+
+@asynccontextmanager
+async def replaying_when_identified(
+    store: Store,
+    adapters: Mapping[str, ChannelAdapter],
+    starting_agent: str,
+    agents: AccountAgents,
+    recorded: Callable[[], object],
+) -> AsyncIterator[None]:
+    """While entered, wait for every Telegram bot's username, then replay what waited for it
+    and call ``recorded()`` (say, a dispatcher poll) if anything was replayed."""
+    telegram = adapters.get("telegram")
+    if not isinstance(telegram, TelegramAdapter):
+        yield
+        return
+
+    async def when_known() -> None:
+        await telegram.identified()
+        if await replay_waiting(store, adapters, starting_agent, agents):
+            recorded()
+
+    task = asyncio.create_task(when_known(), name="telegram-username-replay")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def replay_waiting(
+    store: Store,
+    adapters: Mapping[str, ChannelAdapter],
+    starting_agent: str,
+    agents: AccountAgents,
+) -> int:
+    """Replay the rows quarantined for an unknown username; how many there were."""
+    try:
+        waiting = [item for item in await all_quarantined(store) if _waits(item)]
+        for item in waiting:
+            outcome = await replay_one(store, adapters, item, starting_agent, agents)
+            log.info("quarantined delivery %d, kept until the bot was known: %s", item.id, outcome)
+    except StoreError as exc:  # the rows stay; `gateway quarantine replay` takes them later
+        log.warning("replaying the deliveries kept until the bot was known failed: %s", exc)
+        return 0
+    return len(waiting)
+
+
+def _waits(item: QuarantineItem) -> bool:
+    return (
+        item.channel == "telegram" and item.replayed_at is None and USERNAME_UNKNOWN in item.reason
+    )
