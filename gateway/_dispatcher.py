@@ -39,7 +39,7 @@ from . import _log_context as log_context
 from . import _reachability as reachability
 from ._dead_letter import record_dead_letter
 from ._media.wait import MediaWait, StoredFiles
-from ._metrics import HANDOFFS, STORE_ERRORS, TURN_SECONDS, TURNS, Metrics
+from ._metrics import CANCELS, HANDOFFS, STORE_ERRORS, TURN_SECONDS, TURNS, Metrics
 from ._pacer import AckPacer
 from ._templates import TEMPLATE_TOOL, queued_templates, template_outbox
 from ._typing import Typing
@@ -254,8 +254,13 @@ class Dispatcher:
         turn (the store relays it, PostgreSQL only): None when that process did not answer
         within ``CANCEL_RELAY_SECONDS``."""
         if session_id in self._cancels or session_id in self._cancelled:
-            return self.cancel_turn(session_id)  # its turn is here: this process decides
-        return await self._store.relay_cancel(session_id, wait_seconds=CANCEL_RELAY_SECONDS)
+            taken: bool | None = self.cancel_turn(session_id)  # here: this process decides
+            outcome = "taken" if taken else "refused"
+        else:
+            taken = await self._store.relay_cancel(session_id, wait_seconds=CANCEL_RELAY_SECONDS)
+            outcome = {True: "relayed", False: "refused", None: "unanswered"}[taken]
+        self._metrics.inc(CANCELS, outcome=outcome)
+        return taken
 
     async def wait_session(self, session_id: str) -> None:
         """Until the session's lane (if any) has ended (tests)."""

@@ -52,6 +52,7 @@ QUARANTINED = "gateway_webhooks_quarantined_total"
 IGNORED = "gateway_updates_ignored_total"
 TEMPLATE_UPDATES = "gateway_whatsapp_template_updates_total"
 TURNS = "gateway_turns_total"
+CANCELS = "gateway_cancels_total"
 OUTBOX = "gateway_outbox_total"
 ACK_SECONDS = "gateway_webhook_ack_seconds"
 TURN_SECONDS = "gateway_turn_seconds"
@@ -101,6 +102,11 @@ SERIES: dict[str, Series] = {
     TURNS: Series(
         Counter,
         "Turns by outcome (committed, cancelled_by_user, failed, dead, cancelled, deleted).",
+        ("outcome",),
+    ),
+    CANCELS: Series(
+        Counter,
+        "Cancels of a running turn (API or /ws) by outcome (taken, relayed, refused, unanswered).",
         ("outcome",),
     ),
     OUTBOX: Series(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import sqlite3
 import sys
@@ -306,6 +307,11 @@ async def test_a_cancel_sent_to_the_process_not_running_the_turn(
             ended = "SELECT count(*) FROM session_events WHERE kind = 'turn_cancelled'"
             await eventually(lambda: _one(query(ended)), "the turn to end cancelled", seconds=30)
             assert await cancel(http, other, chat.session_id) == (409, NO_TURN)
+            counted = {
+                "sqlite": ({"refused": 2}, {"taken": 1}),
+                "postgresql": ({"relayed": 2, "refused": 1}, {}),
+            }
+            assert (await cancels(http, other), await cancels(http, running)) == counted[backend]
             assert await running.stop() == 0
             assert await other.stop() == 0
         finally:
@@ -320,6 +326,14 @@ async def test_a_cancel_sent_to_the_process_not_running_the_turn(
         ]
         assert await query("SELECT state FROM inbox") == [("done",)]
         assert await query("SELECT status FROM sessions") == [("idle",)]
+
+
+async def cancels(http: aiohttp.ClientSession, gateway: Gateway) -> dict[str, float]:
+    """``gateway_cancels_total`` by outcome, as the process's /metrics says."""
+    async with http.get(f"{gateway.url}/metrics") as response:
+        text = await response.text()
+    found = re.findall(r'^gateway_cancels_total\{outcome="(\w+)"\} (\S+)$', text, re.MULTILINE)
+    return {outcome: float(value) for outcome, value in found}
 
 
 async def _one(rows: Awaitable[list[tuple[Any, ...]]]) -> bool:

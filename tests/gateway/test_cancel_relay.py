@@ -17,6 +17,8 @@ from aiohttp.test_utils import TestClient
 from tests.e2e.ws_client import WebClient
 from tests.pg import fresh_schema
 from webhook_bot_gateway.gateway import _dispatcher
+from webhook_bot_gateway.gateway._keys import METRICS
+from webhook_bot_gateway.gateway._metrics import CANCELS
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.store import Store
 from webhook_bot_gateway.store.postgres import PostgresStore
@@ -66,3 +68,4 @@ async def test_a_cancel_the_running_process_does_not_answer_is_503(
             await socket.send({"type": "cancel_turn"})
             frame = await socket.has(lambda f: f["type"] == "error", "the error frame")
             assert frame["data"]["code"] == "cancel_unanswered"
+    assert client.app[METRICS].value(CANCELS, outcome="unanswered") == 2
