@@ -35,6 +35,7 @@ from webhook_bot_gateway.store import (
     SessionDeletedError,
     SessionNotFound,
     Store,
+    StoreError,
     Turn,
     TurnActive,
     validate_session_id,
@@ -129,8 +130,28 @@ def admin_route(handler: Handler) -> Handler:
             return await handler(request)
         except ApiError as exc:
             return exc.response()
+        except StoreError as exc:  # one the handler does not answer itself: the store failed
+            return _store_failed(request, exc).response()
 
     return guarded
+
+
+def _store_failed(request: web.Request, exc: StoreError) -> ApiError:
+    """A store that did not answer (down, locked past its busy timeout) is 503, so the
+    operator tries again; any other store error is a JSON 500 naming its code. One line in
+    the log, no traceback."""
+    log.warning("%s %s: the store failed (%s)", request.method, _pattern(request), exc.code)
+    if isinstance(exc, SessionNotFound):  # deleted while the request ran
+        return ApiError(404, "unknown_session", "no such session")
+    if exc.code == "store_unavailable":
+        return ApiError(503, "store_unavailable", "the store did not answer; try again")
+    return ApiError(500, "store_error", f"the store could not do it ({exc.code})")
+
+
+def _pattern(request: web.Request) -> str:
+    """The route's pattern, not its path: a web session id in a path is a credential."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "?"
 
 
 def _authorize(request: web.Request) -> None:
@@ -215,8 +236,7 @@ async def read_body(request: web.Request) -> bytes:
         message = f"the body took over {seconds:g} s"
         raise ApiError(408, "request_timeout", message, close=True) from None
     except ConnectionError:  # the client went away mid-body: an INFO line, not a traceback
-        route = request.match_info.route.resource  # its pattern: a web session id is a secret
-        where = route.canonical if route is not None else "?"
+        where = _pattern(request)
         log.info("%s %s: the client went away before its body came", request.method, where)
         message = "the connection closed before the body came"
         raise ApiError(400, "incomplete_body", message, close=True) from None
