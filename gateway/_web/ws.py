@@ -193,6 +193,7 @@ async def _read(request: web.Request, socket: Socket) -> None:
     """Answer the client's frames until it goes; a bad frame costs an error frame, no more."""
     limit = request.app[SETTINGS].web.max_frame_bytes
     metrics = request.app[METRICS]
+    sid = socket.session.session_id
     async for msg in socket.ws:
         if msg.type == WSMsgType.TEXT:
             try:
@@ -203,6 +204,11 @@ async def _read(request: web.Request, socket: Socket) -> None:
             except FrameError as exc:
                 metrics.inc(FRAMES, outcome=exc.code)
                 await socket.send(error_frame(exc.code, exc.message, exc.client_id))
+            except StoreError as exc:  # a cancel's relay, an attachment's lookup: send it again
+                log.warning("web session %s: the store failed (%s)", short(sid), exc.code)
+                metrics.inc(FRAMES, outcome="store_unavailable")
+                failed = "the store did not answer; send it again"
+                await socket.send(error_frame("store_unavailable", failed))
         elif msg.type == WSMsgType.BINARY:
             metrics.inc(FRAMES, outcome="binary_frame")
             await socket.send(error_frame("binary_frame", "frames are JSON text"))

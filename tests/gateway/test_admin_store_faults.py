@@ -1,7 +1,8 @@
-"""The admin API while the store fails: a store error no handler answers itself (the SQLite
-file locked by another process past the busy timeout, a closed store) is a JSON error with a
-code and one log line, not aiohttp's plain-text 500 with a traceback; once the fault clears the
-same request works. A real SQLite file, locked by a second connection."""
+"""The admin API and the web socket while the store fails: a store error no handler answers
+itself (the SQLite file locked by another process past the busy timeout, a closed store) is a
+JSON error with a code (an error frame on a socket, which stays open) and one log line, not
+aiohttp's plain-text 500 with a traceback; once the fault clears the same request works. A
+real SQLite file, locked by a second connection."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from tests.e2e.ws_client import WebClient
 from webhook_bot_gateway.gateway._keys import STORE
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.store.sqlite import _conn
@@ -58,3 +60,18 @@ async def test_a_closed_store_is_a_json_500_naming_the_code(client: Client) -> N
     response = await client.get("/api/sessions", headers=AUTH)
     assert response.status == 500
     assert (await response.json())["error"]["code"] == "store_error"
+
+
+async def test_a_socket_frame_that_meets_a_failed_store_gets_an_error_frame(
+    client: Client,
+) -> None:
+    """It raised out of the socket's handler: a traceback in the log and the socket dropped."""
+    async with client.ws_connect("/ws") as ws:
+        socket = WebClient(ws)
+        await socket.next()  # connection
+        await client.app[STORE].aclose()
+        data = {"text": "see file", "client_id": "c1", "attachments": ["0" * 32]}
+        await socket.send({"type": "message", "data": data})
+        frame = await socket.has(lambda f: f["type"] == "error", "the error frame")
+        assert frame["data"]["code"] == "store_unavailable"
+        assert not ws.closed
