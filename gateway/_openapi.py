@@ -101,6 +101,7 @@ PATH_PARAMETERS: Mapping[str, tuple[Mapping[str, Any], str]] = {
     "qid": ({"type": "integer", "minimum": 1}, "quarantine row id"),
 }
 BAD_ID = "invalid_session_id: the id is not 1..128 letters, digits, '_' or '-'"
+STORE_DOWN = "store_unavailable: the store did not answer; try again"
 NO_SESSION = "unknown_session"
 BAD_BODY = (
     f"{BAD_ID}; invalid_json: not a JSON object; json_too_deep: arrays and objects nested"
@@ -231,7 +232,7 @@ OPERATIONS: tuple[Operation, ...] = (
             400: BAD_ID,
             404: NO_SESSION,
             409: "no_turn_running",
-            503: "cancel_unanswered: the process running the turn did not answer",
+            503: f"cancel_unanswered: the process running the turn did not answer; {STORE_DOWN}",
         },
     ),
     Operation(
@@ -437,6 +438,7 @@ def _responses(op: Operation, schemas: _Schemas) -> dict[str, Any]:
     if op.auth:
         answers.setdefault(401, "unauthorized: missing or wrong Authorization: Bearer token")
         answers.setdefault(403, "admin_disabled: admin.token is empty, so the admin API is off")
+        answers.setdefault(503, STORE_DOWN)
     found = {str(status): _response(status, answers[status], schemas) for status in sorted(answers)}
     for status, other in op.also.items():
         found[str(status)]["content"][other.media_type] = {"schema": dict(other.schema)}

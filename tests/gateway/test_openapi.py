@@ -119,7 +119,7 @@ def test_openapi_models_become_components_and_uploads_multipart() -> None:
     assert form["required"] == ["file"]
     assert form["properties"]["file"]["format"] == "binary"
     rewind = document["paths"]["/api/sessions/{id}/rewind"]["post"]
-    assert set(rewind["responses"]) == {"200", "400", "401", "403", "404", "409"}
+    assert set(rewind["responses"]) == {"200", "400", "401", "403", "404", "409", "503"}
     events = document["paths"]["/api/sessions/{id}/events"]["get"]
     assert [p["name"] for p in events["parameters"]] == ["id", "after", "limit"]
 
