@@ -160,6 +160,8 @@ class Intake:
         self._handed = handed  # None: always read the store
         self._clock = clock
         self._read_at = -math.inf  # when the store was last read
+        # Told of each delivery quarantined, with its reason (the Telegram username replay).
+        self.on_quarantined: Callable[[str, str], None] = lambda channel, reason: None
 
     async def run(self, wake: asyncio.Event, poll_seconds: float = 2.0) -> None:
         """Parse what is handed over (or stored), then wait for a wake-up or the next poll,
@@ -287,6 +289,7 @@ class Intake:
             log.warning(
                 "delivery %d of %s quarantined in part or whole", delivery.id, delivery.channel
             )
+            self.on_quarantined(delivery.channel, parsed.failure)
         for kind in result.ignored:
             self._metrics.inc(IGNORED, channel=delivery.channel, type=kind)
         for event in result.events:

@@ -42,7 +42,7 @@ from ._metrics import HANDOFFS, MODEL_SECONDS, TURNS_IN_FLIGHT, Metrics
 from ._pacer import AckPacer
 from ._purge import Purger, retention_of
 from ._sender import Sender
-from ._username_replay import replaying_when_identified
+from ._username_replay import UsernameReplay
 from ._wait import Later
 from .config import Settings
 
@@ -233,13 +233,11 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
             on_inbox = partial(_heard, pipeline.dispatcher, Later(pipeline.media.wake.set))
             on_outbox = Later(app[SENDER_WAKE].set)
             cancel_here = pipeline.dispatcher.cancel_turn  # what other processes relay
-            replaying = replaying_when_identified(
-                app[STORE],
-                app[ADAPTERS],
-                settings.agents.starting_agent,
-                account_agents(settings),
-                pipeline.dispatcher.poll_soon,
+            replay = UsernameReplay(
+                app[STORE], app[ADAPTERS], settings.agents.starting_agent, account_agents(settings)
             )
+            pipeline.intake.on_quarantined = replay.quarantined
+            replaying = replay.running(pipeline.dispatcher.poll_soon)
             async with app[STORE].watch_work(on_inbox, on_outbox, cancel_here), replaying:
                 yield
         finally:

@@ -4,9 +4,9 @@ Before a bot's ``getMe`` has answered, a group message that mentions someone, or
 with a bot's name, cannot be told to be the bot's or not: the parser refuses it with
 ``USERNAME_UNKNOWN`` and the intake quarantines it (acknowledged, kept whole) instead of
 dropping it. Once every bot is known, this replays those rows through the current parser as
-``gateway quarantine replay`` would: what is for the bot is recorded and answered, the rest is
-marked replayed. Another process may replay the same rows: the inbox's unique dedup key
-records each message once.
+``gateway quarantine replay`` would (and again each time the intake keeps one more for that
+reason): what is for the bot is recorded and answered, the rest is marked replayed. Another
+process may replay the same rows: the inbox's unique dedup key records each message once.
 """
 
 from __future__ import annotations
@@ -27,33 +27,52 @@ from ._quarantine import all_quarantined, replay_one
 log = logging.getLogger("gateway.quarantine")
 
 
-@asynccontextmanager
-async def replaying_when_identified(
-    store: Store,
-    adapters: Mapping[str, ChannelAdapter],
-    starting_agent: str,
-    agents: AccountAgents,
-    recorded: Callable[[], object],
-) -> AsyncIterator[None]:
-    """While entered, wait for every Telegram bot's username, then replay what waited for it
-    and call ``recorded()`` (say, a dispatcher poll) if anything was replayed."""
-    telegram = adapters.get("telegram")
-    if not isinstance(telegram, TelegramAdapter):
-        yield
-        return
+class UsernameReplay:
+    """Replays the rows that waited for the bots' usernames once all are known, and again
+    whenever the intake quarantines one more for that reason (a delivery parsed just before
+    the last ``getMe`` answered)."""
 
-    async def when_known() -> None:
+    def __init__(
+        self,
+        store: Store,
+        adapters: Mapping[str, ChannelAdapter],
+        starting_agent: str,
+        agents: AccountAgents,
+    ) -> None:
+        self._store, self._adapters = store, adapters
+        self._starting_agent, self._agents = starting_agent, agents
+        self._more = asyncio.Event()
+
+    def quarantined(self, channel: str, reason: str) -> None:
+        """The intake's listener: a delivery went to quarantine for ``reason``."""
+        if channel == "telegram" and USERNAME_UNKNOWN in reason:
+            self._more.set()
+
+    @asynccontextmanager
+    async def running(self, recorded: Callable[[], object]) -> AsyncIterator[None]:
+        """While entered, replay as the class says; ``recorded()`` (a dispatcher poll) after
+        each pass that replayed something."""
+        telegram = self._adapters.get("telegram")
+        if not isinstance(telegram, TelegramAdapter):
+            yield
+            return
+        task = asyncio.create_task(self._passes(telegram, recorded), name="username-replay")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _passes(self, telegram: TelegramAdapter, recorded: Callable[[], object]) -> None:
         await telegram.identified()
-        if await replay_waiting(store, adapters, starting_agent, agents):
-            recorded()
-
-    task = asyncio.create_task(when_known(), name="telegram-username-replay")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        while True:
+            self._more.clear()  # before the pass: a row quarantined during it calls another
+            if await replay_waiting(
+                self._store, self._adapters, self._starting_agent, self._agents
+            ):
+                recorded()
+            await self._more.wait()
 
 
 async def replay_waiting(

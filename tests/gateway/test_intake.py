@@ -19,9 +19,10 @@ from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.channels.telegram import USERNAME_UNKNOWN, TelegramAdapter
 from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 from webhook_bot_gateway.gateway._handed import HandedDeliveries
-from webhook_bot_gateway.gateway._intake import IGNORED, QUARANTINED, Intake
+from webhook_bot_gateway.gateway._intake import IGNORED, QUARANTINED, Intake, ParsedDelivery
 from webhook_bot_gateway.gateway._metrics import TEMPLATE_UPDATES, Metrics
 from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
+from webhook_bot_gateway.gateway._username_replay import UsernameReplay
 from webhook_bot_gateway.store import (
     Delivery,
     DeliveryIn,
@@ -535,3 +536,49 @@ async def test_intake_reads_the_store_once_a_poll_is_due_though_wake_ups_keep_co
             wake.set()
             await asyncio.wait_for(running, 5)
         assert woken.sessions == [make_session_id("whatsapp", NUMBER, "9")]
+
+
+async def kept(store: SQLiteStore) -> list[bool]:
+    """Whether each quarantined row was replayed, oldest first."""
+    return [item.replayed_at is not None for item in await store.list_quarantine(10, 0)]
+
+
+async def test_rows_kept_for_the_username_are_replayed_once_known_and_again_when_more_come(
+    store: SQLiteStore, adapters: dict[str, ChannelAdapter]
+) -> None:
+    """Quarantined while the bot's username was unknown: replayed once every bot is known
+    (``UsernameReplay``, fed by the intake), and again when one more row is kept for that
+    reason after a pass (a delivery parsed just before the last getMe answered)."""
+    telegram = adapters["telegram"]
+    assert isinstance(telegram, TelegramAdapter)
+    command = tg.fixture_bytes("33_group_command_other_bot.json")  # /cmd@otherbot in a group
+    await store.ingest([DeliveryIn("telegram", "support", command, ("telegram:support:1",))])
+    intake, _, _ = make_intake(store, adapters)
+    replay = UsernameReplay(store, adapters, "triage", {})
+    heard: list[tuple[str, str]] = []
+
+    def quarantined(channel: str, reason: str) -> None:
+        heard.append((channel, reason))
+        replay.quarantined(channel, reason)
+
+    intake.on_quarantined = quarantined
+    await intake.step()  # getMe has not answered: kept
+    assert [(channel, USERNAME_UNKNOWN in reason) for channel, reason in heard] == [
+        ("telegram", True)
+    ]
+    passes = asyncio.Queue[None]()
+    async with replay.running(lambda: passes.put_nowait(None)):
+        assert await kept(store) == [False]  # not before the bot is known
+        assert await telegram.identify() == frozenset()
+        await asyncio.wait_for(passes.get(), 10)
+        assert await kept(store) == [True]  # for another bot: nothing to answer, replayed
+        [late] = await store.ingest(
+            [DeliveryIn("telegram", "support", command, ("telegram:support:2",))]
+        )
+        assert late.delivery_id is not None
+        failure = f"telegram: {USERNAME_UNKNOWN}"
+        parsed = ParsedDelivery(failure=failure)
+        await store.record_parsed(late.delivery_id, parsed, starting_agent="triage")
+        replay.quarantined("telegram", failure)
+        await asyncio.wait_for(passes.get(), 10)
+        assert await kept(store) == [True, True]
