@@ -131,15 +131,16 @@ def admin_route(handler: Handler) -> Handler:
         except ApiError as exc:
             return exc.response()
         except StoreError as exc:  # one the handler does not answer itself: the store failed
-            return _store_failed(request, exc).response()
+            return store_failed(request, exc).response()
 
     return guarded
 
 
-def _store_failed(request: web.Request, exc: StoreError) -> ApiError:
-    """A store that did not answer (down, locked past its busy timeout) is 503, so the
-    operator tries again; any other store error is a JSON 500 naming its code. One line in
-    the log, no traceback."""
+def store_failed(request: web.Request, exc: StoreError) -> ApiError:
+    """A store error no handler answered (the admin API's, a web upload's). A store that
+    did not answer (down, locked past its busy timeout) is 503, so the caller tries again; a
+    session deleted meanwhile 404; any other store error a JSON 500 naming its code. One line
+    in the log, no traceback."""
     log.warning("%s %s: the store failed (%s)", request.method, _pattern(request), exc.code)
     if isinstance(exc, SessionNotFound):  # deleted while the request ran
         return ApiError(404, "unknown_session", "no such session")

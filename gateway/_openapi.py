@@ -290,6 +290,7 @@ OPERATIONS: tuple[Operation, ...] = (
             400: f"{BAD_ID}; invalid_body: not readable multipart/form-data; missing_file",
             404: NO_SESSION,
             413: "too_large: over media.max_bytes",
+            503: f"busy: too many uploads are being read; {STORE_DOWN}",
         },
         auth=False,
         upload="file",

@@ -26,9 +26,9 @@ from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import BadHttpMessage
 
 from webhook_bot_gateway.channels.web import ACCOUNT, CHANNEL
-from webhook_bot_gateway.store import SessionNotFound, validate_session_id
+from webhook_bot_gateway.store import SessionNotFound, StoreError, validate_session_id
 
-from .._admin import ApiError, admin_route, existing_session
+from .._admin import ApiError, admin_route, existing_session, store_failed
 from .._api_models import AttachmentAnswer, AttachmentOut
 from .._http import ReadSlots, json_error
 from .._keys import SETTINGS, STORE, WEB_IDS
@@ -62,6 +62,8 @@ async def upload(request: web.Request) -> web.Response:
         return await _upload(request)
     except ApiError as exc:
         return exc.response()
+    except StoreError as exc:  # the session's lookup or its row: the file is gone already
+        return store_failed(request, exc).response()
     finally:
         slots.give_back()
 

@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
@@ -29,7 +30,8 @@ Client = TestClient[web.Request, web.Application]
 @pytest.fixture
 async def client(aiohttp_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Client:
     monkeypatch.setattr(_conn, "BUSY_TIMEOUT_MS", 100)  # a held lock fails a write in 0.1 s
-    made: Client = await aiohttp_client(build_app(settings(tmp_path / "gateway.db")))
+    media = {"root": str(tmp_path / "media")}
+    made: Client = await aiohttp_client(build_app(settings(tmp_path / "gateway.db", media=media)))
     return made
 
 
@@ -75,3 +77,27 @@ async def test_a_socket_frame_that_meets_a_failed_store_gets_an_error_frame(
         frame = await socket.has(lambda f: f["type"] == "error", "the error frame")
         assert frame["data"]["code"] == "store_unavailable"
         assert not ws.closed
+
+
+async def test_an_upload_while_another_process_holds_the_lock_is_503_and_keeps_no_file(
+    client: Client, tmp_path: Path
+) -> None:
+    """The upload stores a session given out and not used yet: a write, refused while locked."""
+    async with client.ws_connect("/ws") as ws:
+        sid = (await WebClient(ws).next())["data"]["session_id"]
+    form = aiohttp.FormData()
+    form.add_field("file", b"notes", filename="notes.txt", content_type="text/plain")
+    holder = sqlite3.connect(tmp_path / "gateway.db", isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        refused = await client.post(f"/web/sessions/{sid}/attachments", data=form)
+        assert refused.status == 503, await refused.text()
+        assert (await refused.json())["error"]["code"] == "store_unavailable"
+        assert [p for p in (tmp_path / "media").rglob("*") if p.is_file()] == []
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    form = aiohttp.FormData()
+    form.add_field("file", b"notes", filename="notes.txt", content_type="text/plain")
+    stored = await client.post(f"/web/sessions/{sid}/attachments", data=form)
+    assert stored.status == 201, await stored.text()
