@@ -61,6 +61,7 @@ from ._api_models import (
     QuarantineDetail,
     QuarantineList,
     QuarantineOut,
+    QuarantineQuery,
     ReplyAnswer,
     ReplyBody,
     RewindBody,
@@ -556,8 +557,9 @@ async def dead_letters(request: web.Request) -> web.Response:
 @admin_route
 async def quarantine(request: web.Request) -> web.Response:
     """GET /api/quarantine: deliveries that could not be parsed, newest first, without bodies."""
-    page = parse(PageQuery, dict(request.query))
-    items = await request.app[STORE].list_quarantine(page.limit, page.offset)
+    query = parse(QuarantineQuery, dict(request.query))
+    store = request.app[STORE]
+    items = await store.list_quarantine(query.limit, query.offset, pending_only=query.pending)
     return respond(QuarantineList(quarantine=[QuarantineOut.of(q) for q in items]))
 
 

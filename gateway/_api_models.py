@@ -104,9 +104,23 @@ def _digits(value: object) -> object:
 QueryInt = Annotated[int, BeforeValidator(_digits)]
 
 
+def _true_or_false(value: object) -> object:
+    """A query's flag is ``true`` or ``false``: pydantic would also read "1", "on", "yes"."""
+    if isinstance(value, str) and value not in ("true", "false"):
+        raise PydanticCustomError("bool_word", "must be true or false")
+    return value
+
+
+QueryBool = Annotated[bool, BeforeValidator(_true_or_false)]
+
+
 class PageQuery(_Input):
     limit: QueryInt = Field(default=50, ge=1, le=500)
     offset: QueryInt = Field(default=0, ge=0, le=MAX_ROW_ID)
+
+
+class QuarantineQuery(PageQuery):
+    pending: QueryBool = Field(default=False, description="true: only rows not replayed yet")
 
 
 class SessionsQuery(PageQuery):

@@ -35,6 +35,7 @@ from ._api_models import (
     PageQuery,
     QuarantineDetail,
     QuarantineList,
+    QuarantineQuery,
     QueuePage,
     ReplyAnswer,
     ReplyBody,
@@ -266,7 +267,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "/api/quarantine",
         "Authenticated deliveries that could not be parsed, newest first",
         {200: QuarantineList, 400: BAD_QUERY},
-        query=PageQuery,
+        query=QuarantineQuery,
     ),
     Operation(
         "GET",

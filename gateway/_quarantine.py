@@ -32,7 +32,7 @@ async def command(settings: Settings, args: argparse.Namespace, out: TextIO) -> 
     """The CLI entry: ``list`` or ``replay``."""
     async with opened_store(settings) as store:
         if args.action == "list":
-            items = await store.list_quarantine(args.limit, args.offset)
+            items = await store.list_quarantine(args.limit, args.offset, pending_only=args.pending)
             dump(QuarantineList(quarantine=[QuarantineOut.of(item) for item in items]), out)
             return 0
         async with open_adapters(settings) as adapters:
@@ -57,7 +57,7 @@ async def replay(
             return 1
         items = [item]
     else:
-        items = [item for item in await all_quarantined(store) if item.replayed_at is None]
+        items = await pending_quarantined(store)
     for item in items:
         outcome = await replay_one(store, adapters, item, starting_agent, agents)
         print(f"quarantine {item.id} ({item.channel}): {outcome}", file=out)
@@ -66,10 +66,11 @@ async def replay(
     return 0
 
 
-async def all_quarantined(store: Store) -> list[QuarantineItem]:
-    """Every row, oldest first (read before any is changed, so paging is stable)."""
+async def pending_quarantined(store: Store) -> list[QuarantineItem]:
+    """Every row not replayed yet, oldest first (read before any is changed, so paging is
+    stable)."""
     items: list[QuarantineItem] = []
-    while page := await store.list_quarantine(PAGE, len(items)):
+    while page := await store.list_quarantine(PAGE, len(items), pending_only=True):
         items += page
     unique = {item.id: item for item in items}  # a row arriving meanwhile shifts the pages
     return sorted(unique.values(), key=lambda item: item.id)

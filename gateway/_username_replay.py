@@ -22,7 +22,7 @@ from webhook_bot_gateway.channels.telegram import USERNAME_UNKNOWN
 from webhook_bot_gateway.store import QuarantineItem, Store, StoreError
 
 from ._intake import AccountAgents
-from ._quarantine import all_quarantined, replay_one
+from ._quarantine import pending_quarantined, replay_one
 
 log = logging.getLogger("gateway.quarantine")
 
@@ -83,7 +83,7 @@ async def replay_waiting(
 ) -> int:
     """Replay the rows quarantined for an unknown username; how many there were."""
     try:
-        waiting = [item for item in await all_quarantined(store) if _waits(item)]
+        waiting = [item for item in await pending_quarantined(store) if _waits(item)]
         for item in waiting:
             outcome = await replay_one(store, adapters, item, starting_agent, agents)
             log.info("quarantined delivery %d, kept until the bot was known: %s", item.id, outcome)
@@ -94,6 +94,4 @@ async def replay_waiting(
 
 
 def _waits(item: QuarantineItem) -> bool:
-    return (
-        item.channel == "telegram" and item.replayed_at is None and USERNAME_UNKNOWN in item.reason
-    )
+    return item.channel == "telegram" and USERNAME_UNKNOWN in item.reason

@@ -79,6 +79,7 @@ def _add_quarantine(commands: argparse._SubParsersAction[argparse.ArgumentParser
     listing = _add(actions, "list", "list quarantined deliveries as JSON, newest first")
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--offset", type=int, default=0)
+    listing.add_argument("--pending", action="store_true", help="only rows not replayed yet")
     replay = _add(actions, "replay", "re-parse quarantined deliveries; record those that pass")
     replay.add_argument("id", nargs="?", type=int, help="one row (default: every row not replayed)")
 

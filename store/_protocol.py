@@ -393,8 +393,10 @@ class Store(Protocol):
         or ``dead`` (out of attempts), newest first."""
 
     # quarantine
-    async def list_quarantine(self, limit: int = 50, offset: int = 0) -> list[QuarantineItem]:
-        """Quarantined deliveries, newest first."""
+    async def list_quarantine(
+        self, limit: int = 50, offset: int = 0, *, pending_only: bool = False
+    ) -> list[QuarantineItem]:
+        """Quarantined deliveries, newest first; ``pending_only``: those not replayed yet."""
 
     async def get_quarantine(self, quarantine_id: int) -> QuarantineItem | None:
         """One quarantined delivery, or None."""

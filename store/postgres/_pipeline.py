@@ -315,10 +315,15 @@ class PipelineMethods:
 
     # quarantine
 
-    async def list_quarantine(self, limit: int = 50, offset: int = 0) -> list[QuarantineItem]:
-        """Quarantined deliveries, newest first."""
+    async def list_quarantine(
+        self, limit: int = 50, offset: int = 0, *, pending_only: bool = False
+    ) -> list[QuarantineItem]:
+        """Quarantined deliveries, newest first; ``pending_only``: those not replayed yet."""
         args.check_page(limit, offset)
-        return await self._db.read(partial(quarantine.list_page, limit=limit, offset=offset))
+        if not isinstance(pending_only, bool):
+            raise ValueError("pending_only must be a bool")
+        page = partial(quarantine.list_page, limit=limit, offset=offset, pending_only=pending_only)
+        return await self._db.read(page)
 
     async def get_quarantine(self, quarantine_id: int) -> QuarantineItem | None:
         """One quarantined delivery, or None."""

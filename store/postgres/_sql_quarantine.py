@@ -25,10 +25,13 @@ async def insert_many(conn: asyncpg.Connection, rows: Sequence[tuple[object, ...
     return await inserted_ids(conn, "quarantine", _COLUMNS, rows)
 
 
-async def list_page(conn: asyncpg.Connection, limit: int, offset: int) -> list[QuarantineItem]:
-    """Quarantined deliveries, newest first."""
+async def list_page(
+    conn: asyncpg.Connection, limit: int, offset: int, pending_only: bool
+) -> list[QuarantineItem]:
+    """Quarantined deliveries, newest first; only those not replayed if ``pending_only``."""
+    where = "WHERE replayed_at IS NULL" if pending_only else ""
     rows = await conn.fetch(
-        f"SELECT {QUARANTINE_COLUMNS} FROM quarantine ORDER BY id DESC LIMIT $1 OFFSET $2",
+        f"SELECT {QUARANTINE_COLUMNS} FROM quarantine {where} ORDER BY id DESC LIMIT $1 OFFSET $2",
         limit,
         offset,
     )

@@ -20,10 +20,13 @@ def insert_many(conn: sqlite3.Connection, rows: Sequence[tuple[object, ...]]) ->
     return inserted_ids(conn, "quarantine", _INSERT, rows)
 
 
-def list_page(conn: sqlite3.Connection, limit: int, offset: int) -> list[QuarantineItem]:
-    """Quarantined deliveries, newest first."""
+def list_page(
+    conn: sqlite3.Connection, limit: int, offset: int, pending_only: bool
+) -> list[QuarantineItem]:
+    """Quarantined deliveries, newest first; only those not replayed if ``pending_only``."""
+    where = "WHERE replayed_at IS NULL" if pending_only else ""
     rows = conn.execute(
-        f"SELECT {QUARANTINE_COLUMNS} FROM quarantine ORDER BY id DESC LIMIT ? OFFSET ?",
+        f"SELECT {QUARANTINE_COLUMNS} FROM quarantine {where} ORDER BY id DESC LIMIT ? OFFSET ?",
         (limit, offset),
     ).fetchall()
     return [to_quarantine(row) for row in rows]

@@ -344,6 +344,24 @@ async def test_admin_quarantine_lists_rows_and_shows_one_with_its_body(client: C
     assert (await error_of(bad, 400))["code"] == "invalid_field"
 
 
+async def test_admin_quarantine_pending_lists_only_rows_not_replayed(client: Client) -> None:
+    kept = [QuarantineIn("whatsapp", None, body, "body is not JSON") for body in (b"<a", b"<b")]
+    first, second = [r.quarantine_id for r in await store_of(client).ingest(kept)]
+    assert first is not None
+    await store_of(client).mark_replayed(first)
+
+    async def listed(query: str) -> list[int]:
+        response = await client.get(f"/api/quarantine{query}", headers=AUTH)
+        return [q["id"] for q in (await response.json())["quarantine"]]
+
+    assert await listed("?pending=true") == [second]
+    assert await listed("?pending=false") == [second, first]
+    assert await listed("") == [second, first]
+    for word in ("1", "yes", "True", ""):
+        refused = await client.get(f"/api/quarantine?pending={word}", headers=AUTH)
+        assert (await error_of(refused, 400))["code"] == "invalid_field", word
+
+
 @pytest.mark.parametrize(("qid", "status"), [("\u00b2", 400), ("٣", 400), (str(2**64), 404)])
 async def test_admin_quarantine_id_outside_what_the_store_holds_is_refused(
     client: Client, qid: str, status: int

@@ -230,6 +230,12 @@ def test_quarantine_cli_lists_and_replays(tmp_path: Path, db_path: Path) -> None
     assert main(["--config", config, "quarantine", "replay"], out=out) == 0
     assert "quarantine 1 (whatsapp): recorded as delivery" in out.getvalue()
     assert json.loads(rows(db_path, "SELECT keys FROM deliveries")[0][0]) == ["whatsapp:wamid.cli"]
+    out = io.StringIO()
+    assert main(["--config", config, "quarantine", "list", "--pending"], out=out) == 0
+    assert json.loads(out.getvalue())["quarantine"] == []
+    out = io.StringIO()
+    assert main(["--config", config, "quarantine", "replay"], out=out) == 0
+    assert out.getvalue() == "nothing to replay\n"
 
 
 async def test_replay_turns_a_quarantined_delivery_into_a_turn_of_the_running_gateway(

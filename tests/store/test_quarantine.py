@@ -25,6 +25,15 @@ async def test_list_quarantine_newest_first_with_pages(store: Store) -> None:
     assert [q.id for q in await store.list_quarantine(limit=1, offset=1)] == [ids[1]]
 
 
+async def test_list_quarantine_pending_only_leaves_out_replayed_rows(store: Store) -> None:
+    first, second, third = await quarantine(store, b"one", b"two", b"three")
+    await store.mark_replayed(second)
+    pending = await store.list_quarantine(pending_only=True)
+    assert [q.id for q in pending] == [third, first]
+    assert [q.id for q in await store.list_quarantine(1, 1, pending_only=True)] == [first]
+    assert [q.id for q in await store.list_quarantine()] == [third, second, first]
+
+
 async def test_get_quarantine_returns_the_whole_row(store: Store, clock: FakeClock) -> None:
     body = bytes(range(256)) * 40  # any bytes survive, not only text
     [qid] = await quarantine(store, body)
@@ -78,6 +87,7 @@ async def test_replay_records_the_parsed_events(store: Store) -> None:
         (lambda s: s.list_quarantine(0), "limit"),
         (lambda s: s.list_quarantine(1001), "limit"),
         (lambda s: s.list_quarantine(1, -1), "offset"),
+        (lambda s: s.list_quarantine(pending_only="yes"), "pending_only"),
         (lambda s: s.get_quarantine(0), "quarantine_id"),
         (lambda s: s.get_quarantine("1"), "quarantine_id"),
         (lambda s: s.mark_replayed(-3), "quarantine_id"),
