@@ -61,9 +61,25 @@ def webhook(channel: str) -> Iterator[None]:
         _handling.reset(token)
 
 
+MAX_LOGGED_KEYS = 20
+MAX_LOGGED_KEY = 160  # a real wamid is about 60 characters; a platform's id is not bounded
+
+
+def loggable(keys: Iterable[str]) -> tuple[str, ...]:
+    """The keys as a line carries them: at most ``MAX_LOGGED_KEYS`` (then how many more), each
+    cut at ``MAX_LOGGED_KEY`` characters, so one odd delivery cannot write a line of megabytes."""
+    keys = tuple(keys)
+    shown = tuple(
+        key if len(key) <= MAX_LOGGED_KEY else f"{key[:MAX_LOGGED_KEY]}...({len(key)} chars)"
+        for key in keys[:MAX_LOGGED_KEYS]
+    )
+    more = len(keys) - MAX_LOGGED_KEYS
+    return (*shown, f"...(+{more} more)") if more > 0 else shown
+
+
 def found_keys(keys: Iterable[str]) -> None:
     """The dedup keys of the delivery being handled, on its lines from now on."""
-    _handling.set(replace(_handling.get(), dedup_keys=tuple(keys)))
+    _handling.set(replace(_handling.get(), dedup_keys=loggable(keys)))
 
 
 @contextmanager
@@ -71,7 +87,7 @@ def turn(session_id: str, inbox_ids: Iterable[int], dedup_keys: Iterable[str]) -
     """Lines written inside carry the session and its inbox rows (and their dedup keys, the
     link back to the webhook lines). ``outcome()`` starts as None."""
     handling = Handling(
-        session_id=session_id, inbox_ids=tuple(inbox_ids), dedup_keys=tuple(dedup_keys)
+        session_id=session_id, inbox_ids=tuple(inbox_ids), dedup_keys=loggable(dedup_keys)
     )
     token, outcome_token = _handling.set(handling), _outcome.set(None)
     try:

@@ -7,6 +7,7 @@ the arguments here, run the transaction there".
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
@@ -25,6 +26,8 @@ from ._ids import validate_session_id
 from ._pipeline_types import OUTBOX_FAILED_STATES, DeliveryIn, QuarantineIn
 from ._rows import dump_json
 from ._types import ATTACHMENT_SOURCES, ATTACHMENT_STATES, ROLES, SESSION_STATUSES
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 DEFAULT_DEDUP_TTL_HOURS = 192.0
 MAX_NAME = 255  # characters of an attachment's name
@@ -89,9 +92,11 @@ def check_branch(session_id: str, head_id: int | None) -> None:
 
 
 def storable_text(text: str) -> str:
-    """``text`` with each NUL character (U+0000), which ``message_text`` refuses, as U+FFFD:
-    for text from outside (a user, a model, a tool) that must not fail its turn on one."""
-    return text.replace("\x00", "\ufffd")
+    """``text`` with each NUL character (U+0000), which ``message_text`` refuses, and each lone
+    surrogate (a JSON escape such as ``\\ud800``), which no UTF-8 text holds, as U+FFFD: for
+    text from outside (a user, a model, a tool, a platform's id) that must not fail its turn,
+    or its delivery's commit, on one."""
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def outside_text(name: str, value: object) -> str:

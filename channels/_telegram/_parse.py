@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,6 +24,7 @@ from telegram import (
 )
 
 from .._errors import ChannelError
+from .._json import load_json
 from .._model import (
     InboundEvent,
     InboundMessage,
@@ -110,7 +110,7 @@ def _describe(exc: Exception) -> str:
 
 def _load(body: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(body)
+        data = load_json(body)
     except (ValueError, RecursionError) as exc:
         raise ChannelError(CHANNEL, f"body is not JSON: {type(exc).__name__}") from exc
     if not isinstance(data, dict):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._json import load_json
 from .._model import (
     Contact,
     FlowReply,
@@ -124,7 +124,7 @@ def _interactive(type_: str, raw: object) -> Content:
 def _flow(type_: str, wire: WireFlowReply) -> Content:
     """A Flow's answers: ``response_json`` is a JSON object in a string; not one, it fails."""
     try:
-        response = json.loads(wire.response_json)
+        response = load_json(wire.response_json)
     except (ValueError, RecursionError):
         raise ValueError("nfm_reply.response_json is not JSON") from None
     if not isinstance(response, dict):

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .._errors import ChannelError
+from .._json import load_json
 from .._model import (
     DeliveryState,
     DeliveryStatus,
@@ -68,7 +69,7 @@ def parse_delivery(body: bytes) -> ParseResult:
 
 def _load(body: bytes) -> object:
     try:
-        return json.loads(body)
+        return load_json(body)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ChannelError(CHANNEL, "body is not JSON") from exc
 

@@ -391,6 +391,13 @@ def test_parse_message_without_sender_uses_the_chat(adapter: TelegramAdapter) ->
     assert event.sender_id == "42"
 
 
+def test_parse_a_lone_surrogate_in_a_text_or_a_name_is_u_fffd(adapter: TelegramAdapter) -> None:
+    """json.dumps escapes a lone surrogate as \\udc00: the parsed text must still be storable."""
+    sender = {"id": 42, "is_bot": False, "first_name": "A\ud800l"}
+    event = parse_one(adapter, message=message(text="hi \udc00", **{"from": sender}))
+    assert (event.text, event.sender_name) == ("hi \ufffd", "A\ufffdl")
+
+
 def test_parse_callback_on_an_inaccessible_message(adapter: TelegramAdapter) -> None:
     old = {"chat": {"id": 42, "type": "private"}, "message_id": 3, "date": 0}
     user = {"id": 42, "is_bot": False, "first_name": "Al"}

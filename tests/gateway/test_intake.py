@@ -340,6 +340,24 @@ async def test_intake_quarantines_a_delivery_with_a_nul_in_an_id_and_records_the
     assert metrics.value(QUARANTINED, channel="whatsapp") == 1
 
 
+async def test_intake_records_lone_surrogates_in_an_id_and_a_text_as_u_fffd(
+    store: SQLiteStore, db: Path, adapters: dict[str, ChannelAdapter]
+) -> None:
+    """A JSON escape such as \\ud800 is a lone surrogate, which no UTF-8 text holds: the
+    webhook claimed the key with U+FFFD in its place, and the intake records the message the
+    same way, so it is answered (and a redelivery stays a duplicate)."""
+    whatsapp = adapters["whatsapp"]
+    body = wa_messages(("wamid.odd\ud800one", "111", "hi \udc00 there"))
+    assert await store_delivery(store, whatsapp, body) == {"whatsapp:wamid.odd\ufffdone"}
+    intake, _, _ = make_intake(store, adapters)
+    assert await intake.step() == 1
+    assert [key for _, key in inbox(db)] == ["whatsapp:wamid.odd\ufffdone"]
+    [row] = await store.pending_inbox(inbox(db)[0][0])
+    assert row.event["text"] == "hi \ufffd there"
+    assert rows(db, "SELECT count(*) FROM quarantine") == [(0,)]
+    assert await store_delivery(store, whatsapp, body) == frozenset()
+
+
 @pytest.mark.parametrize(
     ("name", "field", "state", "level"),
     [

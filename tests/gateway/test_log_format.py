@@ -92,6 +92,24 @@ async def test_lines_of_a_turn_and_of_a_webhook_carry_their_fields_and_only_thei
     )
 
 
+def test_a_delivery_with_huge_or_many_keys_writes_a_bounded_line(configure: Any) -> None:
+    """A platform's id has no bound: a signed delivery with a 100,000-character wamid, or
+    thousands of messages, must not write a line of that size."""
+    buffer = configure(format="json")
+    huge = "whatsapp:" + "w" * 100_000
+    many = [f"whatsapp:wamid.{n}" for n in range(500)]
+    with log_context.webhook("whatsapp"):
+        log_context.found_keys([huge])
+        log.info("one huge key")
+    with log_context.turn("whatsapp-1-2", [1], many):
+        log.info("many keys")
+    one, lots = json_lines(buffer)
+    [shown] = one["dedup_keys"]
+    assert shown == huge[: log_context.MAX_LOGGED_KEY] + f"...({len(huge)} chars)"
+    assert lots["dedup_keys"] == [*many[: log_context.MAX_LOGGED_KEYS], "...(+480 more)"]
+    assert max(len(line) for line in buffer.getvalue().splitlines()) < 2_000
+
+
 async def _log_from_a_task(message: str) -> None:
     log.info(message)
 

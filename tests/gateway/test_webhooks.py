@@ -166,13 +166,14 @@ async def test_concurrent_duplicates_share_one_delivery_row(client: Client, db_p
     assert counts(db_path)["deliveries"] == 1
 
 
-async def test_a_message_id_with_a_nul_is_acknowledged_and_fails_no_other_delivery(
-    client: Client, db_path: Path
+@pytest.mark.parametrize("char", ["\x00", "\ud800"], ids=["nul", "lone-surrogate"])
+async def test_a_message_id_with_an_unstorable_char_is_acknowledged_and_fails_no_other_delivery(
+    client: Client, db_path: Path, char: str
 ) -> None:
-    """PostgreSQL's text holds no NUL: the key is stored with U+FFFD in its place (a refusal
-    would fail every delivery sharing its commit with 503, at each of Meta's retries). The
-    intake later quarantines the delivery whole (tests/gateway/test_intake.py)."""
-    odd = wa_delivery([wa_text("wamid.odd\x00one")])
+    """PostgreSQL's text holds no NUL, and no UTF-8 text a lone surrogate (a JSON escape such
+    as \\ud800): the key is stored with U+FFFD in its place (a refusal would fail every
+    delivery sharing its commit with 503, at each of Meta's retries)."""
+    odd = wa_delivery([wa_text(f"wamid.odd{char}one")])
     plain = wa_delivery([wa_text("wamid.plain")])
     posts = [
         client.post("/webhooks/whatsapp", data=body, headers=wa_headers(body))
