@@ -219,12 +219,17 @@ async def json_body(request: web.Request, model: type[M]) -> M:
     return parse(model, data, strict=True)
 
 
-async def read_body(request: web.Request) -> bytes:
-    """The whole body as sent, at most ``client_max_size`` bytes, within read_timeout."""
+def check_identity(request: web.Request) -> None:
+    """ApiError 415 for a body sent with a Content-Encoding, before any of it is read."""
     encoding = body_encoding(request)
     if encoding is not None:
         message = encoding_message(encoding)
         raise ApiError(415, UNSUPPORTED_ENCODING, message, close=True)
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The whole body as sent, at most ``client_max_size`` bytes, within read_timeout."""
+    check_identity(request)
     limit = request.client_max_size
     if request.content_length is not None and request.content_length > limit:
         raise _too_large(limit)

@@ -288,9 +288,12 @@ OPERATIONS: tuple[Operation, ...] = (
         "Upload a file to a web session",
         {
             201: AttachmentAnswer,
-            400: f"{BAD_ID}; invalid_body: not readable multipart/form-data; missing_file",
+            400: f"{BAD_ID}; invalid_body: not readable multipart/form-data, or cut short"
+            "; missing_file",
             404: NO_SESSION,
+            408: "request_timeout: nothing sent for server.read_timeout seconds",
             413: "too_large: over media.max_bytes",
+            415: "unsupported_encoding: a Content-Encoding other than identity",
             503: f"busy: too many uploads are being read; {STORE_DOWN}",
         },
         auth=False,

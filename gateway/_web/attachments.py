@@ -28,7 +28,7 @@ from aiohttp.http_exceptions import BadHttpMessage
 from webhook_bot_gateway.channels.web import ACCOUNT, CHANNEL
 from webhook_bot_gateway.store import SessionNotFound, StoreError, validate_session_id
 
-from .._admin import ApiError, admin_route, existing_session, store_failed
+from .._admin import ApiError, admin_route, check_identity, existing_session, store_failed
 from .._api_models import AttachmentAnswer, AttachmentOut
 from .._http import ReadSlots, json_error
 from .._keys import SETTINGS, STORE, WEB_IDS
@@ -50,6 +50,10 @@ UPLOADS = web.AppKey("upload_reads", ReadSlots)  # server.max_concurrent_reads, 
 
 class TooLarge(Exception):
     pass
+
+
+class Truncated(Exception):
+    """The body ended before the file part's closing boundary."""
 
 
 async def upload(request: web.Request) -> web.Response:
@@ -74,6 +78,7 @@ async def _upload(request: web.Request) -> web.Response:
         validate_session_id(sid)
     except ValueError as exc:
         raise ApiError(400, "invalid_session_id", str(exc)) from None
+    check_identity(request)
     store = request.app[STORE]
     web_id = WEB_SESSION.fullmatch(sid) is not None
     session = await store.get_session(sid) if web_id else None
@@ -94,6 +99,9 @@ async def _upload(request: web.Request) -> web.Response:
         size = await _save(part, dest, limit, idle)
     except TooLarge:
         raise _too_large(limit) from None
+    except (Truncated, ValueError, BadHttpMessage):
+        message = "the multipart body ends or breaks before the file's closing boundary"
+        raise ApiError(400, "invalid_body", message, close=True) from None
     except TimeoutError:
         message = f"the upload sent nothing for {idle:g} s (server.read_timeout)"
         raise ApiError(408, "request_timeout", message, close=True) from None
@@ -145,7 +153,8 @@ async def _file_part(request: web.Request) -> BodyPartReader:
 
 async def _save(part: BodyPartReader, dest: Path, limit: int, idle: float) -> int:
     """Stream the part to ``dest``; TooLarge past ``limit`` bytes, TimeoutError when no chunk
-    comes for ``idle`` seconds (either way nothing stays on disk)."""
+    comes for ``idle`` seconds, Truncated when the body ends before the part's boundary (in
+    every case nothing stays on disk)."""
     temp = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.part")
     size = 0
     try:
@@ -155,6 +164,8 @@ async def _save(part: BodyPartReader, dest: Path, limit: int, idle: float) -> in
                 if size > limit:
                     raise TooLarge
                 file.write(chunk)
+            if not part.at_eof():  # the stream ended, not the part: a file cut short
+                raise Truncated
             file.flush()
             os.fsync(file.fileno())
         os.replace(temp, dest)

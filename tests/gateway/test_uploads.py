@@ -482,6 +482,40 @@ async def test_upload_refusals(gw: Gateway) -> None:
     assert not gw.folder(telegram.session_id).exists()
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        # the part's bytes, then the stream ends: no closing boundary
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\n\r\nabc',
+        # the part's bytes and half its boundary
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\n'
+        f"\r\nabc\r\n--{BOUNDARY[:3]}",
+    ],
+    ids=["no-closing-boundary", "half-a-boundary"],
+)
+async def test_a_truncated_upload_is_refused_and_leaves_nothing(gw: Gateway, body: str) -> None:
+    """Only a complete file gets its row: a multipart body cut short is 400 invalid_body."""
+    async with web_session(gw.client) as socket:
+        sid = socket.session_id
+        response = await gw.client.post(url(sid), data=body.encode(), headers=MULTIPART)
+        assert await error_of(response, 400) == "invalid_body"
+        assert files_under(gw.media) == []
+        assert session_counts(gw.db, sid)["attachments"] == 0
+
+
+async def test_an_upload_with_a_content_encoding_is_415_and_leaves_nothing(gw: Gateway) -> None:
+    """The body is taken as it is sent: a gzip-encoded upload would be stored compressed."""
+    async with web_session(gw.client) as socket:
+        sid = socket.session_id
+        body = multipart(b"abc", 'filename="a.txt"')
+        headers = {**MULTIPART, "Content-Encoding": "gzip"}
+        response = await gw.client.post(url(sid), data=body, headers=headers)
+        assert await error_of(response, 415) == "unsupported_encoding"
+        assert files_under(gw.media) == []
+        identity = {**MULTIPART, "Content-Encoding": "identity"}
+        assert (await gw.client.post(url(sid), data=body, headers=identity)).status == 201
+
+
 # 7. deleted with the session
 
 
