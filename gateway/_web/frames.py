@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
@@ -14,6 +15,8 @@ from .._admin import nested_deeper_than
 from .._api_models import MAX_JSON_DEPTH
 
 ClientFrameType = Literal["message", "cancel_turn"]
+CLIENT_ID = r"^[A-Za-z0-9_.:-]{1,128}$"
+_CLIENT_ID = re.compile(CLIENT_ID)
 
 
 class _Frame(BaseModel):
@@ -34,7 +37,7 @@ def _storable(text: str) -> str:
 
 class MessageData(_Frame):
     text: Annotated[str, AfterValidator(_storable)] = ""
-    client_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    client_id: str = Field(min_length=1, max_length=128, pattern=CLIENT_ID)
     attachments: tuple[str, ...] = ()
 
 
@@ -83,7 +86,14 @@ def parse_frame(text: str) -> MessageFrame | CancelFrame:
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
         field = ".".join(str(part) for part in first["loc"]) or "frame"
-        raise FrameError("invalid_frame", f"{field}: {first['msg']}") from None
+        raise FrameError("invalid_frame", f"{field}: {first['msg']}", _client_id(raw)) from None
+
+
+def _client_id(raw: dict[str, Any]) -> str | None:
+    """The refused message's ``client_id``, when it is one: the error is then about it."""
+    data = raw.get("data")
+    value = data.get("client_id") if isinstance(data, dict) else None
+    return value if isinstance(value, str) and _CLIENT_ID.match(value) else None
 
 
 def _too_deep() -> FrameError:

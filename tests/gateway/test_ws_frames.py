@@ -29,3 +29,20 @@ def test_message_text_the_store_cannot_hold_is_an_invalid_frame(text: str, probl
     with pytest.raises(FrameError) as refused:
         parse_frame(frame)
     assert (refused.value.code, refused.value.message) == ("invalid_frame", f"data.text: {problem}")
+
+
+@pytest.mark.parametrize(
+    ("data", "client_id"),
+    [
+        ('{"text": "a\\u0000b", "client_id": "n1"}', "n1"),
+        ('{"text": "hi", "client_id": "n2", "extra": 1}', "n2"),
+        ('{"text": "hi", "client_id": "n3", "attachments": "x"}', "n3"),
+        ('{"text": "hi", "client_id": "bad id!"}', None),  # not a client_id: none to name
+        ('{"text": 5}', None),
+    ],
+)
+def test_an_invalid_message_frame_names_its_client_id(data: str, client_id: str | None) -> None:
+    """docs/web.md: an error carries the client_id when it is about a message."""
+    with pytest.raises(FrameError) as refused:
+        parse_frame('{"type": "message", "data": ' + data + "}")
+    assert (refused.value.code, refused.value.client_id) == ("invalid_frame", client_id)
