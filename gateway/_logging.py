@@ -16,12 +16,14 @@ import logging
 import os
 import re
 import sys
+import warnings
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from urllib.parse import parse_qsl, quote, quote_plus, unquote
 
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.multipart import BadContentDispositionHeader, BadContentDispositionParam
 from pydantic import BaseModel, SecretStr
 
 from ._log_context import FIELDS, LOG_CONTEXT
@@ -310,3 +312,14 @@ def configure_logging(settings: Settings | None = None) -> None:
         if handler.name == HANDLER_NAME and isinstance(handler, logging.StreamHandler):
             handler.setFormatter(make_formatter(config.format, handler.stream))
     quiet_malformed_requests()
+    warnings_as_log_lines()
+
+
+def warnings_as_log_lines() -> None:
+    """Python warnings go through the handlers (format, redaction) as ``py.warnings`` lines,
+    not raw to stderr; aiohttp's warnings about a client's malformed Content-Disposition are
+    dropped: they echo the client's header once per distinct value, and the upload goes on
+    with the file name it could read."""
+    logging.captureWarnings(True)
+    for category in (BadContentDispositionHeader, BadContentDispositionParam):
+        warnings.filterwarnings("ignore", category=category)

@@ -11,11 +11,13 @@ import json
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp.multipart import BadContentDispositionHeader, BadContentDispositionParam
 
 from webhook_bot_gateway.gateway import _log_context as log_context
 from webhook_bot_gateway.gateway._logging import configure_logging
@@ -108,6 +110,24 @@ def test_a_delivery_with_huge_or_many_keys_writes_a_bounded_line(configure: Any)
     assert shown == huge[: log_context.MAX_LOGGED_KEY] + f"...({len(huge)} chars)"
     assert lots["dedup_keys"] == [*many[: log_context.MAX_LOGGED_KEYS], "...(+480 more)"]
     assert max(len(line) for line in buffer.getvalue().splitlines()) < 2_000
+
+
+def test_python_warnings_are_log_lines_and_aiohttps_disposition_ones_dropped(
+    configure: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warning printed raw to stderr breaks the JSON lines; aiohttp's about a client's
+    malformed Content-Disposition echo the client's header, once per distinct value."""
+    monkeypatch.setattr(logging, "_warnings_showwarning", None)  # as in a fresh process
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # undone after the test
+    buffer = configure(format="json")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("always", category=UserWarning)
+        warnings.warn("an odd thing", UserWarning, stacklevel=1)
+        warnings.warn("filename*=UTF-8''%FF%FE", BadContentDispositionParam, stacklevel=1)
+        warnings.warn("inline; x", BadContentDispositionHeader, stacklevel=1)
+    [line] = json_lines(buffer)
+    assert (line["logger"], line["level"]) == ("py.warnings", "WARNING")
+    assert "UserWarning: an odd thing" in line["message"]
 
 
 async def _log_from_a_task(message: str) -> None:
