@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 import tempfile
 import time
@@ -207,9 +208,11 @@ async def json_body(request: web.Request, model: type[M]) -> M:
     (``read_body``)."""
     await read_body(request)
     try:
-        data = await request.json()  # the bytes read_body read
+        data = await request.json(loads=_loads)  # the bytes read_body read
     except RecursionError:  # json's C scanner gives up deeper than the interpreter's stack
         raise _too_deep() from None
+    except NumberTooLong as exc:
+        raise ApiError(400, "invalid_json", str(exc)) from None
     except (ValueError, LookupError):  # UnicodeDecodeError; LookupError: an unknown charset
         raise ApiError(400, "invalid_json", "the body is not JSON") from None
     if nested_deeper_than(data, MAX_JSON_DEPTH):
@@ -252,6 +255,21 @@ async def read_body(request: web.Request) -> bytes:
 def _too_large(limit: int) -> ApiError:
     message = f"the body is larger than {limit} bytes"
     return ApiError(413, "body_too_large", message, close=True)
+
+
+class NumberTooLong(ValueError):
+    """A JSON number with more digits than Python converts (``sys.get_int_max_str_digits``)."""
+
+
+def _int(digits: str) -> int:
+    try:
+        return int(digits)
+    except ValueError:
+        raise NumberTooLong(f"a number in the body has {len(digits)} digits; too long") from None
+
+
+def _loads(text: str) -> object:
+    return json.loads(text, parse_int=_int)
 
 
 def _too_deep() -> ApiError:

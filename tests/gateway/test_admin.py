@@ -267,6 +267,18 @@ async def test_admin_reply_names_what_is_wrong_with_the_body(
     assert error.get("field") == field
 
 
+async def test_admin_body_with_a_number_too_long_to_convert_says_so(client: Client) -> None:
+    """Python converts at most 4,300 digits: the body is JSON, but not one the API can read."""
+    headers = {**AUTH, "Content-Type": "application/json"}
+    body = b'{"message_id": ' + b"9" * 5000 + b"}"
+    response = await client.post(f"/api/sessions/{SID}/rewind", headers=headers, data=body)
+    error = await error_of(response, 400)
+    assert (error["code"], error["message"]) == (
+        "invalid_json",
+        "a number in the body has 5000 digits; too long",
+    )
+
+
 async def test_admin_handoff_changes_the_agent_and_records_an_event(client: Client) -> None:
     response = await client.post(
         f"/api/sessions/{SID}/handoff", headers=AUTH, json={"agent": "human"}
