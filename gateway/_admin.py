@@ -198,7 +198,9 @@ def parse(model: type[M], data: object, *, strict: bool = False) -> M:
         return model.model_validate(data, strict=strict)
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
-        field = ".".join(str(part) for part in first["loc"]) or "body"
+        item = first.get("ctx", {}).get("index")  # a list's item a field validator refused
+        loc = (*first["loc"], item) if item is not None else first["loc"]
+        field = ".".join(str(part) for part in loc) or "body"
         raise ApiError(400, "invalid_field", f"{field}: {first['msg']}", field) from None
 
 

@@ -63,7 +63,7 @@ class _Input(BaseModel):
             raise PydanticCustomError("nul_character", "must not hold a NUL character")
         for index, item in enumerate(value if isinstance(value, list) else ()):
             if isinstance(item, str) and NUL in item:
-                message = "item {index} must not hold a NUL character"
+                message = "must not hold a NUL character"
                 raise PydanticCustomError("nul_character", message, {"index": index})
         return value
 

@@ -42,7 +42,8 @@ TEMPLATE = {"name": "follow_up", "language": "en_US", "parameters": ["Ann"]}
 BODIES = [
     ("reply", {"text": "hi\x00"}, "text"),
     ("reply", {"text": "hi", "operator": "Ann\x00"}, "operator"),
-    ("template", {**TEMPLATE, "parameters": ["A\x00nn"]}, "parameters"),
+    ("template", {**TEMPLATE, "parameters": ["A\x00nn"]}, "parameters.0"),
+    ("template", {**TEMPLATE, "parameters": ["Ann", "B\x00"]}, "parameters.1"),
     ("template", {**TEMPLATE, "operator": "\x00"}, "operator"),
     ("template", {**TEMPLATE, "name": "follow_up\x00"}, "name"),
     ("template", {**TEMPLATE, "language": "en_US\x00"}, "language"),
