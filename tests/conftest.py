@@ -9,6 +9,10 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
+from tests import offline
+
+offline.install()  # CONTRACT.md: tests never reach the internet
+
 # CI (and anyone who sets CI) replays the same examples every run, so a red run is never luck;
 # a developer's plain `make test` keeps exploring new ones.
 settings.register_profile("ci", derandomize=True, print_blob=True)
