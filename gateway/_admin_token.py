@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from webhook_bot_gateway.store import make_private_folders
+
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -158,7 +160,7 @@ def _make_token_file(path: Path) -> bool:
     concurrent start never reads a half-written file and never replaces another's token."""
     if path.exists():
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_folders(path.parent)  # data/ of a fresh checkout, where the store goes too
     data = (secrets.token_urlsafe(32) + "\n").encode()
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     _write_private(temporary, data)

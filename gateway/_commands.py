@@ -14,7 +14,6 @@ from pydantic import BaseModel
 from webhook_bot_gateway.store import (
     Store,
     is_postgres,
-    open_store,
     sqlite_path,
     validate_session_id,
     why_no_store,
@@ -27,6 +26,7 @@ from ._logging import configured_secrets
 from ._media.files import erase_session
 from ._purge import DAY, Purger, retention_of
 from ._sandbox import sandbox_warnings
+from ._store_open import naming_store_url, open_configured_store
 from ._summary import summarize
 from .config import Settings
 
@@ -34,13 +34,15 @@ MEMORY = ":memory:"
 
 
 async def check_store_exists(url: str) -> None:
-    """ValueError (``error: ...``, exit 1) unless the url names a gateway store that exists:
+    """ValueError or StoreError (``error: ...``, exit 1) unless the url names a gateway store
+    that exists and can be read (not a folder, not a file that is no SQLite database):
     the offline commands work on a store ``gateway serve`` made, and never create one (a
     mistyped url would otherwise answer with an empty store, and leave a new file and folders,
     or a PostgreSQL schema's tables, behind). Nothing is written to find out."""
     if not is_postgres(url):
         _check_sqlite_file(sqlite_path(url))
-    why = await why_no_store(url)
+    with naming_store_url():  # a file that is not a database, a server that does not answer
+        why = await why_no_store(url)
     if why:
         raise ValueError(
             f"store.url names no gateway store ({why}): check the url;"
@@ -53,6 +55,8 @@ def _check_sqlite_file(path: str) -> None:
         raise ValueError(
             "store.url is sqlite:///:memory:, which holds nothing outside a running gateway"
         )
+    if Path(path).is_dir():
+        raise ValueError(f"store.url names a folder, not a SQLite file: {path}")
     if not Path(path).is_file():
         raise ValueError(
             f"no SQLite store at {path} (store.url): check the url and the working directory;"
@@ -64,11 +68,7 @@ def _check_sqlite_file(path: str) -> None:
 async def opened_store(settings: Settings) -> AsyncIterator[Store]:
     """The configured store, which must exist already (``check_store_exists``)."""
     await check_store_exists(settings.store.url)
-    store = await open_store(
-        settings.store.url,
-        dedup_ttl_hours=settings.dedup.ttl_hours,
-        pool_size=settings.store.pool_size,
-    )
+    store = await open_configured_store(settings)
     try:
         yield store
     finally:

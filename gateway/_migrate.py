@@ -18,6 +18,7 @@ from webhook_bot_gateway.store import (
     StoreError,
     TableAccess,
     TargetNotEmpty,
+    UnusableSQLiteFile,
     check_url,
     copy_store,
     counts,
@@ -145,7 +146,9 @@ def _named(flag: str, url: str) -> Iterator[None]:
     """Failures of opening or reading ``url`` as one StoreError naming the option and the store."""
     try:
         yield
-    except sqlite3.Error as exc:  # not a database, a file SQLite cannot open, ...
+    except UnusableSQLiteFile as exc:  # "PATH cannot be used as a SQLite store: ..."
+        raise StoreError(f"{flag} {exc}") from exc
+    except sqlite3.Error as exc:  # a file SQLite cannot open, ...
         path = sqlite_path(url)
         raise StoreError(f"{flag} {path} cannot be used as a SQLite store: {exc}") from exc
     except StoreError as exc:

@@ -12,7 +12,7 @@ from aiohttp import WSCloseCode, web
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
 
 from webhook_bot_gateway.channels import ADAPTERS, AdapterFactory
-from webhook_bot_gateway.store import Delivery, open_store
+from webhook_bot_gateway.store import Delivery
 
 from ._accounts import gateway_registry
 from ._admin import add_admin_routes
@@ -49,6 +49,7 @@ from ._pacer import AckPacer
 from ._pipeline import pipeline_ctx
 from ._sandbox import add_sandbox_routes, sandbox_warnings
 from ._store_gauges import StoreGauges
+from ._store_open import open_configured_store
 from ._web.attachments import add_attachment_routes
 from ._web.feed import EventFeed
 from ._web.ids import SECRET_NAME as WEB_SECRET
@@ -65,11 +66,7 @@ PROBE_SECONDS = 1.0  # /readyz's write probe (after a refused delivery); longer 
 
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    store = await open_store(
-        settings.store.url,
-        dedup_ttl_hours=settings.dedup.ttl_hours,
-        pool_size=settings.store.pool_size,
-    )
+    store = await open_configured_store(settings)
     lease = Lease(store, settings.store.lease_seconds)
     try:
         await lease.start()

@@ -20,6 +20,7 @@ from ._errors import (
     SessionNotFound,
     StoreError,
     TurnActive,
+    UnusableSQLiteFile,
 )
 from ._ids import make_session_id, validate_session_id
 from ._intake_rows import LAST_USER_MESSAGE_AT
@@ -46,6 +47,7 @@ from ._pipeline_types import (
     SessionInbox,
     StatusIn,
 )
+from ._private import make_private_folders, open_private
 from ._protocol import Store, Turn
 from ._retention import HistoryPurged
 from ._types import (
@@ -127,7 +129,10 @@ __all__ = [
     "StoreError",
     "Turn",
     "TurnActive",
+    "UnusableSQLiteFile",
+    "make_private_folders",
     "make_session_id",
+    "open_private",
     "storable_text",
     "check_url",
     "is_postgres",

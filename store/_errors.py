@@ -2,6 +2,7 @@
 
 * StoreError                      (code ``store_error``)
   + SchemaTooNewError             the file was written by a newer version of the gateway
+  + UnusableSQLiteFile            (code ``unusable_store``) not a SQLite database, a folder, ...
   + SessionNotFound               (code ``unknown_session``)
   + SessionExistsError            (code ``session_exists``)
   + SessionDeletedError           the session was deleted while a turn ran; nothing written
@@ -36,6 +37,18 @@ class SchemaTooNewError(StoreError):
         )
         self.found = found
         self.known = known
+
+
+class UnusableSQLiteFile(StoreError):
+    """The path of a SQLite store names something SQLite cannot use as a database: a file that
+    is not one, a folder, a path whose folder cannot be made or opened."""
+
+    code = "unusable_store"
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path} cannot be used as a SQLite store: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class SessionNotFound(StoreError):

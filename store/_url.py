@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ._errors import UnusableSQLiteFile
+from ._private import make_private_folders
 from ._protocol import Store
 from .postgres import DEFAULT_POOL_SIZE, PostgresStore
 from .postgres import _probe as postgres_probe
@@ -59,7 +61,8 @@ async def open_store(
     clock: Callable[[], float] = time.time,
     pool_size: int = DEFAULT_POOL_SIZE,
 ) -> Store:
-    """Open the store a url names (creating a SQLite file's parent directories if needed).
+    """Open the store a url names (creating a SQLite file and its parent directories if
+    needed, owner-only: mode 0600 and 0700).
 
     ``pool_size``: connections a PostgreSQL store keeps at most; SQLite has one connection.
     """
@@ -69,13 +72,23 @@ async def open_store(
         )
     path = sqlite_path(url)
     if path != _MEMORY:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        _make_folder(path)
     return await SQLiteStore.open(path, dedup_ttl_hours=dedup_ttl_hours, clock=clock)
+
+
+def _make_folder(path: str) -> None:
+    """The database's folder and its missing parents, owner-only (docs/security.md)."""
+    try:
+        make_private_folders(Path(path).parent)
+    except OSError as exc:  # a file where a folder should be, no permission
+        reason = f"cannot make its folder: {exc.strerror or type(exc).__name__}"
+        raise UnusableSQLiteFile(path, reason) from exc
 
 
 async def why_no_store(url: str) -> str:
     """Why the database ``url`` names holds no gateway store, "" when it holds one; nothing is
-    created or written. A SQLite file must exist (the caller checks)."""
+    created or written. A SQLite file must exist (the caller checks); UnusableSQLiteFile if
+    it is no SQLite database."""
     if is_postgres(url):
         return await postgres_probe.why_no_store(url, CONNECT_TIMEOUT)
     return sqlite_probe.why_no_store(sqlite_path(url))

@@ -32,6 +32,7 @@ import aiohttp
 from yarl import URL
 
 from webhook_bot_gateway.channels import MediaSource
+from webhook_bot_gateway.store import open_private
 
 log = logging.getLogger("gateway.media")
 
@@ -321,7 +322,7 @@ def _content_type(response: aiohttp.ClientResponse, announced: str | None) -> st
 
 
 def _open_new(path: Path) -> BinaryIO:
-    return path.open("xb")
+    return open_private(path)  # mode 0600: a user's file (docs/security.md)
 
 
 def _sync(file: BinaryIO) -> None:

@@ -20,7 +20,7 @@ import aiohttp
 
 from webhook_bot_gateway.agents import ImagePart
 from webhook_bot_gateway.channels import ChannelAdapter, ChannelError
-from webhook_bot_gateway.store import Attachment, Store, StoreError
+from webhook_bot_gateway.store import Attachment, Store, StoreError, make_private_folders
 
 from .._metrics import Metrics
 from .._wait import wait_event
@@ -169,7 +169,7 @@ class MediaWorker:
             if adapter is None:
                 raise ChannelError(attachment.source, "the channel is not configured")
             source = await adapter.media_source(str(ref.get("account")), str(ref.get("media_id")))
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            make_private_folders(dest.parent)  # owner-only: users' files (docs/security.md)
             result = await fetch_to_file(self._http, source, dest, self._policy)
         except MediaRefused as exc:
             return _failed(attachment, exc.code, str(exc))

@@ -26,7 +26,13 @@ from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import BadHttpMessage
 
 from webhook_bot_gateway.channels.web import ACCOUNT, CHANNEL
-from webhook_bot_gateway.store import SessionNotFound, StoreError, validate_session_id
+from webhook_bot_gateway.store import (
+    SessionNotFound,
+    StoreError,
+    make_private_folders,
+    open_private,
+    validate_session_id,
+)
 
 from .._admin import ApiError, admin_route, check_identity, existing_session, store_failed
 from .._api_models import AttachmentAnswer, AttachmentOut
@@ -95,7 +101,7 @@ async def _upload(request: web.Request) -> web.Response:
         root = Path(media.root)
         attachment_id = uuid.uuid4().hex
         dest = attachment_path(root, sid, attachment_id)
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        make_private_folders(dest.parent)  # owner-only: users' files (docs/security.md)
         size = await _save(part, dest, limit, idle)
     except TooLarge:
         raise _too_large(limit) from None
@@ -158,7 +164,7 @@ async def _save(part: BodyPartReader, dest: Path, limit: int, idle: float) -> in
     temp = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.part")
     size = 0
     try:
-        with temp.open("xb") as file:
+        with open_private(temp) as file:
             while chunk := await asyncio.wait_for(part.read_chunk(CHUNK), idle):
                 size += len(chunk)
                 if size > limit:

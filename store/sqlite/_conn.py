@@ -15,15 +15,18 @@ the one place that uses its ``_execute`` and ``_conn``; ``tests/store/test_conn.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import aiosqlite
 
-from .._errors import StoreError
+from .._errors import StoreError, UnusableSQLiteFile
+from .._private import make_private_file
 from ._group_commit import GroupCommit, Touched
 from ._schema import check_version, migrate
 
@@ -45,6 +48,9 @@ _UNAVAILABLE = {
     sqlite3.SQLITE_PROTOCOL,
 }
 
+# A file that SQLite cannot open, or opens but that is not a database: no retry helps.
+_UNUSABLE = {sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_CANTOPEN}
+
 
 class DatabaseUnavailable(StoreError):
     """SQLite refused the transaction for now (locked, read-only, disk full, I/O error)."""
@@ -63,6 +69,28 @@ def _as_store_error() -> Iterator[None]:
             raise
         # SQLite's own message names the fault ("database is locked"); it never holds data.
         raise DatabaseUnavailable(f"the SQLite database is unavailable: {exc}") from exc
+
+
+@contextmanager
+def _unusable(path: str) -> Iterator[None]:
+    """SQLite's refusal of the file itself as UnusableSQLiteFile (an outage stays one)."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        code = exc.sqlite_errorcode
+        if code is None or code & 0xFF not in _UNUSABLE:
+            raise
+        raise UnusableSQLiteFile(path, str(exc)) from exc  # "file is not a database"
+
+
+def _make_file(path: str) -> None:
+    """The database file, owner-only, unless it exists (SQLite would make it 0644)."""
+    if os.path.isdir(path):
+        raise UnusableSQLiteFile(path, "it is a folder")
+    try:
+        make_private_file(Path(path))
+    except OSError as exc:  # no such folder, no permission: SQLite's open would fail alike
+        raise UnusableSQLiteFile(path, exc.strerror or type(exc).__name__) from exc
 
 
 def _in_transaction(begin: str, fn: SyncFn[T], conn: sqlite3.Connection) -> T:
@@ -112,11 +140,19 @@ class Connection:
 
     @classmethod
     async def open(cls, path: str) -> Connection:
-        """Connect, set the PRAGMAs, refuse a too-new schema and apply migrations."""
-        db = await aiosqlite.connect(path, isolation_level=None)
+        """Connect, set the PRAGMAs, refuse a too-new schema and apply migrations.
+
+        A new database file is made with mode 0600 (its -wal and -shm files take the same);
+        a path SQLite cannot use (a folder, a file that is not a database) is
+        UnusableSQLiteFile, with the file left as it was."""
+        with _unusable(path):
+            if path != MEMORY:
+                _make_file(path)
+            db = await aiosqlite.connect(path, isolation_level=None)
         conn = cls(db)
         try:
-            await conn.call(partial(_configure, path))
+            with _unusable(path):
+                await conn.call(partial(_configure, path))
             await conn.call(partial(_watch_events, conn._touched))
         except BaseException:
             await db.close()

@@ -5,6 +5,7 @@ no admin token file). ``gateway serve`` still creates its store at its first sta
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import asyncpg
@@ -126,3 +127,68 @@ async def test_an_offline_command_refuses_an_empty_postgresql_schema_and_creates
         capsys.readouterr().err
     )
     assert tables == []
+
+
+# A store.url that names something SQLite cannot use: one line naming store.url, exit 1, never a
+# traceback, and the file left as it was.
+
+NOT_A_DATABASE = b"x\n"
+
+
+@pytest.mark.parametrize("command", OFFLINE_COMMANDS, ids=IDS)
+def test_an_offline_command_refuses_a_file_that_is_not_a_database(
+    workdir: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """Before: a traceback ending in ``sqlite3.DatabaseError: file is not a database``."""
+    (workdir / "gw.db").write_bytes(NOT_A_DATABASE)
+    code, out = cli(*command, "--config", str(write_config(workdir, "sqlite:///gw.db")))
+    assert (code, out) == (1, "")
+    assert capsys.readouterr().err.splitlines() == [
+        "error: store.url: gw.db cannot be used as a SQLite store: file is not a database"
+    ]
+    assert [p.name for p in workdir.iterdir()] == ["gw.db"]
+    assert (workdir / "gw.db").read_bytes() == NOT_A_DATABASE
+
+
+def test_an_offline_command_refuses_a_folder_as_the_store(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (workdir / "gw.db").mkdir()
+    code, _ = cli("sessions", "list", "--config", str(write_config(workdir, "sqlite:///gw.db")))
+    assert code == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "error: store.url names a folder, not a SQLite file: gw.db"
+    ]
+
+
+def serve_config(folder: Path, url: str) -> Path:
+    """A config for ``gateway serve`` on a free port, its admin token given."""
+    path = folder.parent / f"{folder.name}-serve.toml"
+    text = write_config(folder, url).read_text(encoding="utf-8")
+    text = text.replace('token_file = "data/admin-token"', 'token = "a-long-enough-admin-token"')
+    path.write_text(f"[server]\nport = 0\n{text}", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda p: p.write_bytes(NOT_A_DATABASE), "file is not a database"),
+        (lambda p: p.mkdir(), "it is a folder"),
+    ],
+    ids=["not-a-database", "folder"],
+)
+def test_serve_refuses_a_store_sqlite_cannot_use_in_one_line(
+    workdir: Path, make: Callable[[Path], object], reason: str
+) -> None:
+    """As a real process. Before: a traceback through aiohttp's start-up, ending in
+    ``sqlite3.DatabaseError`` or ``sqlite3.OperationalError: unable to open database file``."""
+    make(workdir / "gw.db")
+    config = serve_config(workdir, "sqlite:///gw.db")
+    result = run_cli("serve", "--config", str(config), cwd=workdir)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"error: store.url: gw.db cannot be used as a SQLite store: {reason}"
+    )
+    assert [p.name for p in workdir.iterdir()] == ["gw.db"]

@@ -87,6 +87,7 @@ def test_first_start_makes_a_private_random_token_and_prints_it_once(
     assert load_settings(EXAMPLE, {}).admin.token.get_secret_value() == token  # kept
     assert token not in capsys.readouterr().err  # printed that once only
     assert sorted(p.name for p in path.parent.iterdir()) == ["admin-token"]  # no temporary left
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700  # data/ holds the store too
 
 
 def test_two_fresh_installs_get_different_tokens(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import stat
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -231,6 +232,7 @@ async def test_fetch_to_file_streams_a_trusted_download_to_the_file(
     assert dest.read_bytes() == BODY
     assert (result.size, result.content_type) == (len(BODY), "image/png")
     assert list(env.folder.iterdir()) == [dest]
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o600  # a user's file (docs/security.md)
     [seen] = env.fakes["a"].seen
     assert seen.headers["Authorization"] == f"Bearer {BEARER}"
     assert env.resolved == []  # a trusted origin is not resolved by us

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import re
+import stat
 import unicodedata
 import uuid
 from collections.abc import AsyncIterator
@@ -161,6 +163,20 @@ async def test_upload_stores_the_exact_bytes_under_the_session_and_its_row(gw: G
         attachment["id"],
     )
     assert stored == [(sid, "notes.txt", "text/plain", len(data), "ready", "upload")]
+
+
+async def test_an_upload_makes_owner_only_folders_and_file(gw: Gateway) -> None:
+    """Users' files: the media root, the session's folder and the file are the gateway's
+    alone (docs/security.md), whatever the umask. Before: 0755 folders and a 0644 file."""
+    before = os.umask(0)
+    try:
+        async with web_session(gw.client) as socket:
+            attachment_id = await uploaded(gw.client, socket.session_id, b"private")
+    finally:
+        os.umask(before)
+    folder = gw.folder(socket.session_id)
+    modes = [stat.S_IMODE(p.stat().st_mode) for p in (gw.media, folder, folder / attachment_id)]
+    assert modes == [0o700, 0o700, 0o600]
 
 
 # 2. referenced in a message
