@@ -36,7 +36,7 @@ _SQLITE_FILES = ("", "-wal", "-shm", "-journal")  # a database and the files SQL
 
 async def migrate_store(args: argparse.Namespace, out: TextIO) -> int:
     """Copy ``args.source`` into ``args.target``; 0 when every table's count matches."""
-    source_url, target_url = check_url(args.source), check_url(args.target)
+    source_url, target_url = _checked("--from", args.source), _checked("--to", args.target)
     if same_store(source_url, target_url):  # before anything is opened: --replace empties
         raise ValueError("--from and --to name the same store")
     _check_source_exists(source_url)
@@ -102,6 +102,14 @@ async def _refuse_if_not_empty(url: str, *, replace: bool) -> None:
         await target.aclose()
     if any(existing.values()) and not replace:
         raise StoreError(f"{TargetNotEmpty(existing)}; pass --replace to empty it first")
+
+
+def _checked(flag: str, url: str) -> str:
+    """``check_url``, its error led by the option."""
+    try:
+        return check_url(url)
+    except ValueError as exc:
+        raise ValueError(f"{flag}: {exc}") from None
 
 
 def _check_source_exists(url: str) -> None:

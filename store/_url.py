@@ -12,6 +12,7 @@ from ._protocol import Store
 from .postgres import DEFAULT_POOL_SIZE, PostgresStore
 from .postgres import _probe as postgres_probe
 from .postgres._store import CONNECT_TIMEOUT
+from .postgres._url import check_postgres_url
 from .sqlite import DEFAULT_DEDUP_TTL_HOURS, SQLiteStore
 from .sqlite import _probe as sqlite_probe
 
@@ -47,8 +48,10 @@ def sqlite_path(url: str) -> str:
 
 
 def check_url(url: str) -> str:
-    """``url`` if a backend can open it; ValueError (naming the scheme only) if not."""
+    """``url`` if a backend can open it; ValueError if not, naming the scheme or the part of
+    the url at fault, never its text (a password may sit anywhere in a malformed url)."""
     if is_postgres(url):
+        check_postgres_url(url)
         return url
     sqlite_path(url)
     return url

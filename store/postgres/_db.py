@@ -28,7 +28,8 @@ per call. An open transaction is still rolled back by the pool at release.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TypeVar, cast
 
@@ -36,6 +37,7 @@ import asyncpg
 
 from .._errors import StoreError
 from ._schema import migrate
+from ._url import login_of
 
 log = logging.getLogger("store.postgres")  # the names operators filter on stay short
 
@@ -115,8 +117,36 @@ async def _unpooled_if_half_sent(fn: Fn[T], conn: asyncpg.Connection) -> T:
         raise
 
 
-def _refused(exc: asyncpg.PostgresError) -> StoreError:
-    return StoreError(f"PostgreSQL refused the connection: {exc.sqlstate} {type(exc).__name__}")
+def _refused(exc: asyncpg.PostgresError, url: str) -> StoreError:
+    """The server's refusal of a new connection, in words: which role or database."""
+    role, database = login_of(url)
+    if isinstance(exc, asyncpg.InvalidPasswordError):
+        why = f"the PostgreSQL server refused the login for role {role!r}: wrong or no password"
+    elif isinstance(exc, asyncpg.InvalidAuthorizationSpecificationError):
+        why = (
+            f"the PostgreSQL server refused the login for role {role!r}: no such role, or"
+            " pg_hba.conf does not let it in"
+        )
+    elif isinstance(exc, asyncpg.InvalidCatalogNameError):
+        why = f"database {database!r} does not exist on the PostgreSQL server"
+    else:
+        why = "PostgreSQL refused the connection"
+    # The server's own text is left out: it may name the client's address.
+    return StoreError(f"{why} ({exc.sqlstate} {type(exc).__name__})")
+
+
+@contextmanager
+def _connecting(url: str) -> Iterator[None]:
+    """The failures of a first connection as StoreErrors, without the url."""
+    try:
+        yield
+    except asyncpg.ClientConfigurationError as exc:  # e.g. sslmode=verify-full, no root.crt
+        first = str(exc).splitlines()[0]  # the next lines are a HINT
+        raise StoreError(f"asyncpg cannot use the PostgreSQL url's settings: {first}") from None
+    except CONNECTION_ERRORS as exc:
+        raise unavailable(exc) from None
+    except asyncpg.PostgresError as exc:  # e.g. an unknown database or a refused login
+        raise _refused(exc, url) from None
 
 
 CONNECTION_ERRORS = (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)
@@ -128,12 +158,9 @@ RETRIES = 5
 async def connect(url: str, *, connect_timeout: float) -> asyncpg.Connection:
     """One connection of its own, outside the pool (``watch_work`` listens on it); the errors
     of ``Database.open``, without the url."""
-    try:
-        return await asyncpg.connect(url, timeout=connect_timeout)
-    except CONNECTION_ERRORS as exc:
-        raise unavailable(exc) from None
-    except asyncpg.PostgresError as exc:
-        raise _refused(exc) from None
+    with _connecting(url):
+        conn: asyncpg.Connection = await asyncpg.connect(url, timeout=connect_timeout)
+    return conn
 
 
 def returned(row: asyncpg.Record | None) -> asyncpg.Record:
@@ -180,7 +207,7 @@ class Database:
         release any more: see the module docstring).
         """
         settings = {ORIGIN_SETTING: owner} if owner else None
-        try:
+        with _connecting(url):
             pool = await asyncpg.create_pool(
                 url,
                 min_size=min_size,
@@ -190,10 +217,6 @@ class Database:
                 server_settings=settings,
                 connection_class=_Connection,
             )
-        except CONNECTION_ERRORS as exc:
-            raise unavailable(exc) from None
-        except asyncpg.PostgresError as exc:  # e.g. an unknown database or a refused login
-            raise _refused(exc) from None
         try:
             async with pool.acquire() as proxy:
                 await migrate(cast(asyncpg.Connection, proxy))

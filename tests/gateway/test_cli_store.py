@@ -5,13 +5,15 @@ no admin token file). ``gateway serve`` still creates its store at its first sta
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 
-from tests.pg import fresh_schema
+from tests.pg import fresh_schema, server_url
 
 from .test_cli import EXAMPLE, cli, run_cli
 
@@ -129,8 +131,8 @@ async def test_an_offline_command_refuses_an_empty_postgresql_schema_and_creates
     assert tables == []
 
 
-# A store.url that names something SQLite cannot use: one line naming store.url, exit 1, never a
-# traceback, and the file left as it was.
+# A store.url that names something SQLite cannot use, or a malformed PostgreSQL url: one line
+# naming store.url, exit 1, never a traceback, and the file left as it was.
 
 NOT_A_DATABASE = b"x\n"
 
@@ -192,3 +194,58 @@ def test_serve_refuses_a_store_sqlite_cannot_use_in_one_line(
         f"error: store.url: gw.db cannot be used as a SQLite store: {reason}"
     )
     assert [p.name for p in workdir.iterdir()] == ["gw.db"]
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("postgresql://root@127.0.0.1:99999/x", "host has a port that is not a number from 1"),
+        ("postgresql://root:s3cret@127.0.0.1:notaport/x", "host has a port that is not a number"),
+        ("postgresql://root:s3cret@[::1/x", "has a '[' or ']' without its pair"),
+    ],
+)
+def test_check_config_refuses_a_malformed_postgresql_url_naming_store_url(
+    workdir: Path, capsys: pytest.CaptureFixture[str], url: str, problem: str
+) -> None:
+    """Before: ``config ...: OK``; then the commands failed with OverflowError (a traceback),
+    "invalid literal for int() with base 10: 'notaport'" or "Invalid IPv6 URL"."""
+    config = write_config(workdir, url)
+    for command in (["check-config"], ["sessions", "list"]):
+        code, out = cli(*command, "--config", str(config))
+        err = capsys.readouterr().err
+        assert (code, out) == (1, "")
+        assert err.startswith(f"config error in {config}: store.url: the PostgreSQL url")
+        assert problem in err
+        assert "s3cret" not in err
+        assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag", ["--from", "--to"])
+def test_migrate_store_refuses_a_malformed_postgresql_url_naming_the_option(
+    workdir: Path, capsys: pytest.CaptureFixture[str], flag: str
+) -> None:
+    bad, good = "postgresql://root:s3cret@127.0.0.1:99999/x", f"sqlite:///{workdir}/gw.db"
+    urls = {"--from": bad, "--to": good} if flag == "--from" else {"--from": good, "--to": bad}
+    code, out = cli("migrate-store", "--from", urls["--from"], "--to", urls["--to"])
+    err = capsys.readouterr().err
+    assert (code, out) == (1, "")
+    assert err.startswith(f"error: {flag}: the PostgreSQL url's host has a port that is not")
+    assert "s3cret" not in err
+    assert list(workdir.iterdir()) == []
+
+
+async def test_an_offline_command_says_which_postgresql_database_does_not_exist(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: "PostgreSQL refused the connection: 3D000 InvalidCatalogNameError"."""
+    parts = urlsplit(server_url())
+    name = f"no_such_db_{uuid.uuid4().hex[:8]}"
+    url = urlunsplit((parts.scheme, parts.netloc, f"/{name}", "", ""))
+    code, out = await asyncio.to_thread(
+        cli, "sessions", "list", "--config", str(write_config(workdir, url))
+    )
+    assert (code, out) == (1, "")
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: store.url: database '{name}' does not exist on the PostgreSQL server"
+        " (3D000 InvalidCatalogNameError)"
+    ]

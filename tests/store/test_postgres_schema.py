@@ -336,7 +336,8 @@ async def test_unreachable_server_gives_a_store_error_without_the_url(
 
 
 async def test_refused_login_gives_a_store_error_without_the_url() -> None:
-    """The server answers, but there is no such database: refused, naming neither."""
+    """The server answers, but there is no such database: refused, naming the database (not a
+    secret, and what to fix) but not the url (tests/store/test_postgres_url.py)."""
     from tests.pg import server_url
 
     base = server_url()
@@ -346,7 +347,7 @@ async def test_refused_login_gives_a_store_error_without_the_url() -> None:
     with pytest.raises(StoreError) as caught:
         await PostgresStore.open(url)
     shown = _everything_shown(caught.value)
-    assert name not in shown
+    assert f"database '{name}' does not exist" in str(caught.value)
     assert url not in shown
 
 
