@@ -25,6 +25,7 @@ from webhook_bot_gateway.store import check_url
 
 from ._accounts import check_account_agents, declared_in_config
 from ._admin_token import check_admin_token, read_token_file, refuse_public_secrets
+from ._base_urls import check_base_urls
 from ._config_numbers import boolean_for_number
 from ._env import key_path, substitute
 from .errors import ConfigError
@@ -218,7 +219,9 @@ def parse_settings(raw: dict[str, object], environ: Mapping[str, str]) -> Settin
     declared = declared_in_config(settings)
     if declared is not None:  # with agents.module, checked once the registry is built
         check_account_agents(settings, declared)
-    return with_local_urls(settings)
+    settings = with_local_urls(settings)
+    check_base_urls(settings, _own_url(settings))  # absolute http(s); no sandbox URL without it
+    return settings
 
 
 def with_admin_token_file(settings: Settings, *, make: bool = True) -> Settings:

@@ -200,6 +200,7 @@ def test_the_sandbox_says_when_it_is_misplaced() -> None:
     assert len(warnings) == 4
     assert "not a loopback address" in warnings[0]
     raw["sandbox"]["enabled"] = False
+    raw["telegram"]["api_base_url"] = "https://api.telegram.org"  # the sandbox's: refused now
     assert sandbox_warnings(parse_settings(raw, {})) == []
 
 

@@ -28,6 +28,11 @@ OWN_SECRETS = {
     "WHATSAPP_APP_SECRET": STRONG + "-app",
     "WHATSAPP_VERIFY_TOKEN": STRONG + "-verify",
 }
+# ... and the platforms' real APIs, as going live needs (the sandbox's are refused without it).
+LIVE = OWN_SECRETS | {
+    "TELEGRAM_API_BASE_URL": "https://api.telegram.org",
+    "WHATSAPP_GRAPH_BASE_URL": "https://graph.facebook.com",
+}
 
 
 @pytest.fixture
@@ -209,7 +214,7 @@ def test_empty_whatsapp_secrets_without_a_number_are_fine_off_loopback() -> None
 
 
 def test_own_secrets_are_accepted_off_loopback() -> None:
-    settings = parse_settings(example_on("0.0.0.0", sandbox={"enabled": False}), OWN_SECRETS)
+    settings = parse_settings(example_on("0.0.0.0", sandbox={"enabled": False}), LIVE)
     assert settings.admin.token.get_secret_value() == STRONG
 
 
@@ -229,7 +234,7 @@ def test_a_sixteen_character_admin_token_is_enough_off_loopback() -> None:
 
 
 def test_a_short_admin_token_stays_allowed_on_loopback() -> None:
-    environ = OWN_SECRETS | {"GATEWAY_ADMIN_TOKEN": "e2e-admin-token"}
+    environ = LIVE | {"GATEWAY_ADMIN_TOKEN": "e2e-admin-token"}
     assert parse_settings(example(sandbox={"enabled": False}), environ).admin.token
 
 
