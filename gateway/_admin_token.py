@@ -2,7 +2,8 @@
 
 * ``admin.token_file``: with ``admin.token`` empty, the admin token is read from this file; a
   missing file is made with a random token (mode 0600) and the token is printed once, by
-  ``gateway serve`` only (``load_settings(make_token_file=...)``: check-config writes nothing).
+  ``gateway serve`` only, once it is bound and started (a failed start makes none, so the
+  next start still prints it; check-config writes nothing).
 * Published values (the demo secrets of config.example.toml and a few obvious ones) and empty
   webhook secrets are refused at load wherever strangers may reach the server; so are admin
   tokens shorter than ``MIN_ADMIN_TOKEN`` characters off loopback.
@@ -14,11 +15,13 @@ import ipaddress
 import os
 import secrets
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from webhook_bot_gateway.store import make_private_folders
 
+from ._env import references, substitute
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -128,6 +131,22 @@ def _demo_problem(settings: Settings, what: str) -> str:
     )
 
 
+def admin_token_source(
+    raw_token: object, settings: Settings, environ: Mapping[str, str]
+) -> str | None:
+    """Where the admin token comes from, in words for the start message ("sign in with ..."),
+    never the token: the environment variable that ``admin.token`` (``raw_token``, as written in
+    the file) reads, that key itself, or ``admin.token_file``. None: no admin token at all."""
+    if isinstance(raw_token, str) and substitute(raw_token, environ):
+        names = [name for name in references(raw_token) if environ.get(name)]
+        if names:
+            return f"the admin token in ${names[0]} (admin.token)"
+        return "the admin token set as admin.token in the config file"
+    if settings.admin.token_file:
+        return f"the admin token in {settings.admin.token_file}"
+    return None
+
+
 def read_token_file(path: Path, notice: TextIO | None = None) -> str:
     """The token in ``path`` (surrounding blanks dropped). A missing file is made first with a
     random token and mode 0600, and the token is printed once on ``notice`` (stderr by default:
@@ -151,6 +170,22 @@ def read_token_file(path: Path, notice: TextIO | None = None) -> str:
             flush=True,
         )
     return token
+
+
+def check_token_file_can_be_made(settings: Settings) -> None:
+    """ConfigError before ``serve`` starts anything when the token file it would make once
+    started could not be made: a failure then, with the store and the channels open, would
+    leave them to the garbage collector (aiohttp cleans up no part of a failed start)."""
+    admin = settings.admin
+    path = Path(admin.token_file)
+    if admin.token.get_secret_value() or not admin.token_file or path.exists():
+        return
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:  # the folders made with the file
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        problem = f"cannot create {path}: {folder} is not a folder this user can write"
+        raise ConfigError("admin.token_file", problem)
 
 
 def _make_token_file(path: Path) -> bool:

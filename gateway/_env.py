@@ -34,6 +34,11 @@ def substitute(value: Any, environ: Mapping[str, str], path: tuple[str | int, ..
     return value
 
 
+def references(text: str) -> list[str]:
+    """The names of the environment variables ``text`` refers to, in order."""
+    return [match.group(1).partition(":-")[0] for match in _REFERENCE.finditer(text)]
+
+
 def _substitute_string(text: str, environ: Mapping[str, str], path: tuple[str | int, ...]) -> str:
     def replace(match: re.Match[str]) -> str:
         name, has_default, default = match.group(1).partition(":-")

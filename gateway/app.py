@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from aiohttp import WSCloseCode, web
@@ -16,6 +16,7 @@ from webhook_bot_gateway.store import Delivery
 
 from ._accounts import gateway_registry
 from ._admin import add_admin_routes
+from ._admin_token import check_token_file_can_be_made
 from ._backlog import Backlog
 from ._channels_ctx import channels_ctx
 from ._console import add_console_routes
@@ -42,6 +43,7 @@ from ._keys import (
     WRITER,
 )
 from ._lease import Lease
+from ._logging import configure_logging
 from ._loop import listening_sockets, loop_name, new_event_loop
 from ._metrics import BACKLOG as BACKLOG_GAUGE
 from ._metrics import BATCH_SIZE, PACED_RATE, Metrics
@@ -57,7 +59,7 @@ from ._web.ids import WebIds
 from ._web.ws import add_ws_route
 from ._webhooks import add_webhook_routes
 from ._writer import GroupCommitWriter
-from .config import Settings, with_bound_port
+from .config import Settings, with_admin_token_file, with_bound_port
 
 log = logging.getLogger("gateway")
 
@@ -186,14 +188,34 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_PLAIN_0_0_4})
 
 
-def sandbox_banner(settings: Settings) -> str:
-    """What ``make run`` prints: where the console is, and how to sign in (on stdout, never in
-    the log; the token itself never: its first start printed it once, see _admin_token)."""
+def sandbox_banner(settings: Settings, token_source: str | None) -> str:
+    """What ``make run`` prints: where the console is, and how to sign in: ``token_source``
+    (``admin_token_source``: where the token comes from; None: there is none). On stdout,
+    never in the log; the token itself never: its first start printed it once."""
     host = settings.server.host if settings.server.host not in ("0.0.0.0", "::") else "127.0.0.1"
     url = f"http://{host}:{settings.server.port}/"
-    token_file = settings.admin.token_file
-    how = f"the admin token in {token_file}" if token_file else "your admin.token"
-    return f"Sandbox on: open {url} and sign in with {how} to play both sides."
+    if token_source is None:
+        return (
+            f"Sandbox on: open {url}; no one can sign in: admin.token and admin.token_file are"
+            " empty, so the admin API is off."
+        )
+    return f"Sandbox on: open {url} and sign in with {token_source} to play both sides."
+
+
+def announce_start(token_source: str | None) -> Callable[[web.Application], Awaitable[None]]:
+    """on_startup, after every cleanup context (the store open, the channels and the pipeline
+    started) and with the port bound: a missing ``admin.token_file`` is made now, its token
+    printed once, and the sandbox banner follows. A start that failed before says neither."""
+
+    async def announce(app: web.Application) -> None:
+        settings = with_admin_token_file(app[SETTINGS], make=True)
+        if settings is not app[SETTINGS]:
+            app[SETTINGS] = settings  # the admin API reads its token from here
+            configure_logging(settings)  # ... and the log scrubs it
+        if settings.sandbox.enabled:
+            print(sandbox_banner(settings, token_source), flush=True)
+
+    return announce
 
 
 def server_options(settings: Settings) -> dict[str, Any]:
@@ -300,23 +322,25 @@ def running_line(banner: str) -> str:
     return first.strip("= ")
 
 
-def serve(settings: Settings) -> None:
-    """Serve until SIGINT/SIGTERM, then shut down cleanly."""
+def serve(settings: Settings, token_source: str | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, then shut down cleanly. ``token_source``: where the admin
+    token comes from, for the sandbox banner (``admin_token_source``)."""
     before, after = raise_open_files_limit()
     if after != before:
         log.info("open-files limit raised from %d to %d", before, after)
     sockets = listening_sockets(settings.server)  # a port in use: an error, before anything
     settings = with_bound_port(settings, sockets[0].getsockname()[1])  # port 0: the one bound
     try:
+        check_token_file_can_be_made(settings)  # it is made once started: fail before that
         loop = checked_loop(settings)
     except BaseException:
         for sock in sockets:
             sock.close()
         raise
-    if settings.sandbox.enabled:
-        print(sandbox_banner(settings), flush=True)
     app = build_app(settings)
-    app.on_startup.append(freeze_startup_objects)  # after the cleanup contexts have started
+    # After the cleanup contexts have started: only a start that got this far says so.
+    app.on_startup.append(announce_start(token_source))
+    app.on_startup.append(freeze_startup_objects)
     web.run_app(
         app,
         sock=sockets,

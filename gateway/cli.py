@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TextIO, get_args
@@ -13,10 +14,17 @@ from webhook_bot_gateway.channels import ChannelError
 from webhook_bot_gateway.store import InvalidSessionId, StoreError
 
 from . import _commands, _quarantine
+from ._admin_token import admin_token_source
 from ._api_models import MAX_ROW_ID, Channel
 from ._logging import configure_logging
 from ._migrate import migrate_store
-from .config import Settings, load_settings, resolve_config_path
+from .config import (
+    Settings,
+    parse_settings,
+    read_config,
+    resolve_config_path,
+    with_admin_token_file,
+)
 from .errors import ConfigError
 
 Handler = Callable[[Settings, argparse.Namespace, TextIO], Coroutine[Any, Any, int]]
@@ -124,6 +132,12 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
+def _admin_value(raw: dict[str, Any]) -> object:
+    """``admin.token`` as written in the config file (its ``${VAR}`` references kept)."""
+    admin = raw.get("admin")
+    return admin.get("token") if isinstance(admin, dict) else None
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     """Run one command; return the process exit status."""
     args = build_parser().parse_args(argv)
@@ -132,16 +146,17 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     try:
         if args.command == "migrate-store":  # needs two urls, not a config
             return asyncio.run(migrate_store(args, out))
-        # Only the server makes a missing admin.token_file (and prints its token): a command
-        # run before the first start must not take that print away from it.
-        settings = load_settings(path, make_token_file=args.command == "serve")
+        # Nothing here makes a missing admin.token_file: serve does, once it has started, so
+        # that neither a command run before nor a failed start takes its token's print away.
+        raw = read_config(path)
+        settings = with_admin_token_file(parse_settings(raw, os.environ))
         configure_logging(settings)  # from here on every configured secret is scrubbed
         if args.command == "check-config":
             return asyncio.run(_commands.check_config(settings, path, out))
         if args.command == "serve":
             from .app import serve
 
-            serve(settings)
+            serve(settings, admin_token_source(_admin_value(raw), settings, os.environ))
             return 0
         return asyncio.run(HANDLERS[args.command](settings, args, out))
     except ConfigError as exc:

@@ -6,7 +6,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -188,22 +188,24 @@ def resolve_config_path(given: str | None, environ: Mapping[str, str] = os.envir
     return Path(given or environ.get("GATEWAY_CONFIG") or DEFAULT_CONFIG)
 
 
-def load_settings(
-    path: Path, environ: Mapping[str, str] = os.environ, *, make_token_file: bool = True
-) -> Settings:
+def load_settings(path: Path, environ: Mapping[str, str] = os.environ) -> Settings:
     """Read, substitute and validate ``path``; every failure is a ConfigError naming the key.
 
-    Unlike ``parse_settings`` this touches the file system: ``admin.token_file`` is read (and,
-    with ``make_token_file``, made when missing: see ``with_admin_token_file``)."""
+    Unlike ``parse_settings`` this reads an existing ``admin.token_file``; it writes nothing (a
+    missing one is made by ``gateway serve`` once it has started: see ``with_admin_token_file``)."""
+    return with_admin_token_file(parse_settings(read_config(path), environ))
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The TOML document in ``path``, not validated yet; a ConfigError naming the file."""
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(str(path), "config file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), f"cannot read the config file: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), f"not valid TOML: {exc}") from None
-    return with_admin_token_file(parse_settings(raw, environ), make=make_token_file)
 
 
 def parse_settings(raw: dict[str, object], environ: Mapping[str, str]) -> Settings:
@@ -224,12 +226,12 @@ def parse_settings(raw: dict[str, object], environ: Mapping[str, str]) -> Settin
     return settings
 
 
-def with_admin_token_file(settings: Settings, *, make: bool = True) -> Settings:
+def with_admin_token_file(settings: Settings, *, make: bool = False) -> Settings:
     """An empty ``admin.token`` with ``admin.token_file`` set: the file's token becomes
-    ``admin.token`` (a missing file is made with a random token, mode 0600, printed once).
-
-    ``make=False`` (every command but ``serve``) leaves a missing file missing and the token
-    empty: only the server needs one, and its first start is the one that prints it."""
+    ``admin.token``. A missing file is left missing and the token empty, unless ``make``: then
+    it is made with a random token, mode 0600, and the token printed once. Only ``serve`` makes
+    it, once the server is bound and every part of it started (``app.serve``): a start that
+    fails makes none, so the next one is the first and prints it."""
     admin = settings.admin
     if admin.token.get_secret_value() or not admin.token_file:
         return settings

@@ -14,8 +14,19 @@ from typing import Any
 
 import pytest
 
-from webhook_bot_gateway.gateway._admin_token import KNOWN_DEMO_VALUES, is_loopback, read_token_file
-from webhook_bot_gateway.gateway.config import load_settings, parse_settings
+from webhook_bot_gateway.gateway._admin_token import (
+    KNOWN_DEMO_VALUES,
+    admin_token_source,
+    is_loopback,
+    read_token_file,
+)
+from webhook_bot_gateway.gateway.app import sandbox_banner
+from webhook_bot_gateway.gateway.cli import main
+from webhook_bot_gateway.gateway.config import (
+    load_settings,
+    parse_settings,
+    with_admin_token_file,
+)
 from webhook_bot_gateway.gateway.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,10 +87,41 @@ def test_the_example_names_no_public_admin_token() -> None:
     assert parse_settings(example(), {}).admin.token.get_secret_value() == ""
 
 
+def made_at_start() -> str:
+    """The admin token ``gateway serve`` has once it started (``app.announce_start``)."""
+    settings = with_admin_token_file(load_settings(EXAMPLE, {}), make=True)
+    return settings.admin.token.get_secret_value()
+
+
+def test_loading_the_config_makes_no_token_file(workdir: Path) -> None:
+    """Every command loads it, serve too: the file is made only once serve has started, so a
+    start that fails (a port in use, a store down) does not take the token's one print away."""
+    assert load_settings(EXAMPLE, {}).admin.token.get_secret_value() == ""
+    assert list(workdir.iterdir()) == []
+
+
+def test_serve_that_could_not_make_the_token_file_fails_before_it_starts(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The file is made once every part started: failing there left the store and the
+    channels open, and the log full of asyncio tracebacks. So it is checked before."""
+    (workdir / "data").write_text("a file where the folder goes\n", encoding="utf-8")
+    monkeypatch.setenv("GATEWAY_PORT", "0")
+    monkeypatch.delenv("GATEWAY_ADMIN_TOKEN", raising=False)
+    assert main(["serve", "--config", str(EXAMPLE)], out=io.StringIO()) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"config error in {EXAMPLE}: admin.token_file: cannot create data/admin-token: data is"
+        " not a folder this user can write\n"
+    )
+    assert not (workdir / "gateway.db").exists()
+
+
 def test_first_start_makes_a_private_random_token_and_prints_it_once(
     workdir: Path, open_umask: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    token = load_settings(EXAMPLE, {}).admin.token.get_secret_value()
+    token = made_at_start()
     path = workdir / "data" / "admin-token"
     assert path.read_text(encoding="utf-8") == token + "\n"
     assert len(token) >= 43  # secrets.token_urlsafe(32)
@@ -89,7 +131,8 @@ def test_first_start_makes_a_private_random_token_and_prints_it_once(
     assert token not in first.out  # stdout carries the commands' output (JSON, summaries)
     assert token in first.err
     assert "data/admin-token" in first.err
-    assert load_settings(EXAMPLE, {}).admin.token.get_secret_value() == token  # kept
+    assert load_settings(EXAMPLE, {}).admin.token.get_secret_value() == token  # read
+    assert made_at_start() == token  # kept
     assert token not in capsys.readouterr().err  # printed that once only
     assert sorted(p.name for p in path.parent.iterdir()) == ["admin-token"]  # no temporary left
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700  # data/ holds the store too
@@ -124,8 +167,51 @@ def test_concurrent_first_starts_agree_on_one_token(tmp_path: Path) -> None:
 
 def test_the_environment_token_wins_and_no_file_is_made(workdir: Path) -> None:
     settings = load_settings(EXAMPLE, {"GATEWAY_ADMIN_TOKEN": STRONG})
+    settings = with_admin_token_file(settings, make=True)  # as serve once started
     assert settings.admin.token.get_secret_value() == STRONG
     assert not (workdir / "data").exists()
+
+
+# where to sign in: the start message names the token's source, never the token
+
+
+def source(raw: dict[str, Any], environ: dict[str, str]) -> str | None:
+    """What ``gateway serve`` says the admin token is (cli: ``admin_token_source``)."""
+    settings = parse_settings(raw, environ)
+    return admin_token_source(raw["admin"].get("token"), settings, environ)
+
+
+def test_the_start_message_names_the_variable_the_token_came_from(workdir: Path) -> None:
+    """`GATEWAY_ADMIN_TOKEN=... make run` with an older data/admin-token beside it: the banner
+    sent people to the file, whose token the server did not take."""
+    (workdir / "data").mkdir()
+    (workdir / "data" / "admin-token").write_text("an-older-token-from-the-file\n")
+    said = source(example(), {"GATEWAY_ADMIN_TOKEN": STRONG})
+    assert said == "the admin token in $GATEWAY_ADMIN_TOKEN (admin.token)"
+    banner = sandbox_banner(parse_settings(example(), {}), said)
+    assert banner == (
+        "Sandbox on: open http://127.0.0.1:8080/ and sign in with the admin token in"
+        " $GATEWAY_ADMIN_TOKEN (admin.token) to play both sides."
+    )
+
+
+def test_the_start_message_names_the_key_of_a_token_written_in_the_config() -> None:
+    said = source(example(admin={"token": STRONG}), {})
+    assert said == "the admin token set as admin.token in the config file"
+    said = source(example(admin={"token": "${MISSING:-" + STRONG + "}"}), {})
+    assert said == "the admin token set as admin.token in the config file"  # the default's
+
+
+def test_the_start_message_names_the_token_file_when_the_variable_is_unset_or_empty() -> None:
+    for environ in ({}, {"GATEWAY_ADMIN_TOKEN": ""}):
+        assert source(example(), environ) == "the admin token in data/admin-token"
+
+
+def test_the_start_message_says_when_no_one_can_sign_in() -> None:
+    raw = example(admin={"token": "", "token_file": ""})
+    assert source(raw, {}) is None
+    banner = sandbox_banner(parse_settings(raw, {}), None)
+    assert "no one can sign in: admin.token and admin.token_file are empty" in banner
 
 
 def test_an_existing_token_file_is_read_as_written(workdir: Path) -> None:
