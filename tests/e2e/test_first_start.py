@@ -78,7 +78,7 @@ async def test_a_start_whose_store_fails_prints_neither_token_nor_banner(tmp_pat
     out, err = await failed_start(gateway)
     assert out == ""  # the banner said "Sandbox on: open ..." before the store failed
     assert "Admin token" not in err
-    assert err.splitlines()[-1].startswith("error: the PostgreSQL database did not answer")
+    assert err.splitlines()[-1].startswith("error: store.url: the PostgreSQL database did not")
     assert not (tmp_path / "data" / "admin-token").exists()
 
 
