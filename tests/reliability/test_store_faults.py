@@ -486,7 +486,7 @@ async def test_read_only_store_stops_the_start_with_a_clear_error_and_serves_onc
 
     status, output = await serve_until_exit(gateway)
     assert status == 1, output
-    assert "error: the SQLite database is unavailable" in output, output
+    assert "error: store.url: the SQLite database is unavailable" in output, output
     assert "Traceback" not in output, output
 
     assert store_fs.remount("rw").returncode == 0
