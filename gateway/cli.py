@@ -7,7 +7,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TextIO, get_args
+from typing import TYPE_CHECKING, Any, TextIO, get_args
 
 from webhook_bot_gateway.agents import AgentError
 from webhook_bot_gateway.channels import ChannelError
@@ -18,6 +18,7 @@ from ._admin_token import admin_token_source
 from ._api_models import MAX_ROW_ID, Channel
 from ._logging import configure_logging
 from ._migrate import migrate_store
+from ._output import BROKEN_PIPE_STATUS, OutputError, discard_rest, guarded, is_broken_pipe
 from .config import (
     Settings,
     parse_settings,
@@ -27,11 +28,26 @@ from .config import (
 )
 from .errors import ConfigError
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
 Handler = Callable[[Settings, argparse.Namespace, TextIO], Coroutine[Any, Any, int]]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse drops a help page it cannot write on stdout and exits 0; here the failure
+    reaches ``main`` (its subcommands' parsers are of this class too)."""
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        stdout: TextIO = sys.stdout  # the help pages' stream (argparse looks it up at each call)
+        if message and file is stdout:
+            guarded(stdout).write(message)
+        else:
+            super()._print_message(message, file)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="gateway", description="Webhook bot gateway for WhatsApp Cloud API and Telegram."
     )
     parser.add_argument("--config", help="config file (default: $GATEWAY_CONFIG, else config.toml)")
@@ -139,8 +155,28 @@ def _admin_value(raw: dict[str, Any]) -> object:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
-    """Run one command; return the process exit status."""
-    args = build_parser().parse_args(argv)
+    """Run one command; return the process exit status. A closed output pipe ends the command
+    quietly with 141 (as a shell tool killed by SIGPIPE); any other failure to write the output
+    is one ``error: cannot write the output: ...`` line and 1."""
+    output = guarded(out)
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit:  # --help's page is on sys.stdout, flushed here so a closed pipe is quiet
+            guarded(sys.stdout).flush()
+            raise
+        status = _run(args, output)
+        output.flush()  # here, not at the interpreter's exit, where a failure is a traceback
+        return status
+    except OutputError as exc:
+        discard_rest(exc)
+        if is_broken_pipe(exc):
+            return BROKEN_PIPE_STATUS
+        print(f"error: cannot write the output: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
     configure_logging()
     path = resolve_config_path(args.config)
     try:
