@@ -12,6 +12,7 @@ from typing import TextIO
 from pydantic import BaseModel
 
 from webhook_bot_gateway.store import (
+    SessionNotFound,
     Store,
     is_postgres,
     sqlite_path,
@@ -148,8 +149,7 @@ async def _list_sessions(store: Store, args: argparse.Namespace, out: TextIO) ->
 async def _show_session(store: Store, session_id: str, out: TextIO) -> int:
     session = await store.get_session(session_id)
     if session is None:
-        print(f"no session {session_id!r}", file=out)
-        return 1
+        raise SessionNotFound(session_id)  # `error: no session 'ID'`, on stderr
     branch = await store.get_branch(session_id)
     detail = SessionDetail.of(session, await store.list_outbox(session_id))
     messages = [MessageOut.of(m) for m in branch]
@@ -159,8 +159,7 @@ async def _show_session(store: Store, session_id: str, out: TextIO) -> int:
 
 async def _delete_session(store: Store, root: Path, session_id: str, out: TextIO) -> int:
     if not await erase_session(store, root, session_id):
-        print(f"no session {session_id!r}", file=out)
-        return 1
+        raise SessionNotFound(session_id)
     print(f"deleted session {session_id}", file=out)
     return 0
 

@@ -143,8 +143,7 @@ async def export_command(store: Store, root: Path, args: argparse.Namespace, out
         _check_target(target)
     document = await build_export(store, args.session_id)
     if document is None:
-        print(f"no session {args.session_id!r}", file=out)
-        return 1
+        raise SessionNotFound(args.session_id)  # `error: no session 'ID'`, on stderr
     if target is not None:
         _write_zip_file(document, root, target)
     out.write(export_json(document).decode() + "\n")

@@ -16,7 +16,13 @@ from dataclasses import replace
 from typing import TextIO
 
 from webhook_bot_gateway.channels import ChannelAdapter, ChannelError
-from webhook_bot_gateway.store import Delivery, DeliveryIn, QuarantineItem, Store
+from webhook_bot_gateway.store import (
+    Delivery,
+    DeliveryIn,
+    QuarantineItem,
+    QuarantineNotFound,
+    Store,
+)
 
 from ._accounts import account_agents
 from ._api_models import QuarantineList, QuarantineOut
@@ -49,12 +55,12 @@ async def replay(
     starting_agent: str,
     agents: AccountAgents | None = None,
 ) -> int:
-    """Replay row ``only``, or every row not replayed yet (oldest first); print each outcome."""
+    """Replay row ``only``, or every row not replayed yet (oldest first); print each outcome.
+    QuarantineNotFound when there is no row ``only``."""
     if only is not None:
         item = await store.get_quarantine(only)
         if item is None:
-            print(f"no quarantined delivery {only}", file=out)
-            return 1
+            raise QuarantineNotFound(only)  # `error: no quarantined delivery N`, on stderr
         items = [item]
     else:
         items = await pending_quarantined(store)

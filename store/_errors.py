@@ -155,7 +155,7 @@ class QuarantineNotFound(StoreError):
     code = "unknown_quarantine"
 
     def __init__(self, quarantine_id: int) -> None:
-        super().__init__(f"no quarantine row {quarantine_id}")
+        super().__init__(f"no quarantined delivery {quarantine_id}")
         self.quarantine_id = quarantine_id
 
 

@@ -168,6 +168,31 @@ def test_sessions_show_lists_the_branch_and_delete_erases(tmp_path: Path) -> Non
     assert cli("sessions", "show", "telegram-support-42", "--config", config)[0] == 1
 
 
+@pytest.mark.parametrize(
+    ("command", "error"),
+    [
+        (["sessions", "show", "telegram-support-404"], "error: no session 'telegram-support-404'"),
+        (
+            ["sessions", "delete", "telegram-support-404"],
+            "error: no session 'telegram-support-404'",
+        ),
+        (
+            ["sessions", "export", "telegram-support-404"],
+            "error: no session 'telegram-support-404'",
+        ),
+        (["quarantine", "replay", "999"], "error: no quarantined delivery 999"),
+    ],
+)
+def test_an_unknown_id_is_an_error_on_stderr_and_nothing_on_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str], error: str
+) -> None:
+    """`gateway sessions show X | jq` must get no line that is not the answer."""
+    create_store(tmp_path / "gw.db")
+    code, out = cli(*command, "--config", str(config_with_store(tmp_path)))
+    assert (code, out) == (1, "")
+    assert capsys.readouterr().err == error + "\n"
+
+
 def test_check_config_warns_of_a_dead_letter_handoff_to_an_undeclared_agent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

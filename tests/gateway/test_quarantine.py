@@ -20,7 +20,7 @@ from webhook_bot_gateway.gateway._quarantine import replay
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.gateway.cli import main
 from webhook_bot_gateway.gateway.config import Settings
-from webhook_bot_gateway.store import DeliveryIn, QuarantineIn, SQLiteStore
+from webhook_bot_gateway.store import DeliveryIn, QuarantineIn, QuarantineNotFound, SQLiteStore
 
 from .ingest_helpers import counts, rows, settings, tg_update, wa_delivery, wa_headers, wa_text
 
@@ -145,7 +145,10 @@ async def test_replay_of_one_id_touches_only_that_row(
 async def test_replay_of_an_unknown_id_fails(
     store: SQLiteStore, adapters: Mapping[str, ChannelAdapter]
 ) -> None:
-    assert await replayed(store, adapters, 404) == (1, "no quarantined delivery 404\n")
+    out = io.StringIO()
+    with pytest.raises(QuarantineNotFound, match="^no quarantined delivery 404$"):
+        await replay(store, adapters, 404, out, "triage")
+    assert out.getvalue() == ""
 
 
 async def test_replay_records_messages_directly_when_their_keys_were_claimed(
