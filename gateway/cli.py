@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TextIO, get_args
 
 from webhook_bot_gateway.agents import AgentError
 from webhook_bot_gateway.channels import ChannelError
-from webhook_bot_gateway.store import InvalidSessionId, StoreError
+from webhook_bot_gateway.store import MAX_LIST_LIMIT, InvalidSessionId, StoreError
 
 from . import _commands, _quarantine
 from ._admin_token import admin_token_source
@@ -85,8 +85,7 @@ def _add_sessions(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     sessions = _add(commands, "sessions", "list, show or delete sessions (offline)")
     actions = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = _add(actions, "list", "list sessions, newest first")
-    listing.add_argument("--limit", type=int, default=50)
-    listing.add_argument("--offset", type=int, default=0)
+    _add_paging(listing)
     listing.add_argument("--channel", choices=get_args(Channel))
     listing.add_argument("--status", choices=["idle", "running", "interrupted"])
     listing.add_argument("--agent")
@@ -97,12 +96,17 @@ def _add_sessions(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     export.add_argument("--files", metavar="OUT.zip", help="also write a zip: the JSON and files")
 
 
+def _add_paging(listing: argparse.ArgumentParser) -> None:
+    rows = f"rows to print, 1-{MAX_LIST_LIMIT} (default: 50)"
+    listing.add_argument("--limit", type=int, default=50, metavar="N", help=rows)
+    listing.add_argument("--offset", type=int, default=0, metavar="N", help="rows to skip first")
+
+
 def _add_quarantine(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     quarantine = _add(commands, "quarantine", "deliveries that could not be parsed (offline)")
     actions = quarantine.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = _add(actions, "list", "list quarantined deliveries as JSON, newest first")
-    listing.add_argument("--limit", type=int, default=50)
-    listing.add_argument("--offset", type=int, default=0)
+    _add_paging(listing)
     listing.add_argument("--pending", action="store_true", help="only rows not replayed yet")
     replay = _add(actions, "replay", "re-parse quarantined deliveries; record those that pass")
     replay.add_argument("id", nargs="?", type=int, help="one row (default: every row not replayed)")
@@ -116,18 +120,23 @@ def _add_telegram(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     hook.add_argument("--url", required=True, help="public https URL of /webhooks/telegram/NAME")
 
 
-# The numbers a command may take, and the range the store can hold (SQLite and PostgreSQL
-# integers are 64-bit: a larger one failed in the driver with a traceback).
-NUMBERS = {"limit": ("--limit", 1), "offset": ("--offset", 0), "id": ("id", 1)}
+# The numbers a command may take and their ranges: ids and offsets as large as the store can
+# hold (SQLite and PostgreSQL integers are 64-bit: a larger one failed in the driver with a
+# traceback), a page at most the store's MAX_LIST_LIMIT rows.
+NUMBERS = {
+    "limit": ("--limit", 1, MAX_LIST_LIMIT),
+    "offset": ("--offset", 0, MAX_ROW_ID),
+    "id": ("id", 1, MAX_ROW_ID),
+}
 
 
 def check_numbers(args: argparse.Namespace) -> None:
     """ValueError (``error: ...``, exit 1) for a number outside its range, before any store is
     opened or created."""
-    for name, (shown, low) in NUMBERS.items():
+    for name, (shown, low, high) in NUMBERS.items():
         value = getattr(args, name, None)
-        if value is not None and not low <= value <= MAX_ROW_ID:
-            raise ValueError(f"{shown} must be between {low} and {MAX_ROW_ID}, got {value}")
+        if value is not None and not low <= value <= high:
+            raise ValueError(f"{shown} must be between {low} and {high}, got {value}")
 
 
 def numbers_checked(handler: Handler) -> Handler:

@@ -1,6 +1,7 @@
 """Persistent state: sessions, their history DAG, turns, the dedup guard and the pipeline."""
 
 from ._args import storable_text
+from ._checks import MAX_LIST_LIMIT
 from ._copy import CountMismatch, TableAccess, TargetNotEmpty, copy_store, counts
 from ._errors import (
     AttachmentNotFound,
@@ -69,6 +70,7 @@ from .sqlite._turn import CommitHook, SQLiteTurn
 
 __all__ = [
     "LAST_USER_MESSAGE_AT",
+    "MAX_LIST_LIMIT",
     "CountMismatch",
     "TableAccess",
     "TargetNotEmpty",

@@ -73,3 +73,15 @@ def test_the_largest_numbers_the_store_holds_are_accepted(
     else:
         assert status == 0
         assert '"total"' in out.getvalue() or '"quarantine": []' in out.getvalue()
+
+
+@pytest.mark.parametrize("command", ["sessions", "quarantine"])
+@pytest.mark.parametrize("limit", ["0", "1001", "99999999"])
+def test_a_limit_out_of_range_names_the_one_range_a_page_may_have(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, limit: str
+) -> None:
+    """One range, whichever side is passed: a page holds 1 to 1000 rows (the store's bound)."""
+    create_store(tmp_path / "gw.db")
+    status = main(["--config", str(config(tmp_path)), command, "list", "--limit", limit])
+    assert status == 1
+    assert capsys.readouterr().err == f"error: --limit must be between 1 and 1000, got {limit}\n"
