@@ -10,6 +10,24 @@ from .errors import ConfigError
 
 _REFERENCE = re.compile(r"\$\{([^}]*)\}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SHELL_STYLE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")  # a whole value such as $TOKEN
+
+
+def check_mistyped_reference(text: str, environ: Mapping[str, str], key: str) -> None:
+    """ConfigError for a reference that would be taken as literal text (a token, a secret):
+    a ``${`` that no ``}`` closes, or a whole value ``$NAME`` written as in a shell. Neither
+    message repeats the value, which may be a secret; the name of a variable that is set is
+    given, since it is then almost surely a reference."""
+    if "${" in _REFERENCE.sub("", text):
+        raise ConfigError(key, "malformed reference: a '${' with no closing '}'")
+    shell = _SHELL_STYLE.fullmatch(text)
+    if shell and shell.group(1) in environ:
+        name = shell.group(1)
+        raise ConfigError(key, f"${name} is not read from the environment: write ${{{name}}}")
+    if shell:
+        raise ConfigError(
+            key, "a value of the form $NAME is not read from the environment: write ${NAME}"
+        )
 
 
 def key_path(parts: tuple[str | int, ...]) -> str:
@@ -40,6 +58,8 @@ def references(text: str) -> list[str]:
 
 
 def _substitute_string(text: str, environ: Mapping[str, str], path: tuple[str | int, ...]) -> str:
+    check_mistyped_reference(text, environ, key_path(path))
+
     def replace(match: re.Match[str]) -> str:
         name, has_default, default = match.group(1).partition(":-")
         if not _NAME.fullmatch(name):

@@ -216,3 +216,25 @@ def test_check_config_before_the_first_start_leaves_the_token_to_serve(
     assert served[0][0].admin.token.get_secret_value() == ""
     assert served[0][1] == "the admin token in data/admin-token"
     assert "Admin token" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("${WHATSAPP_ACCESS_TOKEN", "malformed reference: a '${' with no closing '}'"),
+        (
+            "$WHATSAPP_ACCESS_TOKEN",
+            "a value of the form $NAME is not read from the environment: write ${NAME}",
+        ),
+    ],
+)
+def test_check_config_refuses_a_mistyped_reference_it_took_as_the_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, problem: str
+) -> None:
+    """Both passed as OK, with the reference's text used as the access token."""
+    number = f'[[whatsapp.numbers]]\nphone_number_id = "1"\naccess_token = "{value}"\n'
+    code, out, err = check_config(
+        tmp_path, HUMAN + '[agents]\nstarting_agent = "a"\n' + number, capsys
+    )
+    assert (code, out) == (1, "")
+    assert err == config_error(tmp_path, f"whatsapp.numbers[0].access_token: {problem}")

@@ -90,6 +90,48 @@ def test_malformed_reference_names_the_key(tmp_path: Path) -> None:
     assert error.key == "admin.token"
 
 
+@pytest.mark.parametrize("value", ["${TELEGRAM_BOT_TOKEN", "42:abc${X", "${A}-${B", "pre-${"])
+def test_a_reference_with_no_closing_brace_is_refused_naming_the_key(
+    tmp_path: Path, value: str
+) -> None:
+    """It was taken as literal text: the token became "${TELEGRAM_BOT_TOKEN"."""
+    text = f'[[telegram.bots]]\nname = "a"\ntoken = "{value}"\nsecret_token = "s"\n'
+    error = error_of(tmp_path, text, {"TELEGRAM_BOT_TOKEN": "42:abc", "A": "a", "B": "b"})
+    assert str(error) == "telegram.bots[0].token: malformed reference: a '${' with no closing '}'"
+
+
+def test_a_shell_style_reference_names_the_variable_that_is_set(tmp_path: Path) -> None:
+    text = '[admin]\ntoken = "$GATEWAY_ADMIN_TOKEN"\n'
+    error = error_of(tmp_path, text, {"GATEWAY_ADMIN_TOKEN": "a-long-enough-admin-token"})
+    assert str(error) == (
+        "admin.token: $GATEWAY_ADMIN_TOKEN is not read from the environment:"
+        " write ${GATEWAY_ADMIN_TOKEN}"
+    )
+
+
+def test_a_shell_style_whole_value_is_refused_without_repeating_it(tmp_path: Path) -> None:
+    """Unset, it may be a secret that happens to start with $: the message does not echo it."""
+    error = error_of(tmp_path, '[admin]\ntoken = "$Hunter2secret"\n')
+    assert str(error) == (
+        "admin.token: a value of the form $NAME is not read from the environment: write ${NAME}"
+    )
+
+
+@pytest.mark.parametrize(
+    "value", ["pa$$w$ord-16-chars", "$5-off-a-long-token", "a$B-long-admin-t", "$"]
+)
+def test_a_dollar_elsewhere_in_a_value_is_kept_as_it_is(tmp_path: Path, value: str) -> None:
+    settings = load_settings(write(tmp_path, f'[admin]\ntoken = "{value}"\n'), {})
+    assert settings.admin.token.get_secret_value() == value
+
+
+def test_a_variables_content_is_not_read_as_a_reference(tmp_path: Path) -> None:
+    environ = {"GATEWAY_ADMIN_TOKEN": "$OTHER", "T2": "x${y"}
+    text = '[admin]\ntoken = "${GATEWAY_ADMIN_TOKEN}-${T2}"\n'
+    settings = load_settings(write(tmp_path, text), environ)
+    assert settings.admin.token.get_secret_value() == "$OTHER-x${y"
+
+
 def test_max_turns_zero_names_agents_max_turns(tmp_path: Path) -> None:
     error = error_of(tmp_path, "[agents]\nmax_turns = 0\n")
     assert error.key == "agents.max_turns"
