@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,12 +24,13 @@ from webhook_bot_gateway.store import (
 from ._accounts import gateway_registry
 from ._api_models import MessageOut, SessionDetail, SessionOut, SessionsPage
 from ._export import export_command
-from ._logging import configured_secrets
+from ._logging import REDACTED, configured_secrets, secrets_pattern
 from ._media.files import erase_session
 from ._purge import DAY, Purger, retention_of
 from ._sandbox import sandbox_warnings
 from ._store_open import naming_store_url, open_configured_store
-from ._summary import summarize
+from ._summary import mask_url, summarize
+from ._webhook_url import check_webhook_url
 from .config import Settings
 
 MEMORY = ":memory:"
@@ -171,13 +173,23 @@ async def telegram_command(settings: Settings, args: argparse.Namespace, out: Te
     if args.bot not in bots:
         known = ", ".join(sorted(bots)) or "none configured"
         raise ValueError(f"telegram.bots: no bot named {args.bot!r} (known: {known})")
+    for warning in check_webhook_url(args.url, args.bot):  # before anything is sent
+        print(f"warning: {warning}", file=sys.stderr)
     telegram = settings.telegram
+    secrets = configured_secrets(settings)
     await set_webhook(
         bots[args.bot],
         args.url,
         telegram.api_base_url,
         request_timeout=telegram.request_timeout,
-        redact=configured_secrets(settings),  # its error is printed: none of them may be in it
+        redact=secrets,  # its error is printed: none of them may be in it
     )
-    print(f"webhook of bot {args.bot} set to {args.url}", file=out)
+    print(f"webhook of bot {args.bot} set to {_shown_url(args.url, secrets)}", file=out)
     return 0
+
+
+def _shown_url(url: str, secrets: tuple[str, ...]) -> str:
+    """``url`` without its password (``user:***@``), its query or a configured secret."""
+    masked = mask_url(url)
+    pattern = secrets_pattern(secrets)
+    return masked if pattern is None else pattern.sub(REDACTED, masked)

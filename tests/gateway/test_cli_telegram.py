@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from pytest_aiohttp import AiohttpServer
 
 from tests.channels.telegram_fakes import FakeBotApi
@@ -28,6 +29,14 @@ def write_config(tmp_path: Path, api_base_url: str) -> Path:
 
 
 async def run_gateway(*args: str) -> tuple[int, str]:
+    code, output, _ = await run_gateway_apart(*args, stderr=asyncio.subprocess.STDOUT)
+    return code, output
+
+
+async def run_gateway_apart(
+    *args: str, stderr: int = asyncio.subprocess.PIPE
+) -> tuple[int, str, str]:
+    """Its exit status, stdout and stderr (merged into stdout with ``stderr=STDOUT``)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -36,11 +45,11 @@ async def run_gateway(*args: str) -> tuple[int, str]:
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
+        stderr=stderr,
     )
-    output, _ = await asyncio.wait_for(process.communicate(), timeout=60)
+    output, errors = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode is not None
-    return process.returncode, output.decode()
+    return process.returncode, output.decode(), (errors or b"").decode()
 
 
 async def test_set_webhook_sends_url_secret_and_allowed_updates(
@@ -70,13 +79,98 @@ async def test_set_webhook_failure_exits_1_without_the_token(
     from tests.channels.telegram_fakes import error
 
     fake = FakeBotApi()
-    fake.script("setWebhook", error(400, "Bad Request: bad webhook: HTTPS url must be provided"))
+    refusal = "Bad Request: bad webhook: Failed to resolve host: Name or service not known"
+    fake.script("setWebhook", error(400, refusal))
     server = await aiohttp_server(fake.app())
     config = write_config(tmp_path, str(server.make_url("")).rstrip("/"))
+    url = "https://nowhere.invalid/webhooks/telegram/support"
     code, output = await run_gateway(
-        "telegram", "set-webhook", "--bot", "support", "--url", "http://x", "--config", str(config)
+        "telegram", "set-webhook", "--bot", "support", "--url", url, "--config", str(config)
     )
     assert code == 1
-    assert "https url must be provided" in output.lower()
+    assert "failed to resolve host" in output.lower()
     assert "Traceback" not in output
     assert TOKEN not in output
+
+
+async def set_webhook_of_support(
+    server: AiohttpServer, tmp_path: Path, url: str
+) -> tuple[int, str, str]:
+    config = write_config(tmp_path, str(server.make_url("")).rstrip("/"))
+    return await run_gateway_apart(
+        "telegram", "set-webhook", "--bot", "support", "--url", url, "--config", str(config)
+    )
+
+
+EXAMPLE = "https://bots.example.com/webhooks/telegram/support"
+NOT_ABSOLUTE = f"--url must be an absolute https URL, such as {EXAMPLE}"
+PLAIN_HTTP = f"--url must be https: Telegram calls no plain-http webhook ({EXAMPLE})"
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("notaurl", NOT_ABSOLUTE),
+        ("/webhooks/telegram/support", NOT_ABSOLUTE),
+        ("https:///webhooks/telegram/support", NOT_ABSOLUTE),
+        ("ftp://example.com/webhooks/telegram/support", NOT_ABSOLUTE),
+        ("http://example.com/x", PLAIN_HTTP),
+        ("HTTP://127.0.0.1:8080/webhooks/telegram/support", PLAIN_HTTP),
+        (
+            "https://example.com:8080/webhooks/telegram/support",
+            "--url's port must be 443, 80, 88 or 8443 (Telegram calls no other), not 8080",
+        ),
+        (
+            "https://example.com:99999/webhooks/telegram/support",
+            "--url's port is not a number from 0 to 65535",
+        ),
+    ],
+)
+async def test_a_url_telegram_never_calls_is_refused_before_any_call(
+    aiohttp_server: AiohttpServer, tmp_path: Path, url: str, error: str
+) -> None:
+    """The fake (as the sandbox's) took any URL: "webhook ... set to notaurl" and exit 0."""
+    fake = FakeBotApi()
+    code, out, err = await set_webhook_of_support(await aiohttp_server(fake.app()), tmp_path, url)
+    assert (code, out, err) == (1, "", f"error: {error}\n")
+    assert fake.methods() == []
+
+
+@pytest.mark.parametrize("port", ["", ":443", ":80", ":88", ":8443"])
+async def test_the_ports_telegram_calls_are_accepted(
+    aiohttp_server: AiohttpServer, tmp_path: Path, port: str
+) -> None:
+    fake = FakeBotApi()
+    url = f"https://bots.example.com{port}/webhooks/telegram/support"
+    code, out, err = await set_webhook_of_support(await aiohttp_server(fake.app()), tmp_path, url)
+    assert (code, out, err) == (0, f"webhook of bot support set to {url}\n", "")
+    assert fake.calls[0].fields["url"] == url
+
+
+async def test_a_path_that_is_not_the_bots_route_is_a_warning(
+    aiohttp_server: AiohttpServer, tmp_path: Path
+) -> None:
+    """A proxy in front may rewrite the path: the webhook is set, with a warning on stderr."""
+    fake = FakeBotApi()
+    url = "https://bots.example.com/tg/support"
+    code, out, err = await set_webhook_of_support(await aiohttp_server(fake.app()), tmp_path, url)
+    assert (code, out) == (0, f"webhook of bot support set to {url}\n")
+    assert err == (
+        "warning: --url does not end with /webhooks/telegram/support, where this gateway takes"
+        " bot support's updates; Telegram will post to the URL as given (fine if a proxy in"
+        " front rewrites the path)\n"
+    )
+    assert fake.calls[0].fields["url"] == url
+
+
+async def test_the_url_is_printed_without_its_password_or_a_token(
+    aiohttp_server: AiohttpServer, tmp_path: Path
+) -> None:
+    fake = FakeBotApi()
+    url = f"https://hook:basic-pass-1@bots.example.com/{TOKEN}/webhooks/telegram/support"
+    code, out, err = await set_webhook_of_support(await aiohttp_server(fake.app()), tmp_path, url)
+    assert code == 0, err
+    assert fake.calls[0].fields["url"] == url  # sent as given
+    assert out.startswith("webhook of bot support set to https://hook:***@bots.example.com/")
+    assert "basic-pass-1" not in out + err
+    assert TOKEN not in out + err
