@@ -46,11 +46,14 @@ class _Parser(argparse.ArgumentParser):
             super()._print_message(message, file)
 
 
+CONFIG_HELP = "config file (default: $GATEWAY_CONFIG, else config.toml)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = _Parser(
         prog="gateway", description="Webhook bot gateway for WhatsApp Cloud API and Telegram."
     )
-    parser.add_argument("--config", help="config file (default: $GATEWAY_CONFIG, else config.toml)")
+    parser.add_argument("--config", metavar="PATH", help=CONFIG_HELP)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add(commands, "serve", "migrate the store, recover interrupted runs, serve HTTP")
     _add(commands, "check-config", "validate the config and print a summary, secrets masked")
@@ -63,17 +66,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, text: str
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    text: str,
+    *,
+    reads_config: bool = True,
 ) -> argparse.ArgumentParser:
     sub = commands.add_parser(name, help=text, description=text)
-    # Accept --config after the command too: `gateway serve --config x.toml`.
-    sub.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    # Accept --config after the command too (`gateway serve --config x.toml`), and show it in
+    # the command's --help, unless the command reads no config (it is then accepted, unused).
+    shown = CONFIG_HELP if reads_config else argparse.SUPPRESS
+    sub.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH", help=shown)
     return sub
 
 
 def _add_migrate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     text = "copy a stopped gateway's store to another backend (SQLite <-> PostgreSQL)"
-    migrate = _add(commands, "migrate-store", text)
+    migrate = _add(commands, "migrate-store", text, reads_config=False)
     migrate.add_argument("--from", dest="source", required=True, help="the store url to copy")
     migrate.add_argument("--to", dest="target", required=True, help="the store url to fill")
     migrate.add_argument(
@@ -82,18 +91,26 @@ def _add_migrate(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _add_sessions(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    sessions = _add(commands, "sessions", "list, show or delete sessions (offline)")
+    sessions = _add(commands, "sessions", "list, show, delete or export sessions (offline)")
     actions = sessions.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = _add(actions, "list", "list sessions, newest first")
     _add_paging(listing)
     listing.add_argument("--channel", choices=get_args(Channel))
     listing.add_argument("--status", choices=["idle", "running", "interrupted"])
     listing.add_argument("--agent")
-    _add(actions, "show", "show one session and its current branch").add_argument("session_id")
-    _add(actions, "delete", "delete a session and its history").add_argument("session_id")
-    export = _add(actions, "export", "print everything held of a session as JSON (docs/data.md)")
-    export.add_argument("session_id")
+    _add_one_session(actions, "show", "show one session and its current branch")
+    _add_one_session(actions, "delete", "delete a session and its history")
+    text = "print everything held of a session as JSON (docs/data.md)"
+    export = _add_one_session(actions, "export", text)
     export.add_argument("--files", metavar="OUT.zip", help="also write a zip: the JSON and files")
+
+
+def _add_one_session(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser], name: str, text: str
+) -> argparse.ArgumentParser:
+    action = _add(actions, name, text)
+    action.add_argument("session_id", metavar="ID", help="e.g. telegram-support-12345")
+    return action
 
 
 def _add_paging(listing: argparse.ArgumentParser) -> None:
