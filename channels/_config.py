@@ -12,7 +12,8 @@ AGENT_NAME = r"^[A-Za-z0-9_-]{1,52}$"  # as agents' own rule; the gateway checks
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # TOML has inf and nan: a timeout of inf never fires, a rate of nan compares false to all.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")

@@ -34,7 +34,8 @@ DEFAULT_CONFIG = "config.toml"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # TOML has inf and nan: a timeout of inf never fires, a rate of nan compares false to all.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 MIB = 1024 * 1024

@@ -151,6 +151,26 @@ def test_wrong_type_names_the_key(tmp_path: Path) -> None:
     assert error_of(tmp_path, "[server]\nport = 'eighty'\n").key == "server.port"
 
 
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "+inf"])
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("server", "read_timeout"),
+        ("dedup", "ttl_hours"),
+        ("web", "heartbeat_seconds"),
+        ("sender", "telegram_bot_per_second"),
+        ("telegram", "request_timeout"),
+    ],
+)
+def test_a_number_that_is_not_finite_names_the_key(
+    tmp_path: Path, value: str, section: str, key: str
+) -> None:
+    """TOML's inf and nan: a timeout of inf never fires, a rate of nan compares false."""
+    error = error_of(tmp_path, f"[{section}]\n{key} = {value}\n")
+    assert error.key == f"{section}.{key}"
+    assert "finite number" in str(error)
+
+
 def test_bad_double_texting_value_names_the_key(tmp_path: Path) -> None:
     error = error_of(tmp_path, "[dispatcher]\ndouble_texting = 'both'\n")
     assert error.key == "dispatcher.double_texting"
