@@ -115,9 +115,13 @@ class AgentsConfig(_Section):
                 listed="agents.list",
             )
         for index, agent in enumerate(self.agents):
+            key = f"agents.list[{index}].model"
             if agent.model not in (None, RULES, *self.models):
                 problem = f"model {agent.model!r} is not declared"
-                key = f"agents.list[{index}].model"
+                raise AgentConfigError(agent.name, problem, key=key, problem=problem)
+            # after the check above: a misspelled model is named as such, not as a rules problem
+            if agent.rules and agent.model not in (None, RULES):
+                problem = f"rules need model = 'rules' (it has model = {agent.model!r})"
                 raise AgentConfigError(agent.name, problem, key=key, problem=problem)
         return self
 
@@ -169,8 +173,6 @@ def _agent_problems(agent: AgentConfig) -> list[str]:
         problems.append("a human agent has no model, tools or rules")
     if agent.kind == "bot" and not agent.model:
         problems.append("needs a model ('rules' or a name under [agents.models])")
-    if agent.rules and agent.model != RULES:
-        problems.append("rules need model = 'rules'")
     for index, rule in enumerate(agent.rules):
         try:
             rule.to_rule()

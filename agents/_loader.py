@@ -16,7 +16,7 @@ from ._errors import AgentConfigError
 from ._model import ModelBackend
 from ._openai import OpenAIModel, Sleep
 from ._registry import Registry
-from ._rules import RulesModel
+from ._rules import RulesModel, argument_problem
 from ._tools import Tool, make_tool
 
 # The import package the four folders are installed under ("webhook_bot_gateway").
@@ -75,16 +75,30 @@ def agent_from_config(
 
 
 def _check_rule_tools(spec: AgentConfig, tools: list[Tool], key: str | None) -> None:
-    """A rule's ``tool`` names one of the agent's tools (known only once they are imported)."""
-    names = [tool.name for tool in tools]
+    """A rule's ``tool`` names one of the agent's tools, and its ``arguments`` fit that tool's
+    parameters (both known only once the tools are imported)."""
+    named = {tool.name: tool for tool in tools}
     for index, rule in enumerate(spec.rules):
-        if rule.tool and rule.tool not in names:
+        if not rule.tool:
+            continue
+        tool = named.get(rule.tool)
+        if tool is None:
             problem = (
                 f"tool {rule.tool!r} is not among the agent's tools"
-                f" ({', '.join(map(repr, names)) or 'it has none'})"
+                f" ({', '.join(map(repr, named)) or 'it has none'})"
             )
             rule_key = key and f"{key}.rules[{index}].tool"
             raise AgentConfigError(spec.name, f"a rule's {problem}", key=rule_key, problem=problem)
+        wrong = argument_problem(rule.arguments, tool)
+        if wrong is not None:
+            argument, problem = wrong
+            rule_key = key and f"{key}.rules[{index}].arguments"
+            if argument is not None:
+                rule_key = rule_key and f"{rule_key}.{argument}"
+            message = f"rules[{index}]: {problem}"
+            raise AgentConfigError(
+                spec.name, message, key=rule_key, problem=f"agent {spec.name!r}: {problem}"
+            )
 
 
 def import_tool(agent: str, path: str, *, key: str | None = None) -> Tool:

@@ -10,7 +10,7 @@ from ._agent import Agent, handoff_spec
 from ._config import AGENT_NAME, RULES, check_agent_names
 from ._errors import AgentConfigError
 from ._model import ModelBackend, ToolSpec
-from ._rules import RulesModel
+from ._rules import RulesModel, argument_problem
 
 
 class Registry:
@@ -136,10 +136,14 @@ def _check_agent(agent: Agent, models: Mapping[str, ModelBackend]) -> None:
 
 
 def _check_rules(agent: Agent, model: RulesModel) -> None:
-    for rule in model.rules:
-        if rule.tool and agent.tool_named(rule.tool) is None:
+    for index, rule in enumerate(model.rules):
+        tool = agent.tool_named(rule.tool) if rule.tool else None
+        if rule.tool and tool is None:
             message = f"a rule calls tool {rule.tool!r}, which is not among its tools"
             raise AgentConfigError(agent.name, message)
+        wrong = argument_problem(rule.arguments, tool) if tool is not None else None
+        if wrong is not None:
+            raise AgentConfigError(agent.name, f"rules[{index}]: {wrong[1]}")
         if rule.handoff and rule.handoff not in agent.handoffs:
             message = f"a rule hands off to {rule.handoff!r}, which is not in its handoffs"
             raise AgentConfigError(agent.name, message)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ._agent import handoff_tool_name
 from ._model import ModelMessage, ModelResponse, ToolCall, ToolSpec
+from ._tools import Tool
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,28 @@ def _apply(rule: Rule, groups: dict[str, str], tail: Sequence[ModelMessage]) -> 
     arguments = {key: value.format_map(groups) for key, value in rule.arguments.items()}
     call = ToolCall(f"call_{secrets.token_hex(8)}", rule.action, json.dumps(arguments))
     return ModelResponse(text=reply, tool_calls=(call,))
+
+
+def argument_problem(arguments: Mapping[str, str], tool: Tool) -> tuple[str | None, str] | None:
+    """What is wrong with a rule's ``arguments`` for ``tool``, known before any call: the
+    first argument the tool does not take, or the parameters it needs that are not given.
+    (argument, problem), the argument None for missing ones; None when nothing is wrong."""
+    fields = tool.arguments_model.model_fields
+    for name in arguments:
+        if name not in fields:
+            taken = ", ".join(map(repr, fields)) or "none"
+            return name, (
+                f"argument {name!r} is not a parameter of tool {tool.name!r}"
+                f" (its parameters: {taken})"
+            )
+    missing = [name for name, info in fields.items() if info.is_required()]
+    names = ", ".join(repr(name) for name in missing if name not in arguments)
+    if names:
+        return (
+            None,
+            f"tool {tool.name!r} needs the argument(s) {names}, which the rule does not give",
+        )
+    return None
 
 
 def _last_user_text(messages: Sequence[ModelMessage]) -> tuple[str, Sequence[ModelMessage]]:

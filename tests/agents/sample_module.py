@@ -14,7 +14,7 @@ AGENTS = [
         "coder",
         "You write code.",
         tools=[echo],
-        model=RulesModel([Rule(match="(?P<t>.+)", tool="echo", arguments={"t": "{t}"})]),
+        model=RulesModel([Rule(match="(?P<t>.+)", tool="echo", arguments={"text": "{t}"})]),
     ),
 ]
 

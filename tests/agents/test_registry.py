@@ -12,10 +12,12 @@ from webhook_bot_gateway.agents import (
     AgentConfigError,
     AgentsConfig,
     Registry,
+    Rule,
     RulesModel,
     Tool,
     build_registry,
 )
+from webhook_bot_gateway.agents._loader import import_tool
 from webhook_bot_gateway.agents.testing import ScriptedModel
 
 
@@ -54,7 +56,14 @@ def test_config_defaults_without_agents_stay_valid() -> None:
             config({"name": "triage", "model": "gpt"}),
             "agent 'triage': model 'gpt' is not declared",
         ),
-        (config({**TRIAGE, "model": "gpt"}), "agent 'triage': rules need model = 'rules'"),
+        (
+            config({**TRIAGE, "model": "gpt"}, models={"gpt": {"model": "m"}}),
+            "agent 'triage': rules need model = 'rules' (it has model = 'gpt')",
+        ),
+        (
+            config({**TRIAGE, "model": "fakee"}, models={"fake": {"model": "m"}}),
+            "agent 'triage': model 'fakee' is not declared",
+        ),
         (config({"name": "triage"}), "agent 'triage': needs a model"),
         (config({**TRIAGE, "kind": "human"}), "agent 'triage': a human agent has no model"),
         (config({**TRIAGE, "model": None}), "agent 'triage': needs a model"),
@@ -184,6 +193,45 @@ def test_registry_rule_calling_missing_tool_names_agent() -> None:
     with pytest.raises(AgentConfigError, match="agent 'triage': a rule's tool 'lookup'") as err:
         build_registry(parsed)
     assert err.value.key == "agents.list[0].rules[0].tool"
+
+
+DEMO_TOOL = "webhook_bot_gateway.agents.demo.lookup_invoice"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "key", "problem"),
+    [
+        (
+            {"wrong": "{n}"},
+            "agents.list[0].rules[1].arguments.wrong",
+            "agent 'triage': argument 'wrong' is not a parameter of tool 'lookup_invoice'"
+            " (its parameters: 'number')",
+        ),
+        (
+            {},
+            "agents.list[0].rules[1].arguments",
+            "agent 'triage': tool 'lookup_invoice' needs the argument(s) 'number', which the"
+            " rule does not give",
+        ),
+    ],
+)
+def test_registry_rule_arguments_that_do_not_fit_the_tool_are_refused_at_load(
+    arguments: dict[str, str], key: str, problem: str
+) -> None:
+    rules = [{"reply": "hi", "match": "hi"}, {"match": r"(?P<n>\d+)", "tool": "lookup_invoice"}]
+    rules[1]["arguments"] = arguments  # type: ignore[assignment]
+    parsed = AgentsConfig.model_validate(config({**TRIAGE, "tools": [DEMO_TOOL], "rules": rules}))
+    with pytest.raises(AgentConfigError) as caught:
+        build_registry(parsed)
+    assert (caught.value.key, caught.value.problem) == (key, problem)
+    assert str(caught.value).startswith("agent 'triage': rules[1]: ")
+
+
+def test_registry_python_rules_agent_with_arguments_the_tool_does_not_take_is_refused() -> None:
+    rules = RulesModel([Rule(match="x", tool="lookup_invoice", arguments={"wrong": "1"})])
+    agent = Agent("triage", tools=[import_tool("triage", DEMO_TOOL)], model=rules)
+    with pytest.raises(AgentConfigError, match="rules\\[0\\]: argument 'wrong' is not a param"):
+        Registry([agent], "triage")
 
 
 def test_registry_from_module_agents_and_list_together() -> None:

@@ -112,6 +112,19 @@ def config_error(tmp_path: Path, problem: str) -> str:
             " ('lookup_invoice')",
         ),
         (
+            '[agents]\nstarting_agent = "a"\n'
+            + RULES_AGENT.format(name="a", tools=DEMO_TOOL)
+            + '[[agents.list.rules]]\nmatch = "(?P<n>\\\\d+)"\ntool = "lookup_invoice"\n'
+            + 'arguments = { wrong = "{n}" }\n',
+            "agents.list[0].rules[0].arguments.wrong: agent 'a': argument 'wrong' is not a"
+            " parameter of tool 'lookup_invoice' (its parameters: 'number')",
+        ),
+        (
+            '[agents.models.fake]\nmodel = "m"\n[agents]\nstarting_agent = "a"\n'
+            '[[agents.list]]\nname = "a"\nmodel = "fakee"\n[[agents.list.rules]]\nreply = "hi"\n',
+            "agents.list[0].model: model 'fakee' is not declared",
+        ),
+        (
             '[agents.models.rules]\nmodel = "x"\n[agents]\nstarting_agent = "a"\n' + HUMAN,
             "agents.models.rules: 'rules' is the built-in rules backend's name: choose another",
         ),
@@ -146,6 +159,8 @@ def config_error(tmp_path: Path, problem: str) -> str:
         "boolean-typo",
         "agent-boolean-on",
         "rule-tool-not-among-tools",
+        "rule-argument-not-a-parameter",
+        "rules-agent-misspelled-model",
         "model-named-rules",
         "boolean-for-a-number",
         "boolean-for-a-channel-number",
