@@ -94,12 +94,14 @@ class OpenAIModel:
             ) as response:
                 payload = await response.read()
                 self._check(response, payload)
+                content_type = response.content_type  # the media type, without parameters
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _Retryable(f"{type(exc).__name__} {exc}".strip()) from None
         try:
             return parse_completion(payload)
         except ValueError as exc:
-            raise ModelBackendError(self.name, str(exc)) from None
+            what = f"{exc} (content-type {content_type[:100]!r}, {len(payload)} bytes)"
+            raise ModelBackendError(self.name, what) from None
 
     def _check(self, response: aiohttp.ClientResponse, payload: bytes) -> None:
         status = response.status

@@ -65,13 +65,25 @@ def parse_completion(payload: bytes) -> ModelResponse:
     try:
         completion = _Completion.model_validate_json(payload)
     except ValidationError as exc:
-        raise ValueError(f"not a chat completion: {exc.error_count()} error(s)") from None
+        raise ValueError(_what_is_wrong(exc)) from None
     if not completion.choices:
         raise ValueError("a chat completion without choices")
     message = completion.choices[0].message
     calls = tuple(_call(call) for call in message.tool_calls or ())
     refusal = message.refusal or None
     return ModelResponse(text=message.content or None, tool_calls=calls, refusal=refusal)
+
+
+def _what_is_wrong(exc: ValidationError) -> str:
+    """Why a body is not a chat completion: not JSON, or its first failing field; never the
+    body itself (a proxy's error page, a truncated answer: it may hold anything)."""
+    errors = exc.errors(include_url=False, include_context=False, include_input=False)
+    first = errors[0]
+    if first["type"] == "json_invalid":
+        return f"not JSON ({first['msg'].removeprefix('Invalid JSON: ')})"
+    where = ".".join(map(str, first["loc"])) or "the body"
+    more = f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else ""
+    return f"not a chat completion: {where}: {first['msg']}{more}"
 
 
 def _call(call: _ToolCall) -> ToolCall:

@@ -236,7 +236,8 @@ class StrictOpenAI:
     hang: asyncio.Event = field(default_factory=asyncio.Event)  # an answer "hang" waits for it
 
     def answer(self, body: Any, status: int = 200, **headers: str) -> None:
-        """Queue the next answer (before the brain's)."""
+        """Queue the next answer (before the brain's): a JSON body, "hang", or bytes sent as
+        they are (a body that is not JSON; give its Content-Type in ``headers``)."""
         self.answers.append((status, body, headers))
 
     def app(self) -> web.Application:
@@ -253,6 +254,8 @@ class StrictOpenAI:
             self.violations += problems
             return web.json_response(_error(problems[0]), status=400)
         status, answer, headers = self._next(body)
+        if isinstance(answer, bytes):
+            return web.Response(body=answer, status=status, headers=headers)
         if answer == "hang":
             await self.hang.wait()
         return web.json_response(answer, status=status, headers=headers)

@@ -258,6 +258,53 @@ async def test_openai_not_a_completion_is_an_error(
         await model.complete([ModelMessage("user", "hi")], [])
 
 
+SECRET_PAGE = "internal proxy 10.0.0.5 user=crm password=hunter2"
+
+
+@pytest.mark.parametrize(
+    ("answer", "content_type", "problem"),
+    [
+        (
+            b'{"choices": [{"message": {"content": "' + SECRET_PAGE.encode(),
+            "application/json",
+            "not JSON (EOF while parsing a string at line 1 column 87)"
+            " (content-type 'application/json', 87 bytes)",
+        ),
+        (
+            f"<html><body>{SECRET_PAGE}</body></html>".encode(),
+            "text/html; charset=utf-8",
+            "not JSON (expected value at line 1 column 1) (content-type 'text/html', 75 bytes)",
+        ),
+        (
+            {"choices": [{"text": SECRET_PAGE}]},
+            None,
+            "not a chat completion: choices.0.message: Field required"
+            " (content-type 'application/json', 76 bytes)",
+        ),
+        (
+            {"choices": [{"message": {"content": ["x"]}}, {"message": 1}], "note": SECRET_PAGE},
+            None,
+            "not a chat completion: choices.0.message.content: Input should be a valid string"
+            " (and 1 more error(s)) (content-type 'application/json', 123 bytes)",
+        ),
+    ],
+    ids=["truncated-json", "html-page", "missing-field", "wrong-type"],
+)
+async def test_openai_malformed_answer_says_what_is_wrong_without_the_body(
+    fake: tuple[StrictOpenAI, TestServer],
+    model: OpenAIModel,
+    answer: Any,
+    content_type: str | None,
+    problem: str,
+) -> None:
+    api, _ = fake
+    api.answer(answer, **({"Content-Type": content_type} if content_type else {}))
+    with pytest.raises(ModelBackendError) as caught:
+        await model.complete([ModelMessage("user", "hi")], [])
+    assert str(caught.value) == f"model backend 'fake': {problem}"
+    assert "hunter2" not in str(caught.value)
+
+
 async def test_openai_request_timeout_is_retried_then_fails(
     fake: tuple[StrictOpenAI, TestServer], sleeps: Sleeps
 ) -> None:
