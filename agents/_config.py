@@ -41,7 +41,9 @@ class OpenAIModelConfig(_Section):
     base_url: str = "https://api.openai.com/v1"
     model: str = Field(min_length=1)
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    timeout: float = Field(default=60.0, gt=0)  # seconds per request
+    # seconds per request: well below agents.turn_timeout, so that a hung request leaves the
+    # turn time for its retries (see AgentsConfig.timing_warnings)
+    timeout: float = Field(default=30.0, gt=0)
     max_retries: int = Field(default=3, ge=0)  # on 429, 5xx and network errors
     backoff: float = Field(default=0.5, gt=0)  # first retry delay; doubles each time
     max_backoff: float = Field(default=30.0, gt=0)
@@ -96,7 +98,7 @@ class AgentsConfig(_Section):
     max_turns: int = Field(default=40, gt=0)
     max_steps: int = Field(default=8, gt=0)  # model calls per turn
     max_handoffs: int = Field(default=3, ge=0)  # handoffs per turn
-    turn_timeout: float = Field(default=60.0, gt=0)  # seconds
+    turn_timeout: float = Field(default=120.0, gt=0)  # seconds; room for a model's retries
     refusal_reply: str | None = Field(default=None, min_length=1)  # None: the model's refusal
     module: str | None = None  # a Python module whose AGENTS lists Agent objects
     models: dict[str, OpenAIModelConfig] = Field(default_factory=dict)
@@ -124,6 +126,17 @@ class AgentsConfig(_Section):
                 problem = f"rules need model = 'rules' (it has model = {agent.model!r})"
                 raise AgentConfigError(agent.name, problem, key=key, problem=problem)
         return self
+
+    def timing_warnings(self) -> list[str]:
+        """Models whose request ``timeout`` leaves the turn no time to retry a hung request:
+        the turn times out during the first try, and ``max_retries`` never applies to it."""
+        return [
+            f"agents.models.{name}.timeout ({model.timeout:g}s) is not below half of"
+            f" agents.turn_timeout ({self.turn_timeout:g}s): a request that hangs uses up the"
+            " turn before it can be tried again (max_retries)"
+            for name, model in self.models.items()
+            if model.max_retries > 0 and model.timeout * 2 > self.turn_timeout
+        ]
 
 
 def check_agent_names(

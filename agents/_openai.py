@@ -2,7 +2,8 @@
 
 Works with OpenAI, Azure-style gateways, vLLM, llama.cpp server and Ollama. Retries 429,
 5xx and network errors with exponential backoff (no jitter, so tests can assert the
-delays), honouring a numeric ``Retry-After``. The API key never reaches a log line.
+delays), honouring a numeric ``Retry-After`` up to ``max_backoff``; a longer one, or a wait
+that would outlast the running turn, gives up at once. The API key never reaches a log line.
 
 At most ``max_concurrency`` requests of one model are in flight (a semaphore: providers
 rate-limit per model); the rest wait for a slot, outside the request's ``timeout``. The backend's
@@ -20,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import aiohttp
 
 from ._config import OpenAIModelConfig
+from ._deadline import time_left
 from ._errors import ModelBackendError
 from ._model import ModelMessage, ModelResponse, ToolSpec
 from ._openai_wire import parse_completion, request_body
@@ -75,9 +77,30 @@ class OpenAIModel:
                     message = f"gave up after {attempt + 1} tries: {exc}"
                     raise ModelBackendError(self.name, message) from None
                 delay = self._delay(attempt, exc.retry_after)
+                self._check_wait(attempt, exc, delay)
                 logger.warning("model %s: %s; retry in %.3gs", self.name, exc, delay)
                 await self._sleep(delay)
         raise AssertionError("unreachable")
+
+    def _check_wait(self, attempt: int, exc: _Retryable, delay: float) -> None:
+        """Give up at once rather than wait longer than ``max_backoff`` for a server's
+        ``Retry-After``, or past the turn's deadline: the wait would use up the turn, which
+        then times out anyway (the dispatcher retries the turn later, as after any error)."""
+        tries = f"gave up after {attempt + 1} tries"
+        limit = self._config.max_backoff
+        if exc.retry_after is not None and exc.retry_after > limit:
+            message = (
+                f"{exc} asked to wait {exc.retry_after:g}s (Retry-After), more than"
+                f" max_backoff ({limit:g}s): {tries}"
+            )
+            raise ModelBackendError(self.name, message)
+        left = time_left()
+        if left is not None and delay >= left:
+            message = (
+                f"{exc}; the next try would wait {delay:g}s, and the turn has {max(left, 0):.3g}s"
+                f" left: {tries}"
+            )
+            raise ModelBackendError(self.name, message)
 
     async def aclose(self) -> None:
         """Close the HTTP session if this backend opened it."""

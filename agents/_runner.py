@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from webhook_bot_gateway.store import OUTSIDE_TURNS, NewMessage, Store, Turn
 
 from ._config import AgentsConfig
+from ._deadline import turn_deadline
 from ._errors import TurnCancelled, TurnTimeout
 from ._loop import Limits, Reply, ReplyGuard, TurnLoop
 from ._model import ImagePart
@@ -58,7 +59,7 @@ class Runner:
         max_turns: int = 40,
         max_steps: int = 8,
         max_handoffs: int = 3,
-        turn_timeout: float | None = 60.0,
+        turn_timeout: float | None = 120.0,
         observer: TurnObserver = NO_OBSERVER,
         refusal_reply: str | None = None,
     ) -> None:
@@ -189,8 +190,9 @@ class Runner:
     ) -> T:
         timeout = asyncio.timeout(self._turn_timeout)
         try:
-            async with timeout:
-                return await _unless_cancelled(session_id, work, cancel)
+            with turn_deadline(self._turn_timeout):  # a backend's retry does not wait past it
+                async with timeout:
+                    return await _unless_cancelled(session_id, work, cancel)
         except TimeoutError:
             if timeout.expired() and self._turn_timeout is not None:
                 raise TurnTimeout(session_id, self._turn_timeout) from None

@@ -97,6 +97,7 @@ async def check_config(settings: Settings, path: Path, out: TextIO) -> int:
     try:
         lines = [*summarize(settings), f"agents declared: {', '.join(registry.names)}"]
         lines += [f"warning: {warning}" for warning in sandbox_warnings(settings)]
+        lines += [f"warning: {warning}" for warning in settings.agents.timing_warnings()]
         handoff = settings.dispatcher.dead_letter_handoff
         if handoff and registry.get(handoff) is None:
             lines.append(

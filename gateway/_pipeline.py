@@ -210,6 +210,8 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
     """Cleanup context: build and start the pipeline; on shutdown drain it, then close agents."""
     settings = app[SETTINGS]
     registry = await gateway_registry(settings)
+    for warning in settings.agents.timing_warnings():
+        log.warning("%s", warning)
     http = aiohttp.ClientSession()  # media downloads; adapters keep their own
     try:
         pipeline = build_pipeline(

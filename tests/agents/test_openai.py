@@ -221,6 +221,73 @@ async def test_openai_429_then_success_honours_retry_after(
     assert api.bodies[0] == api.bodies[2]
 
 
+async def test_openai_retry_after_longer_than_max_backoff_gives_up_at_once(
+    fake: tuple[StrictOpenAI, TestServer], model: OpenAIModel, sleeps: Sleeps
+) -> None:
+    """A 429 asking for an hour used to be slept on, until the turn timed out, on every try."""
+    api, _ = fake
+    api.answer({"error": {"message": "quota"}}, status=429, **{"Retry-After": "3600"})
+    with pytest.raises(ModelBackendError) as caught:
+        await model.complete([ModelMessage("user", "hi")], [])
+    assert str(caught.value) == (
+        "model backend 'fake': HTTP 429 asked to wait 3600s (Retry-After), more than"
+        " max_backoff (30s): gave up after 1 tries"
+    )
+    assert (sleeps.delays, len(api.bodies)) == ([], 1)
+
+
+async def test_openai_wait_past_the_turns_deadline_fails_the_turn_at_once(
+    fake: tuple[StrictOpenAI, TestServer],
+    model: OpenAIModel,
+    sleeps: Sleeps,
+    store: SQLiteStore,
+    session_id: str,
+) -> None:
+    """A Retry-After within max_backoff but beyond the turn's time left: the model call fails
+    now (a model error the dispatcher retries), rather than wait for the turn to time out."""
+    api, _ = fake
+    api.answer({"error": {"message": "busy"}}, status=503, **{"Retry-After": "20"})
+    runner = Runner(store, make_registry(model), turn_timeout=10)
+    with pytest.raises(ModelBackendError, match="HTTP 503; the next try would wait 20s, and the"):
+        await runner.run_turn(session_id, UserInput("hi"))
+    assert (sleeps.delays, len(api.bodies)) == ([], 1)
+
+
+async def test_openai_retry_within_the_turns_time_left_is_waited_for(
+    fake: tuple[StrictOpenAI, TestServer],
+    model: OpenAIModel,
+    sleeps: Sleeps,
+    store: SQLiteStore,
+    session_id: str,
+) -> None:
+    api, _ = fake
+    api.answer({"error": {"message": "busy"}}, status=503, **{"Retry-After": "20"})
+    api.answer(completion("Hello."))
+    runner = Runner(store, make_registry(model), turn_timeout=60)
+    result = await runner.run_turn(session_id, UserInput("hi"))
+    assert [r.text for r in result.replies] == ["Hello."]
+    assert sleeps.delays == [20.0]
+
+
+def test_openai_default_request_timeout_leaves_the_turn_time_for_retries() -> None:
+    """With timeout = turn_timeout (60 and 60) a hung request used up the whole turn, and
+    max_retries never applied to a timeout."""
+    config = AgentsConfig.model_validate({"models": {"gpt": {"model": "m"}}})
+    timeout, retries = config.models["gpt"].timeout, config.models["gpt"].max_retries
+    assert (timeout, retries, config.turn_timeout) == (30.0, 3, 120.0)
+    assert timeout * 3 < config.turn_timeout  # three hung tries and their backoff fit in a turn
+    assert config.timing_warnings() == []
+
+
+def test_openai_request_timeout_that_uses_up_the_turn_is_warned_about() -> None:
+    models = {"gpt": {"model": "m", "timeout": 60}, "fast": {"model": "m", "timeout": 5}}
+    config = AgentsConfig.model_validate({"turn_timeout": 60, "models": models})
+    assert config.timing_warnings() == [
+        "agents.models.gpt.timeout (60s) is not below half of agents.turn_timeout (60s): a"
+        " request that hangs uses up the turn before it can be tried again (max_retries)"
+    ]
+
+
 async def test_openai_gives_up_after_retries_without_leaking_the_key(
     fake: tuple[StrictOpenAI, TestServer],
     model: OpenAIModel,

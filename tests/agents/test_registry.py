@@ -37,7 +37,7 @@ def error_text(raw: dict[str, Any]) -> str:
 def test_config_defaults_without_agents_stay_valid() -> None:
     parsed = AgentsConfig.model_validate({"max_turns": 5})
     assert parsed.agents == ()
-    assert (parsed.max_steps, parsed.max_handoffs, parsed.turn_timeout) == (8, 3, 60.0)
+    assert (parsed.max_steps, parsed.max_handoffs, parsed.turn_timeout) == (8, 3, 120.0)
 
 
 @pytest.mark.parametrize(

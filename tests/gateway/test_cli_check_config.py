@@ -176,6 +176,22 @@ def test_check_config_fails_naming_the_key_and_never_says_ok(
     assert "Value error" not in err
 
 
+def test_check_config_warns_of_a_request_timeout_that_uses_up_the_turn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (
+        '[agents.models.gpt]\nmodel = "gpt-4o"\ntimeout = 60\n'
+        '[agents]\nstarting_agent = "a"\nturn_timeout = 60\n' + HUMAN
+    )
+    code, out, _ = check_config(tmp_path, text, capsys)
+    assert code == 0
+    assert (
+        "  warning: agents.models.gpt.timeout (60s) is not below half of agents.turn_timeout"
+        " (60s): a request that hangs uses up the turn before it can be tried again"
+        " (max_retries)\n"
+    ) in out
+
+
 def test_serve_names_the_key_of_a_tool_it_cannot_import(tmp_path: Path) -> None:
     """The same error at serve's start, as a real process: before the store is opened, with no
     traceback of a half-started application."""
