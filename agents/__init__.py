@@ -9,6 +9,7 @@ from ._errors import (
     AgentError,
     ModelBackendError,
     StepLimitExceeded,
+    ToolFailed,
     TurnCancelled,
     TurnTimeout,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "StepLimitExceeded",
     "Tool",
     "ToolCall",
+    "ToolFailed",
     "ToolContext",
     "ToolResult",
     "ToolSpec",

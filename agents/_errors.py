@@ -5,6 +5,7 @@
                                    config key, where it comes from one)
   + ModelBackendError              a model server refused or failed (status when known)
   + StepLimitExceeded              a turn needed more model calls than allowed; rolled back
+  + ToolFailed                     a rules agent's tool call ended in an error; rolled back
   + TurnCancelled                  the turn's cancel event was set; rolled back
   + TurnTimeout(TimeoutError)      the turn ran longer than allowed; rolled back
 """
@@ -48,6 +49,22 @@ class StepLimitExceeded(AgentError):
         super().__init__(f"session {session_id!r}: no final answer after {steps} model calls")
         self.session_id = session_id
         self.steps = steps
+
+
+class ToolFailed(AgentError):
+    """A tool of an agent without a model to tell (the rules backend) ended in an error: the
+    turn fails rather than answer the user with the error. ``failure`` is safe to log."""
+
+    code = "tool_failed"
+
+    def __init__(self, agent: str, tool: str, failure: str) -> None:
+        super().__init__(
+            f"agent {agent!r}: tool {tool!r} failed: {failure}"
+            " (a rules agent has no model to tell, so the turn fails)"
+        )
+        self.agent = agent
+        self.tool = tool
+        self.failure = failure
 
 
 class TurnCancelled(AgentError):

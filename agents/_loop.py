@@ -14,11 +14,12 @@ from webhook_bot_gateway.store import NewMessage, Session, Turn, storable_text
 
 from ._agent import Agent, handoff_target
 from ._context import StoredMessage, assistant_data, build_context, tool_data, with_images
-from ._errors import StepLimitExceeded
+from ._errors import StepLimitExceeded, ToolFailed
 from ._model import ImagePart, ModelMessage, ModelResponse, ToolCall
 from ._normalize import CheckedCall, check_calls
 from ._observer import NO_OBSERVER, ModelOutcome, TurnObserver
 from ._registry import Registry
+from ._rules import RulesModel
 from ._tools import ToolContext, ToolResult
 
 logger = logging.getLogger("agents.runner")
@@ -122,10 +123,16 @@ class TurnLoop:
         """Store the answer, its calls made safe to replay (see ``check_calls``); False when
         its text was refused by the reply guard (the model is told why)."""
         calls = check_calls(response.tool_calls, self._offered(), self._call_ids())
-        text = response.text and storable_text(response.text)  # NUL: see storable_text
-        if not text and not calls and response.refusal:
-            text = self.limits.refusal_reply or response.refusal
+        text = visible(response.text)  # blanks are no reply: the model must not think it said them
+        refusal_text = visible(response.refusal)
+        if not text and not calls and refusal_text:
+            text = self.limits.refusal_reply or refusal_text
         if not (text or calls):
+            logger.info(
+                "session %s: agent %s gave no answer: no reply in this turn",
+                self.turn.session.session_id,
+                self.agent.name,
+            )
             return [], True
         data = assistant_data(response, calls)
         refusal = self._refusal() if text else None
@@ -181,7 +188,13 @@ class TurnLoop:
         tool = self.agent.tool_named(call.name)
         if tool is None:
             return ToolResult.error(f"unknown tool {call.name!r}"), None
-        return await tool.invoke(call.arguments, partial(self._context, tool.name, call.id)), None
+        result = await tool.invoke(call.arguments, partial(self._context, tool.name, call.id))
+        if result.is_error and isinstance(self.registry.model_for(self.agent), RulesModel):
+            # No model reads the error, and a rule's reply would hand it to the user verbatim
+            # (the tool's exception, secrets and all): the turn fails, to be retried and then
+            # dead-lettered with the apology.
+            raise ToolFailed(self.agent.name, tool.name, result.failure)
+        return result, None
 
     @property
     def _account(self) -> tuple[str, str]:
@@ -223,6 +236,13 @@ class TurnLoop:
         if target.kind == "human" and target.handoff_reply:
             self.turn.append(NewMessage("assistant", target.handoff_reply, agent=target.name))
             self.replies.append(Reply(target.handoff_reply, target.name))
+
+
+def visible(text: str | None) -> str | None:
+    """``text`` as it can be stored (see ``storable_text``), or None when it is empty or only
+    white space: such a text is no reply (the platforms refuse it, and a model that saw it in
+    its history would think it had answered)."""
+    return storable_text(text) if text and not text.isspace() else None
 
 
 def turn_key(session: Session, inbox_ids: Sequence[int]) -> str:

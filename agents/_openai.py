@@ -24,7 +24,7 @@ from ._config import OpenAIModelConfig
 from ._deadline import time_left
 from ._errors import ModelBackendError
 from ._model import ModelMessage, ModelResponse, ToolSpec
-from ._openai_wire import parse_completion, request_body
+from ._openai_wire import EmptyAnswer, parse_completion, request_body
 
 logger = logging.getLogger("agents.openai")
 
@@ -122,6 +122,8 @@ class OpenAIModel:
             raise _Retryable(f"{type(exc).__name__} {exc}".strip()) from None
         try:
             return parse_completion(payload)
+        except EmptyAnswer as exc:  # a failed call: the turn fails, and is retried
+            raise ModelBackendError(self.name, str(exc)) from None
         except ValueError as exc:
             what = f"{exc} (content-type {content_type[:100]!r}, {len(payload)} bytes)"
             raise ModelBackendError(self.name, what) from None

@@ -37,6 +37,11 @@ class _Message(_Wire):
 
 class _Choice(_Wire):
     message: _Message
+    finish_reason: str | None = None
+
+
+class EmptyAnswer(ValueError):
+    """A completion with no text (or only white space), no tool call and no refusal."""
 
 
 class _Completion(_Wire):
@@ -68,10 +73,21 @@ def parse_completion(payload: bytes) -> ModelResponse:
         raise ValueError(_what_is_wrong(exc)) from None
     if not completion.choices:
         raise ValueError("a chat completion without choices")
-    message = completion.choices[0].message
+    choice = completion.choices[0]
+    message = choice.message
     calls = tuple(_call(call) for call in message.tool_calls or ())
     refusal = message.refusal or None
+    if not calls and not _has_text(message.content) and not _has_text(refusal):
+        reason = choice.finish_reason
+        raise EmptyAnswer(
+            "the model gave an empty answer (no text, no tool call)"
+            + (f", finish_reason {reason[:40]!r}" if reason else "")
+        )
     return ModelResponse(text=message.content or None, tool_calls=calls, refusal=refusal)
+
+
+def _has_text(text: str | None) -> bool:
+    return bool(text and not text.isspace())
 
 
 def _what_is_wrong(exc: ValidationError) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import secrets
 import string
@@ -12,6 +13,8 @@ from dataclasses import dataclass, field
 from ._agent import handoff_tool_name
 from ._model import ModelMessage, ModelResponse, ToolCall, ToolSpec
 from ._tools import Tool
+
+logger = logging.getLogger("agents.rules")
 
 
 @dataclass(frozen=True)
@@ -69,14 +72,23 @@ class RulesModel:
     ) -> ModelResponse:
         """Answer the last user message by the first rule that matches it."""
         text, tail = _last_user_text(messages)
-        for rule, pattern in zip(self.rules, self._patterns, strict=True):
+        for index, (rule, pattern) in enumerate(zip(self.rules, self._patterns, strict=True)):
             found = pattern.search(text) if pattern else re.match("", text)
             if found:
-                return _apply(rule, _groups(found), tail)
+                return _without_blank_reply(index, _apply(rule, _groups(found), tail))
         return ModelResponse()
 
     async def aclose(self) -> None:
         """Nothing to release."""
+
+
+def _without_blank_reply(index: int, response: ModelResponse) -> ModelResponse:
+    """A reply that renders to nothing but white space is no answer (as no match is), logged:
+    sent, it would fail at the platform; kept, the next model would think it had answered."""
+    if response.text is None or response.text.strip():
+        return response
+    logger.warning("rules[%d]: the reply renders to blank text: no answer", index)
+    return ModelResponse(tool_calls=response.tool_calls)
 
 
 def _apply(rule: Rule, groups: dict[str, str], tail: Sequence[ModelMessage]) -> ModelResponse:

@@ -8,7 +8,7 @@ import logging
 import re
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Union, get_args, get_origin, get_type_hints, overload
 
 import pydantic_core
@@ -26,15 +26,21 @@ HANDOFF_PREFIX = "transfer_to_"
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """What goes back to the model: the result as text, or an error it can react to."""
+    """What goes back to the model: the result as text, or an error it can react to.
+
+    ``failure``: what went wrong, in words safe for a log line or a stored error (the
+    exception's type, the fields that failed validation), never the exception's message,
+    which is the tool author's text and may hold anything (a database URL with its password).
+    """
 
     text: str
     is_error: bool = False
+    failure: str = field(default="", compare=False)
 
     @classmethod
-    def error(cls, message: str) -> ToolResult:
+    def error(cls, message: str, failure: str = "") -> ToolResult:
         """An error result; the text starts with ``error:``."""
-        return cls(f"error: {message}", is_error=True)
+        return cls(f"error: {message}", is_error=True, failure=failure or message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +105,10 @@ class Tool:
         try:
             values = self._validate(arguments)
         except ValueError as exc:
-            return ToolResult.error(f"invalid arguments for {self.name}: {_short(exc)}")
+            return ToolResult.error(
+                f"invalid arguments for {self.name}: {_short(exc)}",
+                f"invalid arguments ({_fields_at_fault(exc)})",
+            )
         given = context() if callable(context) else context
         if self.context_parameter is not None:
             if given is not None:
@@ -112,19 +121,22 @@ class Tool:
             if inspect.isawaitable(result):
                 result = await result
         except Exception as exc:
-            logger.warning("tool %s raised", self.name, exc_info=True)
-            return ToolResult.error(f"{self.name} failed: {type(exc).__name__}: {exc}")
+            # The exception's message is the tool author's text (it may hold a password): the
+            # line names its type; the traceback, message included, is logged at DEBUG only.
+            logger.warning("tool %s raised %s", self.name, type(exc).__name__)
+            logger.debug("tool %s raised", self.name, exc_info=True)
+            return ToolResult.error(
+                f"{self.name} failed: {type(exc).__name__}: {exc}", f"raised {type(exc).__name__}"
+            )
         try:
             return ToolResult(_as_text(result))
         except Exception as exc:
-            logger.warning(
-                "tool %s returned a result that cannot be sent (%s)",
-                self.name,
-                type(result).__name__,
-                exc_info=True,
-            )
+            kind = type(result).__name__
+            logger.warning("tool %s returned a result that cannot be sent (%s)", self.name, kind)
+            logger.debug("tool %s returned a result that cannot be sent", self.name, exc_info=True)
             return ToolResult.error(
-                f"{self.name} returned a result that cannot be sent: {type(exc).__name__}: {exc}"
+                f"{self.name} returned a result that cannot be sent: {type(exc).__name__}: {exc}",
+                f"returned a result that cannot be sent ({kind}: {type(exc).__name__})",
             )
 
     def _validate(self, arguments: str) -> dict[str, Any]:
@@ -222,6 +234,17 @@ def _as_text(result: Any) -> str:
     text = result if isinstance(result, str) else pydantic_core.to_json(result).decode()
     text.encode("utf-8")  # UnicodeEncodeError on lone surrogates
     return storable_text(text)
+
+
+def _fields_at_fault(exc: ValueError) -> str:
+    """The arguments that failed and how (``number: missing``), without their values: safe to
+    log. Text that is not a JSON object is just that."""
+    if isinstance(exc, json.JSONDecodeError):
+        return "not JSON"
+    if not isinstance(exc, ValidationError):
+        return "not a JSON object"
+    parts = [f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['type']}" for e in exc.errors()]
+    return "; ".join(parts)
 
 
 def _short(exc: ValueError) -> str:

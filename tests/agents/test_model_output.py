@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestServer
 
 from tests.openai_strict import Rules, StrictOpenAI, call, completion
 from webhook_bot_gateway.agents import (
+    ModelBackendError,
     OpenAIModel,
     OpenAIModelConfig,
     Reply,
@@ -18,6 +19,7 @@ from webhook_bot_gateway.agents import (
     UserInput,
     tool,
 )
+from webhook_bot_gateway.agents.testing import ScriptedModel, reply
 from webhook_bot_gateway.store import SQLiteStore
 
 from .conftest import lookup_invoice, make_registry
@@ -173,3 +175,48 @@ async def test_an_empty_tool_result_is_sent_as_a_placeholder(
     await _billing_turns(store, session_id, backend, "go", billing_tools=(silent, lookup_invoice))
     result = next(m for m in api.bodies[1]["messages"] if m["role"] == "tool")
     assert result["content"] == "(the tool returned nothing)"
+
+
+@pytest.mark.parametrize("content", ["", None, "  \n  "], ids=["empty", "null", "blank"])
+async def test_an_empty_or_blank_answer_fails_the_turn_and_writes_nothing(
+    strict: Fake, store: SQLiteStore, session_id: str, content: str | None
+) -> None:
+    """It was committed silently (no reply), or, blank, stored as the assistant's answer and
+    sent: the sender refused it and the user got nothing. Now it is a failed model call, which
+    the dispatcher retries and then dead-letters with its apology."""
+    api, backend = strict
+    api.answer(completion(content))
+    await store.update_session(session_id, active_agent="billing")
+    runner = Runner(store, make_registry(backend, backend))
+    with pytest.raises(ModelBackendError) as caught:
+        await runner.run_turn(session_id, UserInput("hello"))
+    assert str(caught.value) == (
+        "model backend 'strict': the model gave an empty answer (no text, no tool call),"
+        " finish_reason 'stop'"
+    )
+    assert await store.get_branch(session_id) == []  # rolled back
+
+
+async def test_blank_text_beside_a_tool_call_is_no_reply(
+    strict: Fake, store: SQLiteStore, session_id: str
+) -> None:
+    api, backend = strict
+    api.answer(completion("\n\n", call("a", "lookup_invoice", '{"number": "INV-1"}')))
+    api.answer(completion("INV-1 is paid."))
+    replies = await _billing_turns(store, session_id, backend, "INV-1?")
+    assert replies == [(Reply("INV-1 is paid.", "billing"),)]
+    stored = [m.text for m in await store.get_branch(session_id) if m.role == "assistant"]
+    assert stored == [None, "INV-1 is paid."]
+    assert api.bodies[1]["messages"][2]["content"] is None
+
+
+async def test_a_blank_answer_of_any_backend_is_neither_stored_nor_sent(
+    store: SQLiteStore, session_id: str
+) -> None:
+    """A backend given in Python (here the scripted double) that answers blanks: the turn
+    commits without a reply, as with no answer, and the history holds no blank answer that
+    the next model would take for its own."""
+    runner = Runner(store, make_registry(ScriptedModel(reply("  \n  "))))
+    result = await runner.run_turn(session_id, UserInput("hello"))
+    assert result.replies == ()
+    assert [(m.role, m.text) for m in await store.get_branch(session_id)] == [("user", "hello")]
