@@ -17,7 +17,8 @@ RULES = "rules"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # TOML has inf and nan: a timeout of inf never fires (docs/configuration.md).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class RuleConfig(_Section):
@@ -92,7 +93,9 @@ class AgentConfig(_Section):
 
 
 class AgentsConfig(_Section):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
+    )
 
     starting_agent: str = Field(default="triage", min_length=1)
     max_turns: int = Field(default=40, gt=0)

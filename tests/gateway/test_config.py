@@ -160,6 +160,7 @@ def test_wrong_type_names_the_key(tmp_path: Path) -> None:
         ("web", "heartbeat_seconds"),
         ("sender", "telegram_bot_per_second"),
         ("telegram", "request_timeout"),
+        ("agents", "turn_timeout"),
     ],
 )
 def test_a_number_that_is_not_finite_names_the_key(
