@@ -280,14 +280,20 @@ class ReplyAnswer(_Output):
 class QueuedSession(SessionOut):
     """A session waiting for a person: its active agent is a human agent."""
 
-    waiting_since: Timestamp = Field(description="when it was handed to that agent")
+    waiting_since: Timestamp = Field(
+        description="when it was last handed to that agent (its creation if it started there)"
+    )
     waiting_seconds: float
+    unanswered: bool = Field(
+        description="the user wrote since the last answer (an operator's reply or the handoff's)"
+    )
 
 
 class QueuePage(_Output):
-    """The human-support queue, oldest waiting first."""
+    """The human-support queue, oldest waiting first, a page of it."""
 
-    queue: list[QueuedSession]
+    queue: list[QueuedSession] = Field(description="this page, the one waiting longest first")
+    total: int = Field(description="sessions in the whole queue")
 
 
 class AgentOut(_Output):

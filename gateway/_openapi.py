@@ -240,7 +240,8 @@ OPERATIONS: tuple[Operation, ...] = (
         "GET",
         "/api/queue",
         "The human-support queue: sessions a human agent holds, oldest waiting first",
-        {200: QueuePage},
+        {200: QueuePage, 400: BAD_QUERY},
+        query=PageQuery,
     ),
     Operation("GET", "/api/agents", "The declared agents and their kind", {200: AgentsPage}),
     Operation(

@@ -57,12 +57,14 @@ from ._types import (
     OUTSIDE_TURNS,
     ROLES,
     SESSION_STATUSES,
+    AgentCount,
     Attachment,
     Message,
     NewMessage,
     Role,
     Session,
     SessionEvent,
+    Waiting,
 )
 from ._url import check_url, is_postgres, open_store, sqlite_path, why_no_store
 from .sqlite._store import SQLiteStore
@@ -78,6 +80,7 @@ __all__ = [
     "counts",
     "ATTACHMENT_SOURCES",
     "ATTACHMENT_STATES",
+    "AgentCount",
     "Attachment",
     "AttachmentIn",
     "AttachmentNotFound",
@@ -132,6 +135,7 @@ __all__ = [
     "Turn",
     "TurnActive",
     "UnusableSQLiteFile",
+    "Waiting",
     "make_private_folders",
     "make_session_id",
     "open_private",

@@ -75,6 +75,19 @@ def session_filters(
     return {column: value for column, value in pairs.items() if value is not None}
 
 
+def check_agent_names(name: str, agents: Iterable[str]) -> tuple[str, ...]:
+    """Agent names given as a filter (``waiting_sessions``, ``agent_counts``): strings with no
+    NUL character, each once, in the order given."""
+    if isinstance(agents, str):
+        raise ValueError(f"{name} must be a collection of agent names, not a string")
+    names = tuple(dict.fromkeys(agents))
+    for agent in names:
+        if not isinstance(agent, str):
+            raise ValueError(f"{name} must hold agent names (strings), got {agent!r}")
+        check_no_nul(name, agent)
+    return names
+
+
 def check_session_update(
     session_id: str, active_agent: str | None, metadata: dict[str, Any] | None
 ) -> None:

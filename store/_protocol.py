@@ -20,7 +20,17 @@ from ._pipeline_types import (
     SessionInbox,
 )
 from ._retention import HistoryPurged
-from ._types import Attachment, Message, NewMessage, Role, Session, SessionEvent, SessionStatus
+from ._types import (
+    AgentCount,
+    Attachment,
+    Message,
+    NewMessage,
+    Role,
+    Session,
+    SessionEvent,
+    SessionStatus,
+    Waiting,
+)
 
 
 class Turn(Protocol):
@@ -137,6 +147,17 @@ class Store(Protocol):
         agent: str | None = None,
         search: str | None = None,
     ) -> int: ...
+
+    async def waiting_sessions(
+        self, agents: Iterable[str], limit: int = 50, offset: int = 0
+    ) -> list[Waiting]:
+        """A page of the sessions whose active agent is one of ``agents``, the one waiting
+        longest first, then by id: each waits since its last ``agent_changed`` event to that
+        agent, or since its creation without one. ``limit`` 1..1000, ``offset`` >= 0."""
+
+    async def agent_counts(self, excluding: Iterable[str] = ()) -> list[AgentCount]:
+        """Every active agent of the sessions but those ``excluding`` names, by name, with
+        how many sessions it holds and how many of them are ``Waiting.unanswered``."""
 
     # ownership across processes (docs/deployment.md)
     @property

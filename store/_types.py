@@ -31,6 +31,26 @@ class Session:
 
 
 @dataclass(frozen=True, slots=True)
+class Waiting:
+    """A session held by one of the agents asked about (``Store.waiting_sessions``)."""
+
+    session: Session
+    since: datetime  # when it was last handed to its active agent; its creation if never
+    # Its head is a user message written while a person held it (OUTSIDE_TURNS): the user
+    # wrote since the last answer, and waits for one.
+    unanswered: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AgentCount:
+    """How many sessions one agent holds, and how many of them are ``Waiting.unanswered``."""
+
+    agent: str
+    sessions: int
+    unanswered: int
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     """One node of a session's history DAG; ``parent_id`` is None only for a root."""
 

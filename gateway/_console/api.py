@@ -4,18 +4,19 @@ declared agents, cancelling a running turn, the live feed's ticket and what the 
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC
 
 from aiohttp import web
 
-from webhook_bot_gateway.store import Session, Store
+from webhook_bot_gateway.store import Waiting
 
-from .._admin import ApiError, admin_route, existing_session, respond
+from .._admin import ApiError, admin_route, existing_session, parse, respond
 from .._api_models import (
     AgentOut,
     AgentsPage,
     CancelAnswer,
     ConsoleConfig,
+    PageQuery,
     QueuedSession,
     QueuePage,
     SandboxInfo,
@@ -27,38 +28,29 @@ from .._keys import AGENTS, DISPATCHER, SETTINGS, STORE
 from .keys import TICKETS
 from .tickets import TICKET_SECONDS
 
-QUEUE_LIMIT = 500  # sessions per human agent in the queue
-
 
 @admin_route
 async def human_queue(request: web.Request) -> web.Response:
-    """GET /api/queue: sessions whose active agent is a human agent, oldest waiting first."""
+    """GET /api/queue?limit=&offset=: sessions whose active agent is a human agent, the one
+    waiting longest first (since its handoff to that agent), across every human agent."""
+    query = parse(PageQuery, dict(request.query))
     store = request.app[STORE]
     humans = [agent.name for agent in request.app[AGENTS] if agent.kind == "human"]
-    waiting: list[tuple[datetime, Session]] = []
-    for name in humans:
-        for session in await store.list_sessions(QUEUE_LIMIT, 0, agent=name):
-            waiting.append((await _handed_at(store, session), session))
-    waiting.sort(key=lambda pair: pair[0])
+    found = await store.waiting_sessions(humans, query.limit, query.offset)
+    total = sum([await store.count_sessions(agent=name) for name in humans])
     now = time.time()
-    queue = [
-        QueuedSession(
-            **SessionOut.model_validate(session, from_attributes=True).model_dump(),
-            waiting_since=since,
-            waiting_seconds=max(0.0, now - since.timestamp()),
-        )
-        for since, session in waiting
-    ]
-    return respond(QueuePage(queue=queue))
+    queue = [_queued(waiting, now) for waiting in found]
+    return respond(QueuePage(queue=queue, total=total))
 
 
-async def _handed_at(store: Store, session: Session) -> datetime:
-    """When the session was last handed to its active agent (its creation if never)."""
-    handed = session.created_at
-    for event in await store.list_events(session.session_id):
-        if event.kind == "agent_changed" and event.detail.get("to") == session.active_agent:
-            handed = event.created_at
-    return handed.astimezone(UTC)
+def _queued(waiting: Waiting, now: float) -> QueuedSession:
+    since = waiting.since.astimezone(UTC)
+    return QueuedSession(
+        **SessionOut.model_validate(waiting.session, from_attributes=True).model_dump(),
+        waiting_since=since,
+        waiting_seconds=max(0.0, now - since.timestamp()),
+        unanswered=waiting.unanswered,
+    )
 
 
 @admin_route

@@ -21,10 +21,11 @@ from .._checks import (
 from .._errors import SessionExistsError
 from .._ids import validate_session_id
 from .._retention import HistoryPurged, purge_all
-from .._types import Message, Role, Session, SessionEvent, SessionStatus
+from .._types import AgentCount, Message, Role, Session, SessionEvent, SessionStatus, Waiting
 from . import _sql_dedup as dedup
 from . import _sql_retention as retention
 from . import _sql_sessions as sql
+from . import _sql_waiting as waiting
 from ._db import Database, EventListener
 from ._turn import TurnCalls, TurnScope
 
@@ -138,6 +139,21 @@ class SessionMethods:
         """How many sessions match the filters."""
         filters = args.session_filters(channel, status, agent, search)
         return await self._db.read(partial(sql.count_sessions, filters=filters, search=search))
+
+    async def waiting_sessions(
+        self, agents: Iterable[str], limit: int = 50, offset: int = 0
+    ) -> list[Waiting]:
+        """The sessions ``agents`` hold, the one waiting longest first (see ``Waiting``)."""
+        names = args.check_agent_names("agents", agents)
+        args.check_page(limit, offset)
+        run = partial(waiting.waiting_sessions, agents=names, limit=limit, offset=offset)
+        return await self._db.read(run)
+
+    async def agent_counts(self, excluding: Iterable[str] = ()) -> list[AgentCount]:
+        """The active agents of the sessions, but ``excluding``, by name: how many sessions
+        each holds, and how many of those are unanswered (``Waiting.unanswered``)."""
+        names = args.check_agent_names("excluding", excluding)
+        return await self._db.read(partial(waiting.agent_counts, excluding=names))
 
     async def interrupt_running(self, running_here: Collection[str] | None = None) -> list[str]:
         """Turn ``running`` sessions whose owner holds no live lease into ``interrupted``;

@@ -58,6 +58,34 @@ async def test_queue_lists_sessions_held_by_a_human_agent_oldest_first(client: C
     assert all(entry["waiting_seconds"] >= 0 for entry in queue)
 
 
+async def test_queue_past_500_sessions_starts_with_the_one_waiting_longest(
+    client: Client,
+) -> None:
+    store = client.app[STORE]
+    for n in range(501):  # created in order: the first waits longest and was updated least
+        await store.create_session("telegram", "support", f"{n:03d}", "human")
+    page = await json_of(await client.get("/api/queue?limit=2", headers=AUTH), 200)
+    assert page["total"] == 501
+    ids = [entry["session_id"] for entry in page["queue"]]
+    assert ids == ["telegram-support-000", "telegram-support-001"]
+    last = await json_of(await client.get("/api/queue?limit=2&offset=500", headers=AUTH), 200)
+    assert [entry["session_id"] for entry in last["queue"]] == ["telegram-support-500"]
+    await json_of(await client.get("/api/queue?limit=0", headers=AUTH), 400)
+
+
+async def test_queue_marks_a_session_whose_user_wrote_since_the_handoff(client: Client) -> None:
+    sid = await web_turn(client, "a person please")
+    [entry] = (await json_of(await client.get("/api/queue", headers=AUTH), 200))["queue"]
+    assert entry["unanswered"] is False  # told that a person will answer
+    async with client.ws_connect(f"/ws?session_id={sid}") as ws:
+        socket = WebClient(ws)
+        await socket.next()
+        await socket.say("hello? anyone?", "c2")
+        await socket.until(is_turn_end, "turn end")
+    [entry] = (await json_of(await client.get("/api/queue", headers=AUTH), 200))["queue"]
+    assert entry["unanswered"] is True
+
+
 async def test_agents_are_listed_with_their_kind(client: Client) -> None:
     agents = (await json_of(await client.get("/api/agents", headers=AUTH), 200))["agents"]
     assert {a["name"]: a["kind"] for a in agents} == {

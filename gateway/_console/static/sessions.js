@@ -4,6 +4,7 @@ import { api, describeError, query } from "./api.js";
 import { byTestId, debounce, duration, h, shortTime, showError } from "./dom.js";
 
 const PAGE = 50;
+const QUEUE_PAGE = 500; // the longest-waiting sessions shown (the API's largest page)
 
 export class SessionsList {
   /** root: the list's section; onOpen(sessionId) when one is picked. */
@@ -13,6 +14,7 @@ export class SessionsList {
     this.selected = null;
     this.limit = PAGE;
     this.queue = [];
+    this.queueMore = 0;
     this.fetchedAt = 0;
     this.seq = 0;
     this.refreshSoon = debounce(() => this.refresh(), 250);
@@ -58,13 +60,14 @@ export class SessionsList {
     const error = byTestId("sessions-error", this.root);
     try {
       const [queue, page] = await Promise.all([
-        api("/api/queue"),
+        api(`/api/queue${query({ limit: QUEUE_PAGE })}`),
         api(`/api/sessions${query({ ...filters, limit: this.limit })}`),
       ]);
       if (seq !== this.seq) return; // a newer refresh is under way
       showError(error, null);
       this.fetchedAt = Date.now();
       this.queue = queue.queue.filter((s) => matches(s, filters));
+      this.queueMore = queue.total - queue.queue.length; // waiting past the first page
       this.renderQueue();
       this.renderRest(page);
     } catch (err) {
@@ -82,7 +85,8 @@ export class SessionsList {
     );
     byTestId("queue-empty", this.root).hidden = this.queue.length > 0;
     const count = byTestId("queue-count", this.root);
-    count.textContent = String(this.queue.length);
+    const more = this.queueMore > 0 ? ` (+${this.queueMore} waiting less long)` : "";
+    count.textContent = `${this.queue.length}${more}`;
     count.dataset.count = String(this.queue.length);
   }
 
