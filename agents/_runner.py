@@ -91,6 +91,11 @@ class Runner:
             refusal_reply=config.refusal_reply,
         )
 
+    @property
+    def registry(self) -> Registry:
+        """The declared agents this runner binds sessions to."""
+        return self._registry
+
     async def run_turn(
         self,
         session_id: str,

@@ -89,3 +89,19 @@ async def gateway_registry(settings: Settings) -> Registry:
         raise
     registry.bind_accounts(account_agents(settings), account_allowed(settings))
     return registry
+
+
+def dead_letter_warnings(settings: Settings) -> list[str]:
+    """The accounts whose own ``agents`` leave out ``dispatcher.dead_letter_handoff``: a dead
+    letter there stays with its agent (and its apology promises no person)."""
+    target = settings.dispatcher.dead_letter_handoff
+    if not target:
+        return []
+    return [
+        f"dispatcher.dead_letter_handoff {target!r} does not serve {entry.key}"
+        f" ({entry.account[0]} {entry.account[1]!r}), whose agents are"
+        f" {', '.join(entry.agents)}: a dead letter there leaves the session with its agent,"
+        " and the user gets dispatcher.apology_no_person"
+        for entry in _accounts(settings)
+        if entry.agents and target not in entry.agents
+    ]

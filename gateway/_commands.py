@@ -21,7 +21,7 @@ from webhook_bot_gateway.store import (
     why_no_store,
 )
 
-from ._accounts import gateway_registry
+from ._accounts import dead_letter_warnings, gateway_registry
 from ._api_models import MessageOut, SessionDetail, SessionOut, SessionsPage
 from ._export import export_command
 from ._logging import REDACTED, configured_secrets, secrets_pattern
@@ -104,6 +104,7 @@ async def check_config(settings: Settings, path: Path, out: TextIO) -> int:
                 f"warning: dispatcher.dead_letter_handoff {handoff!r} is not a declared agent;"
                 " dead-lettered sessions will stay with their agent"
             )
+        lines += [f"warning: {warning}" for warning in dead_letter_warnings(settings)]
     finally:
         await registry.aclose()
     print(f"config {path}: OK", file=out)

@@ -9,35 +9,78 @@ a user message marked ``dead_letter``, the apology as an assistant message whose
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from webhook_bot_gateway.agents import DEAD_LETTER
+from webhook_bot_gateway.agents import DEAD_LETTER, Registry
 from webhook_bot_gateway.channels.web import CHANNEL as WEB
-from webhook_bot_gateway.store import NewMessage, Store, Turn
+from webhook_bot_gateway.store import NewMessage, Session, Store, Turn
 
 from . import _convert as convert
 from ._reachability import is_blocked
+from .config import DispatcherConfig
+
+NO_PERSON_APOLOGY = "Sorry, something went wrong on our side. Please write again in a moment."
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRoute:
+    """Where a dead-lettered session goes, and what its user is told: the apology promises a
+    person only when a human agent holds the session afterwards."""
+
+    registry: Registry
+    target: str | None  # ``dispatcher.dead_letter_handoff``, declared; None for no handoff
+    apology: str  # a human agent holds the session afterwards
+    apology_no_person: str  # none does
+
+    @classmethod
+    def of(
+        cls, registry: Registry, config: DispatcherConfig, target: str | None
+    ) -> DeadLetterRoute:
+        """The route of ``[dispatcher]``'s keys (``target``: the handoff, checked declared)."""
+        no_person = config.apology_no_person
+        if no_person is None:  # the default follows ``apology``: "" sends none either way
+            no_person = NO_PERSON_APOLOGY if config.apology else ""
+        return cls(registry, target, config.apology, no_person)
+
+    def handoff(self, session: Session) -> str | None:
+        """The agent to hand ``session`` to: the target, unless it already holds the session
+        or the session's account does not allow it (its bot's or number's ``agents``)."""
+        target = self.target
+        if target is None or target == session.active_agent:
+            return None
+        if not self.registry.allows(session.channel, session.account, target):
+            return None
+        return target
+
+    def apology_with(self, agent: str) -> str:
+        """The apology for a session that ``agent`` holds afterwards."""
+        found = self.registry.get(agent)
+        return (
+            self.apology if found is not None and found.kind == "human" else self.apology_no_person
+        )
 
 
 async def record_dead_letter(
     store: Store,
     session_id: str,
     events: Sequence[Mapping[str, Any]],
-    apology: str,
-    target: str | None,
+    route: DeadLetterRoute,
 ) -> tuple[str, str] | None:
-    """Write the failed message, the apology (with its outbox row) and the handoff to
-    ``target`` in one commit; the handoff as (from, to), or None when there was none."""
+    """Write the failed message, the apology (with its outbox row) and the handoff the route
+    gives in one commit; the handoff as (from, to), or None when there was none."""
     async with store.turn(session_id) as turn:
         before = turn.session.active_agent
-        handoff = (before, target) if target and target != before else None
+        target = route.handoff(turn.session)
+        handoff = (before, target) if target else None
+        apology = route.apology_with(target or before)
         inbound = convert.user_input(events)
         turn.append(NewMessage("user", inbound.text, data={**inbound.data, DEAD_LETTER: True}))
         if apology:
             _apologise(turn, apology, handoff)
         if handoff is not None:
             turn.record_event(
-                "agent_changed", {"from": before, "to": target, "reason": DEAD_LETTER}
+                "agent_changed", {"from": before, "to": handoff[1], "reason": DEAD_LETTER}
             )
             turn.set_active_agent(handoff[1])
     return handoff

@@ -37,7 +37,7 @@ from webhook_bot_gateway.store import (
 from . import _convert as convert
 from . import _log_context as log_context
 from . import _reachability as reachability
-from ._dead_letter import record_dead_letter
+from ._dead_letter import DeadLetterRoute, record_dead_letter
 from ._media.wait import MediaWait, StoredFiles
 from ._metrics import CANCELS, HANDOFFS, STORE_ERRORS, TURN_SECONDS, TURNS, Metrics
 from ._pacer import AckPacer
@@ -93,7 +93,9 @@ class Dispatcher:
         self._metrics = metrics
         self._adapters = dict(adapters or {})
         self._on_outbox = on_outbox
-        self._handoff = handoff_agent
+        # Where a dead-lettered session goes, and its apology (a person promised only if one
+        # holds the session afterwards).
+        self._dead_letters = DeadLetterRoute.of(runner.registry, config, handoff_agent)
         self._media = media or StoredFiles(store)
         self._clock = clock
         self._max_lanes = max_lanes or 8 * config.max_concurrent_turns
@@ -532,15 +534,13 @@ class Dispatcher:
         message, the apology and the handoff go in the history (see ``record_dead_letter``)."""
         events = [row.event for row in batch]
         try:
-            handoff = await record_dead_letter(
-                self._store, sid, events, self._config.apology, self._handoff
-            )
+            handoff = await record_dead_letter(self._store, sid, events, self._dead_letters)
         except (SessionDeletedError, SessionNotFound):
             return
         except (RunActive, TurnActive):  # a new turn of the session started meanwhile
             log.warning("session %s: the dead letter could not be recorded (a turn runs)", sid)
             return
-        if self._config.apology:
+        if self._dead_letters.apology or self._dead_letters.apology_no_person:
             self._on_outbox()
         if handoff is not None:
             source, target = handoff

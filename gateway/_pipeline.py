@@ -19,7 +19,7 @@ from webhook_bot_gateway.agents import ModelOutcome, Registry, Runner
 from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.store import Store
 
-from ._accounts import account_agents, gateway_registry
+from ._accounts import account_agents, dead_letter_warnings, gateway_registry
 from ._dispatcher import Dispatcher
 from ._handed import HandedDeliveries
 from ._intake import Intake
@@ -203,6 +203,8 @@ def _handoff_agent(settings: Settings, registry: Registry) -> str | None:
     if name and registry.get(name) is None:
         log.warning("dispatcher.dead_letter_handoff %r is not a declared agent: ignored", name)
         return None
+    for warning in dead_letter_warnings(settings):
+        log.warning("%s", warning)
     return name or None
 
 

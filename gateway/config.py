@@ -139,7 +139,11 @@ class DispatcherConfig(_Section):
     max_concurrent_turns: int = Field(default=1000, gt=0)  # turns mostly wait on a model
     max_attempts: int = Field(default=3, gt=0)  # tries of a failing turn before dead letter
     retry_base_seconds: float = Field(default=2.0, ge=0)
+    # Sent when a dead-lettered session is then with a human agent (handed to one, or already).
     apology: str = "Sorry, something went wrong on our side. A person will look into it."
+    # Sent when it is not (no handoff, one the account does not allow, or to a bot): no promise
+    # of a person. None: NO_PERSON_APOLOGY, or none at all when ``apology`` is "".
+    apology_no_person: str | None = None
     dead_letter_handoff: str = "human"  # agent to hand a dead-lettered session to; "" for none
     typing_after_seconds: float = Field(default=1.0, ge=0)
     typing_interval_seconds: float = Field(default=4.0, gt=0)

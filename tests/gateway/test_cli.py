@@ -207,6 +207,24 @@ def test_check_config_warns_of_a_dead_letter_handoff_to_an_undeclared_agent(
     assert "warning" not in out
 
 
+def test_check_config_warns_of_an_account_whose_agents_leave_out_the_dead_letter_handoff(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "c.toml"
+    text = EXAMPLE.read_text(encoding="utf-8").replace(
+        'name = "support"', 'name = "support"\nagents = ["triage", "billing"]', 1
+    )
+    path.write_text(text, encoding="utf-8")
+    code, out = cli("check-config", "--config", str(path))
+    assert code == 0
+    assert (
+        "warning: dispatcher.dead_letter_handoff 'human' does not serve telegram.bots[0]"
+        " (telegram 'support'), whose agents are triage, billing: a dead letter there leaves"
+        " the session with its agent, and the user gets dispatcher.apology_no_person"
+    ) in out
+
+
 def test_missing_config_file_is_named_once(tmp_path: Path) -> None:
     absent = tmp_path / "absent.toml"
     result = run_cli("check-config", "--config", str(absent))

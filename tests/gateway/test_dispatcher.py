@@ -23,6 +23,7 @@ from webhook_bot_gateway.agents import (
 )
 from webhook_bot_gateway.agents.testing import Hang, ScriptedModel, reply
 from webhook_bot_gateway.gateway import _dispatcher
+from webhook_bot_gateway.gateway._dead_letter import NO_PERSON_APOLOGY
 from webhook_bot_gateway.gateway._dispatcher import BUSY_WARN_SECONDS, TURNS, Dispatcher
 from webhook_bot_gateway.gateway._metrics import Metrics
 from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
@@ -61,6 +62,7 @@ class Harness:
         clock: Callable[[], float] = time.time,
         pacer: AckPacer | None = None,
         others_grace: float = 3600.0,
+        allowed: dict[tuple[str, str], tuple[str, ...]] | None = None,
         **config: Any,
     ) -> None:
         self.store = store
@@ -68,9 +70,11 @@ class Harness:
         self.metrics = Metrics()
         self.config = DispatcherConfig(**{"retry_base_seconds": 0, **config})
         self.outbox_wakes = 0
+        agents = registry(model)
+        agents.bind_accounts({}, allowed or {})  # the accounts' own ``agents`` lists
         self.dispatcher = Dispatcher(
             store,
-            Runner(store, registry(model)),
+            Runner(store, agents),
             self.config,
             metrics=self.metrics,
             adapters=adapters,
@@ -313,6 +317,47 @@ async def test_dispatcher_dead_letters_after_max_attempts_with_apology_and_hando
         ("user", "hello", True),
         ("assistant", "Sorry!", {"handoff": "human"}),
     ]
+
+
+async def test_dispatcher_dead_letter_keeps_the_agent_where_the_account_has_no_human(
+    store: SQLiteStore, db: Path
+) -> None:
+    """The account's ``agents`` leave out the handoff target: no handoff (the user's next
+    message would fall back to the bot anyway), and an apology that promises no person."""
+    boom = ModelBackendError("scripted", "HTTP 500")
+    allowed = {("telegram", "support"): ("triage",)}
+    harness = Harness(store, ScriptedModel(boom, boom), max_attempts=2, allowed=allowed)
+    sid = await harness.run("hello")
+    assert await harness.replies(sid) == [NO_PERSON_APOLOGY]
+    session = await store.get_session(sid)
+    assert session is not None
+    assert session.active_agent == "triage"
+    assert [e for e in await store.list_events(sid) if e.kind == "agent_changed"] == []
+    branch = await store.get_branch(sid)
+    assert [(m.role, m.text, m.data.get("dead_letter")) for m in branch] == [
+        ("user", "hello", True),
+        ("assistant", NO_PERSON_APOLOGY, {"handoff": None}),
+    ]
+
+
+async def test_dispatcher_dead_letter_without_a_handoff_sends_the_apology_of_its_choice(
+    store: SQLiteStore, db: Path
+) -> None:
+    boom = ModelBackendError("scripted", "HTTP 500")
+    allowed = {("telegram", "support"): ("triage",)}
+    harness = Harness(
+        store,
+        ScriptedModel(boom, boom),
+        max_attempts=2,
+        allowed=allowed,
+        apology="",  # "" sends no apology, and the other follows it unless set
+    )
+    sid = await harness.run("hello")
+    assert await harness.replies(sid) == []
+    config = {"apology": "", "apology_no_person": "Sorry, that failed."}
+    harness = Harness(store, ScriptedModel(boom, boom), max_attempts=2, allowed=allowed, **config)
+    sid = await harness.run("hello", chat_id="43")
+    assert await harness.replies(sid) == ["Sorry, that failed."]
 
 
 async def test_dispatcher_after_a_dead_letter_the_next_agent_sees_the_message_and_apology(

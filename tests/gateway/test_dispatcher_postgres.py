@@ -39,7 +39,9 @@ async def store() -> AsyncIterator[Store]:
 async def test_a_turn_failing_with_a_nul_in_its_error_is_dead_lettered(store: Store) -> None:
     boom = ModelBackendError("openai", 'HTTP 500: {"error": "bad\x00input"}', status=500)
     metrics = Metrics()
-    config = DispatcherConfig(max_attempts=2, retry_base_seconds=0, apology="Sorry!")
+    config = DispatcherConfig(
+        max_attempts=2, retry_base_seconds=0, apology="Sorry!", apology_no_person="Sorry!"
+    )
     dispatcher = Dispatcher(
         store, Runner(store, registry(ScriptedModel(boom, boom))), config, metrics=metrics
     )
