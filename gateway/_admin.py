@@ -25,6 +25,7 @@ from typing import TypeVar
 from aiohttp import hdrs, web
 from pydantic import BaseModel, ValidationError
 
+from webhook_bot_gateway.agents import Agent
 from webhook_bot_gateway.store import (
     PARKED_ERROR,
     InvalidSessionId,
@@ -74,6 +75,7 @@ from ._api_models import (
 )
 from ._convert import outbox_row, reply_target, text_message
 from ._export import ExportQuery, SessionExport, build_export, write_zip
+from ._handoff import hand_over
 from ._http import UNSUPPORTED_ENCODING, body_encoding, encoding_message
 from ._keys import AGENT_NAMES, AGENTS, METRICS, SENDER_WAKE, SETTINGS, STORE, AgentInfo
 from ._media.files import erase_session
@@ -511,15 +513,18 @@ async def handoff(request: web.Request) -> web.Response:
         message = f"agent {body.agent!r} does not serve this session's account"
         raise ApiError(400, "agent_not_allowed", message, "agent")
     sid = session.session_id
+    target = next(agent for agent in request.app[AGENTS] if agent.name == body.agent)
     try:  # refused while a turn runs: it would commit its own agent over ours
-        updated = await request.app[STORE].set_agent(sid, body.agent, reason=OPERATOR)
-    except RunActive:
+        updated = await hand_over(request.app[STORE], sid, target, time.time())
+    except (RunActive, TurnActive):
         raise _run_active(sid) from None
-    except SessionNotFound:
+    except (SessionNotFound, SessionDeletedError):
         raise _unknown_session(sid) from None
+    if updated.told_outbox:
+        request.app[SENDER_WAKE].set()
     metrics = request.app[METRICS]
     metrics.inc(HANDOFFS, from_agent=session.active_agent, to_agent=body.agent, reason=OPERATOR)
-    return respond(_session(updated))
+    return respond(_session(updated.session))
 
 
 @admin_route
@@ -615,11 +620,18 @@ async def agent_names_ctx(app: web.Application) -> AsyncIterator[None]:
         app[METRICS].allow_agents(registry.names)  # the only agent names /metrics labels with
         declared = [registry.get(name) for name in registry.names]
         app[AGENTS] = tuple(
-            AgentInfo(agent.name, agent.kind, agent.description) for agent in declared if agent
+            AgentInfo(agent.name, agent.kind, agent.description, _told(agent))
+            for agent in declared
+            if agent
         )
     finally:
         await registry.aclose()
     yield
+
+
+def _told(agent: Agent) -> str:
+    """What a user handed to ``agent`` is told: a human agent's ``handoff_reply``."""
+    return agent.handoff_reply if agent.kind == "human" else ""
 
 
 def add_admin_routes(app: web.Application) -> None:

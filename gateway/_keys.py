@@ -30,6 +30,7 @@ class AgentInfo:
     name: str
     kind: str  # bot / human
     description: str
+    handoff_reply: str = ""  # a human agent's: what the user is told when handed to it
 
 
 SETTINGS = web.AppKey("settings", Settings)

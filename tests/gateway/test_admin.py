@@ -281,18 +281,51 @@ async def test_admin_body_with_a_number_too_long_to_convert_says_so(client: Clie
 
 async def test_admin_handoff_changes_the_agent_and_records_an_event(client: Client) -> None:
     response = await client.post(
-        f"/api/sessions/{SID}/handoff", headers=AUTH, json={"agent": "human"}
+        f"/api/sessions/{SID}/handoff", headers=AUTH, json={"agent": "billing"}
     )
     assert response.status == 200
-    assert (await response.json())["active_agent"] == "human"
+    assert (await response.json())["active_agent"] == "billing"
     session = await store_of(client).get_session(SID)
     assert session is not None
-    assert session.active_agent == "human"
+    assert session.active_agent == "billing"
     [event] = await store_of(client).list_events(SID)
     assert (event.kind, event.detail) == (
         "agent_changed",
-        {"from": "triage", "to": "human", "reason": "operator"},
+        {"from": "triage", "to": "billing", "reason": "operator"},
     )
+    assert await store_of(client).list_outbox(SID) == []  # a bot: the user is told nothing
+
+
+async def test_admin_handoff_to_a_human_agent_tells_the_user_once(client: Client) -> None:
+    """As a handoff in a turn does (CONTRACT: "on handoff the user is told that a person will
+    answer"): the human agent's handoff_reply, in the history and queued to send."""
+    path = f"/api/sessions/{SID}/handoff"
+    response = await client.post(path, headers=AUTH, json={"agent": "human"})
+    assert (await response.json())["active_agent"] == "human"
+    store = store_of(client)
+    [row] = await store.list_outbox(SID)
+    told = "Thank you. A person from our team will answer you here shortly."  # the example's
+    assert (row.chat_id, row.payload["text"]) == ("42", told)
+    last = (await store.get_branch(SID))[-1]
+    assert (last.role, last.text, last.agent) == ("assistant", told, "human")
+    changed = [e.detail for e in await store.list_events(SID) if e.kind == "agent_changed"]
+    assert changed == [{"from": "triage", "to": "human", "reason": "operator"}]
+    await client.post(path, headers=AUTH, json={"agent": "human"})  # already there
+    assert len(await store.list_outbox(SID)) == 1
+
+
+async def test_admin_handoff_to_a_human_agent_outside_the_window_keeps_the_notice_unsent(
+    client: Client,
+) -> None:
+    sid = "whatsapp-1122334455667-972987654321"  # no message from the user yet: window closed
+    response = await client.post(
+        f"/api/sessions/{sid}/handoff", headers=AUTH, json={"agent": "human"}
+    )
+    assert response.status == 200
+    assert await store_of(client).list_outbox(sid) == []
+    last = (await store_of(client).get_branch(sid))[-1]
+    assert last.agent == "human"
+    assert "window is closed" in last.data["not_sent"]
 
 
 async def test_admin_handoff_to_an_unknown_agent_is_refused(client: Client) -> None:
@@ -486,14 +519,14 @@ async def test_admin_rewind_while_a_turn_runs_is_refused_with_409(
 
 
 async def test_admin_events_page_through_the_log_by_seq(client: Client) -> None:
-    for agent in ("human", "billing", "triage"):
+    for agent in ("billing", "triage", "billing"):
         await client.post(f"/api/sessions/{SID}/handoff", headers=AUTH, json={"agent": agent})
     url = f"/api/sessions/{SID}/events"
     events = (await (await client.get(url, headers=AUTH)).json())["events"]
     assert [(e["seq"], e["kind"], e["detail"]["to"]) for e in events] == [
-        (1, "agent_changed", "human"),
-        (2, "agent_changed", "billing"),
-        (3, "agent_changed", "triage"),
+        (1, "agent_changed", "billing"),
+        (2, "agent_changed", "triage"),
+        (3, "agent_changed", "billing"),
     ]
     assert set(events[0]) == {"seq", "kind", "detail", "created_at"}
     page = (await (await client.get(f"{url}?after=1&limit=1", headers=AUTH)).json())["events"]

@@ -6,7 +6,9 @@ reply and its agent); a turn that begins after the handoff's write sees the oper
 (a human agent: no model call, no bot reply) and cannot overwrite it. The handler reads the
 session first (for 400/404) but decides nothing on that read: the store's ``set_agent``
 checks the status and writes in one transaction (SQLite: the one writer; PostgreSQL: the
-session row locked), and a turn marks itself ``running`` in one transaction too.
+session row locked), and a turn marks itself ``running`` in one transaction too. The human
+agent's notice to the user (its ``handoff_reply``) follows in a turn of its own, which waits
+out a turn that began meanwhile.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from webhook_bot_gateway.agents import (
 from webhook_bot_gateway.agents.testing import ScriptedModel, reply
 from webhook_bot_gateway.gateway._keys import STORE
 from webhook_bot_gateway.gateway.app import build_app
-from webhook_bot_gateway.store import OutboxIn, Store, Turn
+from webhook_bot_gateway.store import OutboxIn, SessionEvent, Store, Turn, TurnActive
 
 from .ingest_helpers import AUTH, settings
 from .pipeline_helpers import registry
@@ -79,6 +81,20 @@ class Gate:
 
 def start_turn(runner: Runner, text: str = "hello") -> asyncio.Task[TurnResult]:
     return asyncio.create_task(runner.run_turn(SID, UserInput(text), before_commit=queue_replies))
+
+
+def bot_turn_ends(events: Sequence[SessionEvent]) -> list[int]:
+    """The seqs of ``turn_finished`` of the turns that are not a human agent's handoff notice
+    (a turn of its own, whose one answer is the human agent's)."""
+    ends, notice = [], False
+    for event in events:
+        if event.kind == "turn_started":
+            notice = False
+        elif event.kind == "message" and event.detail.get("agent") == "human":
+            notice = True
+        elif event.kind == "turn_finished" and not notice:
+            ends.append(event.seq)
+    return ends
 
 
 async def operator_events(store: Store) -> list[int]:
@@ -186,7 +202,11 @@ async def test_handoffs_and_bot_turns_at_random_moments_never_interleave(client:
 
     async def bot_turn(runner: Runner) -> TurnResult:
         await asyncio.sleep(chance.uniform(0, 0.006))
-        return await runner.run_turn(SID, UserInput("hello"), before_commit=queue_replies)
+        while True:  # as the dispatcher does, a turn refused while the handoff's notice is
+            try:  # being written runs again
+                return await runner.run_turn(SID, UserInput("hello"), before_commit=queue_replies)
+            except TurnActive:
+                await asyncio.sleep(0.001)
 
     outcomes = set()
     for _ in range(40):
@@ -198,7 +218,7 @@ async def test_handoffs_and_bot_turns_at_random_moments_never_interleave(client:
         assert session is not None
         last_operator = (await operator_events(store) or [0])[-1]
         events = await store.list_events(SID)
-        finished = [e.seq for e in events if e.kind == "turn_finished"][-1]
+        finished = bot_turn_ends(events)[-1]
         if status == 409:
             assert (result.agent_before, session.active_agent) == ("triage", "triage")
             assert [r.text for r in result.replies] == ["a bot answer"]
