@@ -147,6 +147,40 @@ class Runner:
         ids = tuple(message.id for message in turn.committed)
         return TurnResult(session_id, tuple(replies), before, after, ids, cancelled)
 
+    async def answer_waiting(
+        self,
+        session_id: str,
+        *,
+        before_commit: BeforeCommit | None = None,
+        reply_guard: ReplyGuard | None = None,
+    ) -> TurnResult | None:
+        """Answer what the user wrote to a person whose agent is gone: a session whose head is
+        a user message written while a human agent held it (``OUTSIDE_TURNS``), and whose
+        active agent is no longer declared (or no longer serves its account). The resolver's
+        fallback answers those messages now, in a turn without a new message, committed once
+        like ``run_turn``'s. None, with nothing written but the log's ``turn_started`` and
+        ``turn_cancelled``, when the session is not such a one (any more)."""
+        recent = self._limits.max_turns
+        try:
+            async with self._store.turn(session_id, recent_turns=recent) as turn:
+                before = turn.session.active_agent
+                if not _waits_for_a_gone_agent(turn, self._registry):
+                    raise _NothingToAnswer(session_id)
+                agent = resolve_agent(turn, self._registry)
+                loop = TurnLoop(
+                    turn, self._registry, self._limits, agent, (), (), self._observer, reply_guard
+                )
+                replies = await self._guarded(session_id, loop.run(), None)
+                if before_commit is not None:
+                    before_commit(turn, replies)
+                after = turn.active_agent
+        except _NothingToAnswer:
+            return None
+        for source, target in loop.handoffs:
+            self._observer.handoff(source, target)
+        ids = tuple(message.id for message in turn.committed)
+        return TurnResult(session_id, tuple(replies), before, after, ids)
+
     async def record_turn(
         self,
         session_id: str,
@@ -202,6 +236,20 @@ class Runner:
             if timeout.expired() and self._turn_timeout is not None:
                 raise TurnTimeout(session_id, self._turn_timeout) from None
             raise
+
+
+class _NothingToAnswer(Exception):
+    """The session does not wait for an agent that is gone: roll the turn back."""
+
+
+def _waits_for_a_gone_agent(turn: Turn, registry: Registry) -> bool:
+    """The head is a user message written for a person, and the agent does not resolve."""
+    history = turn.history
+    if not history or history[-1].role != "user" or not history[-1].data.get(OUTSIDE_TURNS):
+        return False
+    session = turn.session
+    name = turn.active_agent
+    return registry.get(name) is None or not registry.allows(session.channel, session.account, name)
 
 
 def _keep_only_the_message(turn: Turn, inbound: UserInput) -> None:

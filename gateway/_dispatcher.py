@@ -461,6 +461,30 @@ class Dispatcher:
         self._on_outbox()
         return None
 
+    async def answer_waiting(self, sid: str) -> bool:
+        """Run ``Runner.answer_waiting`` for ``sid`` in a turn slot (the start does, for the
+        sessions whose user wrote to a person whose agent is no longer declared); whether it
+        committed. A failure is logged: the messages wait for the next start, or the user's
+        next message, whose turn falls back and sees them."""
+        async with self._slots:
+            self.running_turns += 1
+            try:
+                result = await self._runner.answer_waiting(
+                    sid, before_commit=_queue_answers, reply_guard=self._window_guard
+                )
+            except (SessionDeletedError, SessionNotFound, RunActive, TurnActive):
+                return False  # erased, or a turn of the session runs: that one answers
+            except Exception as exc:
+                log.warning("session %s: its waiting messages could not be answered: %s", sid, exc)
+                return False
+            finally:
+                self.running_turns -= 1
+        if result is None:
+            return False
+        self._ended("committed")
+        self._on_outbox()
+        return True
+
     def _window_guard(self, session: Session) -> str | None:
         """Why an agent's text cannot go now: WhatsApp's window closed (error 131047)."""
         closed = free_text_refusal(session, self._clock())
@@ -641,6 +665,14 @@ def _before_commit(
         turn.record_event("user_unblocked", {"reason": "the user wrote again"})
         returned.append(session.session_id)
         parked = False
+    _queue_replies(turn, replies, thread, parked=parked)
+
+
+def _queue_replies(
+    turn: Turn, replies: Sequence[Reply], thread: str | None = None, *, parked: bool
+) -> None:
+    """One outbox row per reply and per template a tool queued (none for a web session)."""
+    session = turn.session
     if session.channel == WEB:
         return  # the commit writes the replies to the session's event log: that is the send
     for template in queued_templates(turn):
@@ -649,3 +681,8 @@ def _before_commit(
     for reply in replies:
         message = convert.outbound(session.channel, session.account, chat, reply, thread)
         turn.add_outbox(convert.outbox_row(session, message, parked=parked))
+
+
+def _queue_answers(turn: Turn, replies: Sequence[Reply]) -> None:
+    """``answer_waiting``'s commit hook: the replies, parked while the user is blocked."""
+    _queue_replies(turn, replies, parked=reachability.is_blocked(turn.session.metadata))

@@ -21,6 +21,7 @@ from webhook_bot_gateway.store import Store
 
 from ._accounts import account_agents, dead_letter_warnings, gateway_registry
 from ._dispatcher import Dispatcher
+from ._gone_agents import answer_gone
 from ._handed import HandedDeliveries
 from ._intake import Intake
 from ._keys import (
@@ -231,6 +232,8 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
         app[DISPATCHER] = pipeline.dispatcher
         app[PIPELINE_TASKS] = pipeline.tasks
         await pipeline.start()
+        # Sessions on an agent no longer declared: warned of, and their waiting users answered.
+        gone = asyncio.create_task(answer_gone(app[STORE], registry, pipeline.dispatcher))
         try:
             # Work other processes commit (PostgreSQL) is theirs: looked at here after a grace
             # (what still waits then), not at the next poll; a turn running here at once.
@@ -246,6 +249,8 @@ async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
                 yield
         finally:
             app[STOPPING].set()
+            gone.cancel()  # an answer not committed yet rolls back: the next start runs it
+            await asyncio.gather(gone, return_exceptions=True)
             timeout = settings.server.shutdown_timeout
             log.info("shutting down: running turns get %g s, then roll back", timeout)
             await pipeline.stop(timeout)
