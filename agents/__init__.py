@@ -23,7 +23,7 @@ from ._registry import Registry
 from ._resolver import resolve_agent
 from ._rules import Rule, RulesModel
 from ._runner import Runner, TurnResult, UserInput
-from ._tools import Tool, ToolContext, ToolResult, tool
+from ._tools import Tool, ToolContext, ToolError, ToolResult, tool
 
 __all__ = [
     "DEAD_LETTER",
@@ -58,6 +58,7 @@ __all__ = [
     "ToolCall",
     "ToolFailed",
     "ToolContext",
+    "ToolError",
     "ToolResult",
     "ToolSpec",
     "TurnCancelled",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from ._agent import DEFAULT_HUMAN_REPLY
 from ._config_bool import ConfigBool
@@ -14,6 +14,18 @@ from ._rules import Rule
 
 AGENT_NAME = r"^[A-Za-z0-9_-]{1,52}$"  # transfer_to_<name> must fit OpenAI's 64 characters
 RULES = "rules"
+
+
+def _text_or_empty(text: str | None) -> str | None:
+    """A text sent to users: "" (or None) for none, else it must hold more than blanks (the
+    channels strip what they send: a blank one would be queued, then fail with nothing to
+    send)."""
+    if text and not text.strip():
+        raise ValueError('must hold text, or be "" for none')
+    return text
+
+
+UserText = Annotated[str, AfterValidator(_text_or_empty)]
 
 
 class _Section(BaseModel):
@@ -82,7 +94,7 @@ class AgentConfig(_Section):
         str, ...
     ] = ()  # dotted import paths: "webhook_bot_gateway.agents.demo.lookup_invoice"
     rules: tuple[RuleConfig, ...] = ()
-    handoff_reply: str = DEFAULT_HUMAN_REPLY  # human agents: told to the user on handoff
+    handoff_reply: UserText = DEFAULT_HUMAN_REPLY  # human agents: told the user on handoff
     handoff_history: HandoffHistory = "full"  # what it sees of earlier agents' tool calls
 
     @model_validator(mode="after")
@@ -102,7 +114,7 @@ class AgentsConfig(_Section):
     max_steps: int = Field(default=8, gt=0)  # model calls per turn
     max_handoffs: int = Field(default=3, ge=0)  # handoffs per turn
     turn_timeout: float = Field(default=120.0, gt=0)  # seconds; room for a model's retries
-    refusal_reply: str | None = Field(default=None, min_length=1)  # None: the model's refusal
+    refusal_reply: UserText | None = Field(default=None, min_length=1)  # None: the model's
     module: str | None = None  # a Python module whose AGENTS lists Agent objects
     models: dict[str, OpenAIModelConfig] = Field(default_factory=dict)
     agents: tuple[AgentConfig, ...] = Field(default=(), alias="list")

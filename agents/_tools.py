@@ -24,6 +24,14 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 HANDOFF_PREFIX = "transfer_to_"
 
 
+class ToolError(Exception):
+    """Raised by a tool to tell the model what went wrong, in words meant for it: the result
+    is ``error: <tool> failed: <message>``. Any other exception gives the model only its type
+    (``error: <tool> failed: raised ConnectionError``): its message is whatever the code below
+    the tool wrote, which may hold a password, and the model's provider receives and the
+    history keeps every tool result."""
+
+
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """What goes back to the model: the result as text, or an error it can react to.
@@ -120,14 +128,17 @@ class Tool:
             result = self.function(**values)
             if inspect.isawaitable(result):
                 result = await result
+        except ToolError as exc:  # the tool's own words for the model
+            logger.info("tool %s reported an error to the model", self.name)
+            return ToolResult.error(f"{self.name} failed: {exc}", "raised ToolError")
         except Exception as exc:
             # The exception's message is the tool author's text (it may hold a password): the
-            # line names its type; the traceback, message included, is logged at DEBUG only.
+            # line and the model's result name its type; the traceback, message included, is
+            # logged at DEBUG only.
             logger.warning("tool %s raised %s", self.name, type(exc).__name__)
             logger.debug("tool %s raised", self.name, exc_info=True)
-            return ToolResult.error(
-                f"{self.name} failed: {type(exc).__name__}: {exc}", f"raised {type(exc).__name__}"
-            )
+            raised = f"raised {type(exc).__name__}"
+            return ToolResult.error(f"{self.name} failed: {raised}", raised)
         try:
             return ToolResult(_as_text(result))
         except Exception as exc:

@@ -6,9 +6,10 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -134,16 +135,27 @@ class WebConfig(_Section):
     heartbeat_seconds: float = Field(default=30.0, gt=0)  # /ws ping interval
 
 
+def _text_or_empty(text: str | None) -> str | None:
+    """A text sent to users: "" (or None) for none, else more than blanks (the channels strip
+    what they send: a blank one would be queued, then fail with nothing to send)."""
+    if text and not text.strip():
+        raise ValueError('must hold text, or be "" for none')
+    return text
+
+
+UserText = Annotated[str, AfterValidator(_text_or_empty)]
+
+
 class DispatcherConfig(_Section):
     double_texting: Literal["merge", "enqueue"] = "merge"
     max_concurrent_turns: int = Field(default=1000, gt=0)  # turns mostly wait on a model
     max_attempts: int = Field(default=3, gt=0)  # tries of a failing turn before dead letter
     retry_base_seconds: float = Field(default=2.0, ge=0)
     # Sent when a dead-lettered session is then with a human agent (handed to one, or already).
-    apology: str = "Sorry, something went wrong on our side. A person will look into it."
+    apology: UserText = "Sorry, something went wrong on our side. A person will look into it."
     # Sent when it is not (no handoff, one the account does not allow, or to a bot): no promise
     # of a person. None: NO_PERSON_APOLOGY, or none at all when ``apology`` is "".
-    apology_no_person: str | None = None
+    apology_no_person: UserText | None = None
     dead_letter_handoff: str = "human"  # agent to hand a dead-lettered session to; "" for none
     typing_after_seconds: float = Field(default=1.0, ge=0)
     typing_interval_seconds: float = Field(default=4.0, gt=0)

@@ -195,4 +195,4 @@ async def test_raising_tool_does_not_abort_the_turn(store: SQLiteStore, session_
     runner = Runner(store, Registry([Agent("triage", tools=[broken], model=model)], "triage"))
     result = await runner.run_turn(session_id, UserInput("x"))
     assert [r.text for r in result.replies] == ["Sorry, that failed."]
-    assert model.calls[1].messages[-1].text == "error: broken failed: KeyError: 'gone'"
+    assert model.calls[1].messages[-1].text == "error: broken failed: raised KeyError"

@@ -8,7 +8,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel
 
-from webhook_bot_gateway.agents import Tool, ToolResult, tool
+from webhook_bot_gateway.agents import Tool, ToolError, ToolResult, tool
 
 
 @tool
@@ -102,8 +102,37 @@ async def test_tool_invoke_empty_arguments_mean_no_arguments() -> None:
 
 async def test_tool_that_raises_returns_an_error_result(caplog: pytest.LogCaptureFixture) -> None:
     result = await explode.invoke('{"reason": "boom"}')
-    assert result == ToolResult("error: explode failed: RuntimeError: boom", is_error=True)
+    assert result == ToolResult("error: explode failed: raised RuntimeError", is_error=True)
     assert "tool explode raised" in caplog.text
+    assert "boom" not in caplog.text  # the message is the DEBUG traceback's only
+
+
+async def test_a_tools_exception_message_never_reaches_the_model() -> None:
+    """The model's provider receives, and the history keeps, every tool result."""
+
+    @tool
+    def crm_lookup(customer: str) -> str:
+        """Looks a customer up."""
+        raise ConnectionError("could not connect to postgres://crm:hunter2@10.0.0.5/crm")
+
+    result = await crm_lookup.invoke('{"customer": "ann"}')
+    assert result == ToolResult("error: crm_lookup failed: raised ConnectionError", is_error=True)
+    assert "hunter2" not in result.text + result.failure
+
+
+async def test_a_tool_error_gives_the_model_the_tools_own_words(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @tool
+    def lookup(number: str) -> str:
+        """Looks an invoice up."""
+        raise ToolError(f"no invoice {number}; invoice numbers look like INV-1001")
+
+    with caplog.at_level("INFO", logger="agents.tools"):
+        result = await lookup.invoke('{"number": "42"}')
+    assert result.text == "error: lookup failed: no invoice 42; invoice numbers look like INV-1001"
+    assert result.is_error
+    assert "no invoice 42" not in caplog.text  # the words are the model's, not the log's
 
 
 def test_tool_rejects_untyped_parameters() -> None:

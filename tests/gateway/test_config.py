@@ -172,6 +172,32 @@ def test_a_number_that_is_not_finite_names_the_key(
     assert "finite number" in str(error)
 
 
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ("dispatcher", "apology"),
+        ("dispatcher", "apology_no_person"),
+        ("agents", "refusal_reply"),
+    ],
+)
+def test_a_users_text_of_only_blanks_names_the_key(tmp_path: Path, section: str, key: str) -> None:
+    """It would be queued, then fail at the sender with nothing to send."""
+    error = error_of(tmp_path, f'[{section}]\n{key} = "  \\n "\n')
+    assert error.key == f"{section}.{key}"
+    assert 'must hold text, or be "" for none' in str(error)
+
+
+def test_a_human_agents_blank_handoff_reply_names_the_key(tmp_path: Path) -> None:
+    text = '[[agents.list]]\nname = "human"\nkind = "human"\nhandoff_reply = " "\n'
+    error = error_of(tmp_path, text)
+    assert error.key == "agents.list[0].handoff_reply"
+
+
+def test_an_empty_apology_still_means_none(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, '[dispatcher]\napology = ""\n'), {})
+    assert settings.dispatcher.apology == ""
+
+
 def test_bad_double_texting_value_names_the_key(tmp_path: Path) -> None:
     error = error_of(tmp_path, "[dispatcher]\ndouble_texting = 'both'\n")
     assert error.key == "dispatcher.double_texting"
