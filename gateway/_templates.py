@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from webhook_bot_gateway.agents import Tool, ToolContext, tool
+from webhook_bot_gateway.agents import Tool, ToolContext, ToolError, tool
 from webhook_bot_gateway.channels import OutboundMessage, OutboundTemplate, WhatsAppConfig
 from webhook_bot_gateway.store import OutboxIn, Session, Turn
 
@@ -115,11 +115,11 @@ def template_tool(config: WhatsAppConfig) -> Tool:
         name: str, language: str, context: ToolContext, parameters: tuple[str, ...] = ()
     ) -> dict[str, Any]:
         if not context.session_id.startswith(WHATSAPP_SESSION):
-            raise ValueError("templates are WhatsApp's; this session is on another channel")
+            raise ToolError("templates are WhatsApp's; this session is on another channel")
         try:
             template = checked(config, name, language, parameters)
         except TemplateRefused as exc:
-            raise ValueError(exc.message) from None
+            raise ToolError(exc.message) from None
         return {QUEUED: template.model_dump(mode="json"), "sent": "when this answer ends"}
 
     return tool(name=TEMPLATE_TOOL, description=_description(config))(whatsapp_template)
