@@ -4,18 +4,18 @@ runner, in every order: the two never interleave.
 A turn running when the handoff writes makes the handoff 409 ``run_active`` (the turn keeps its
 reply and its agent); a turn that begins after the handoff's write sees the operator's agent
 (a human agent: no model call, no bot reply) and cannot overwrite it. The handler reads the
-session first (for 400/404) but decides nothing on that read: the store's ``set_agent``
-checks the status and writes in one transaction (SQLite: the one writer; PostgreSQL: the
-session row locked), and a turn marks itself ``running`` in one transaction too. The human
-agent's notice to the user (its ``handoff_reply``) follows in a turn of its own, which waits
-out a turn that began meanwhile.
+session first (for 400/404) but decides nothing on that read. A handoff to a human agent with a
+``handoff_reply`` is a turn of its own (the agent change, its event and the notice to the user
+commit together), and a turn marks itself ``running`` in one transaction: two turns of a
+session never overlap.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from webhook_bot_gateway.agents import (
     UserInput,
 )
 from webhook_bot_gateway.agents.testing import ScriptedModel, reply
+from webhook_bot_gateway.gateway import _handoff as handoff_module
 from webhook_bot_gateway.gateway._keys import STORE
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.store import OutboxIn, SessionEvent, Store, Turn, TurnActive
@@ -134,15 +135,18 @@ async def test_a_turn_starting_between_the_handlers_read_and_its_write_makes_it_
     write's own check in its transaction refuses, so the turn's reply and agent stand."""
     store, gate = store_of(client), Gate()
     runner = Runner(store, registry(ScriptedModel(gate)))
-    set_agent = store.set_agent
+    turn = store.turn
     turns: list[asyncio.Task[TurnResult]] = []
 
-    async def turn_slips_in(*args: Any, **kwargs: Any) -> Any:
-        turns.append(start_turn(runner))
-        await gate.started.wait()
-        return await set_agent(*args, **kwargs)
+    @contextlib.asynccontextmanager
+    async def turn_slips_in(*args: Any, **kwargs: Any) -> AsyncIterator[Turn]:
+        if not turns:  # the handoff's own turn (the bot's turn comes through here too)
+            turns.append(start_turn(runner))
+            await gate.started.wait()
+        async with turn(*args, **kwargs) as opened:
+            yield opened
 
-    monkeypatch.setattr(store, "set_agent", turn_slips_in)
+    monkeypatch.setattr(store, "turn", turn_slips_in)
     response = await client.post(HANDOFF, headers=AUTH, json={"agent": "human"})
     assert response.status == 409
     assert (await response.json())["error"]["code"] == "run_active"
@@ -162,16 +166,19 @@ async def test_a_turn_starting_right_after_the_handoffs_write_sees_the_operators
     store = store_of(client)
     model = ScriptedModel()  # any call of the bot's model fails the turn
     runner = Runner(store, registry(model))
-    set_agent = store.set_agent
+    turn = store.turn
     turns: list[asyncio.Task[TurnResult]] = []
 
-    async def turn_follows(*args: Any, **kwargs: Any) -> Any:
-        written = await set_agent(*args, **kwargs)
-        turns.append(start_turn(runner))  # begins before the handler has answered
-        await asyncio.sleep(0)
-        return written
+    @contextlib.asynccontextmanager
+    async def turn_follows(*args: Any, **kwargs: Any) -> AsyncIterator[Turn]:
+        first = not turns
+        async with turn(*args, **kwargs) as opened:
+            yield opened
+        if first:  # the handoff committed; the bot's turn begins before the handler answers
+            turns.append(start_turn(runner))
+            await asyncio.sleep(0)
 
-    monkeypatch.setattr(store, "set_agent", turn_follows)
+    monkeypatch.setattr(store, "turn", turn_follows)
     response = await client.post(HANDOFF, headers=AUTH, json={"agent": "human"})
     assert response.status == 200
     result = await turns[0]
@@ -238,11 +245,50 @@ async def test_handoffs_and_bot_turns_at_random_moments_never_interleave(client:
     # The race itself happened (a handoff while the turn ran), and some other order too.
     assert "refused" in outcomes
     assert len(outcomes) > 1
+    for turn_events in turns_of(await store.list_events(SID)):
+        handoffs = [e for e in turn_events if e.kind == "agent_changed"]
+        if any(e.detail["reason"] == "operator" for e in handoffs):
+            # Only in the handoff's own turn: its one message is the human agent's notice.
+            messages = [e.detail.get("agent") for e in turn_events if e.kind == "message"]
+            assert messages == ["human"], f"an operator handoff landed inside a turn: {messages}"
+
+
+def turns_of(events: Sequence[SessionEvent]) -> list[list[SessionEvent]]:
+    """The events of each turn, from its ``turn_started`` to its end."""
+    turns: list[list[SessionEvent]] = []
     running = False
-    for event in await store.list_events(SID):
+    for event in events:
         if event.kind == "turn_started":
+            turns.append([])
             running = True
-        elif event.kind in ("turn_finished", "turn_cancelled"):
+        if running:
+            turns[-1].append(event)
+        if event.kind in ("turn_finished", "turn_cancelled"):
             running = False
-        elif event.kind == "agent_changed" and event.detail["reason"] == "operator":
-            assert not running, f"an operator handoff landed inside a turn (seq {event.seq})"
+    return turns
+
+
+async def test_a_handoff_to_a_human_agent_and_its_notice_commit_together_or_not_at_all(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure while the notice is written (as a crash would be) leaves the session where it
+    was: the handoff never stands without the user being told."""
+    store = store_of(client)
+
+    def fails(turn: Turn, agent: Any, now: float) -> None:
+        raise RuntimeError("the notice could not be written")
+
+    monkeypatch.setattr(handoff_module, "_tell", fails)
+    response = await client.post(HANDOFF, headers=AUTH, json={"agent": "human"})
+    assert response.status == 500
+    session = await store.get_session(SID)
+    assert session is not None
+    assert (session.active_agent, session.status) == ("triage", "idle")
+    assert await operator_events(store) == []
+    monkeypatch.undo()
+    assert (await client.post(HANDOFF, headers=AUTH, json={"agent": "human"})).status == 200
+    failed, told = turns_of(await store.list_events(SID))
+    assert [(e.kind, e.detail) for e in failed][-1] == ("turn_cancelled", {"reason": "failed"})
+    kinds = [e.kind for e in told]
+    assert kinds == ["turn_started", "agent_changed", "message", "turn_finished"]
+    assert len(await store.list_outbox(SID)) == 1
