@@ -36,10 +36,20 @@ class AgentConfigError(AgentError, ValueError):
 class ModelBackendError(AgentError):
     code = "model_backend"
 
-    def __init__(self, backend: str, message: str, status: int | None = None) -> None:
+    def __init__(
+        self,
+        backend: str,
+        message: str,
+        status: int | None = None,
+        *,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(f"model backend {backend!r}: {message}")
         self.backend = backend
         self.status = status
+        # The server's own wait (Retry-After, seconds) when it was the reason to give up: the
+        # turn is not tried again sooner than that.
+        self.retry_after = retry_after
 
 
 class StepLimitExceeded(AgentError):

@@ -75,7 +75,9 @@ class OpenAIModel:
             except _Retryable as exc:
                 if attempt == self._config.max_retries:
                     message = f"gave up after {attempt + 1} tries: {exc}"
-                    raise ModelBackendError(self.name, message) from None
+                    raise ModelBackendError(
+                        self.name, message, retry_after=exc.retry_after
+                    ) from None
                 delay = self._delay(attempt, exc.retry_after)
                 self._check_wait(attempt, exc, delay)
                 logger.warning("model %s: %s; retry in %.3gs", self.name, exc, delay)
@@ -93,14 +95,14 @@ class OpenAIModel:
                 f"{exc} asked to wait {exc.retry_after:g}s (Retry-After), more than"
                 f" max_backoff ({limit:g}s): {tries}"
             )
-            raise ModelBackendError(self.name, message)
+            raise ModelBackendError(self.name, message, retry_after=exc.retry_after)
         left = time_left()
         if left is not None and delay >= left:
             message = (
                 f"{exc}; the next try would wait {delay:g}s, and the turn has {max(left, 0):.3g}s"
                 f" left: {tries}"
             )
-            raise ModelBackendError(self.name, message)
+            raise ModelBackendError(self.name, message, retry_after=exc.retry_after)
 
     async def aclose(self) -> None:
         """Close the HTTP session if this backend opened it."""

@@ -16,7 +16,7 @@ from dataclasses import replace
 from functools import partial
 from itertools import takewhile
 
-from webhook_bot_gateway.agents import DEAD_LETTER, Reply, Runner
+from webhook_bot_gateway.agents import DEAD_LETTER, ModelBackendError, Reply, Runner
 from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.channels.web import CHANNEL as WEB
 from webhook_bot_gateway.store import (
@@ -49,6 +49,7 @@ from .config import DispatcherConfig
 
 log = logging.getLogger("gateway.dispatcher")
 
+MAX_ASKED_WAIT = 3600.0  # a model server's Retry-After is honoured up to an hour
 BUSY_RETRY_SECONDS = 0.5  # a session whose turn runs elsewhere is tried again this soon
 BUSY_WARN_SECONDS = 30.0  # a session refused this long is logged (and again each such period)
 # A cancel of a turn another process runs waits this long for that process's answer.
@@ -539,8 +540,14 @@ class Dispatcher:
         ids = [row.id for row in batch]
         attempts = max(row.attempts for row in batch) + 1
         dead = attempts >= self._config.max_attempts
-        delay = self._config.retry_base_seconds * 2 ** (attempts - 1)
-        log.warning("turn of session %s failed (try %d): %s", sid, attempts, error)
+        delay = max(self._config.retry_base_seconds * 2 ** (attempts - 1), _asked_wait(exc))
+        log.warning(
+            "turn of session %s failed (try %d): %s%s",
+            sid,
+            attempts,
+            error,
+            "" if dead else f"; next try in {delay:g}s",
+        )
         try:
             await self._store.fail_inbox(
                 ids, error, next_attempt_at=self._clock() + (0 if dead else delay), dead=dead
@@ -686,3 +693,11 @@ def _queue_replies(
 def _queue_answers(turn: Turn, replies: Sequence[Reply]) -> None:
     """``answer_waiting``'s commit hook: the replies, parked while the user is blocked."""
     _queue_replies(turn, replies, parked=reachability.is_blocked(turn.session.metadata))
+
+
+def _asked_wait(exc: Exception) -> float:
+    """How long the model's server asked to be left alone (its Retry-After), at most an hour:
+    a turn tried sooner would only be refused again and use up its attempts."""
+    if isinstance(exc, ModelBackendError) and exc.retry_after is not None:
+        return min(exc.retry_after, MAX_ASKED_WAIT)
+    return 0.0

@@ -233,6 +233,7 @@ async def test_openai_retry_after_longer_than_max_backoff_gives_up_at_once(
         "model backend 'fake': HTTP 429 asked to wait 3600s (Retry-After), more than"
         " max_backoff (30s): gave up after 1 tries"
     )
+    assert caught.value.retry_after == 3600.0  # the dispatcher waits that long before the turn
     assert (sleeps.delays, len(api.bodies)) == ([], 1)
 
 
@@ -248,8 +249,11 @@ async def test_openai_wait_past_the_turns_deadline_fails_the_turn_at_once(
     api, _ = fake
     api.answer({"error": {"message": "busy"}}, status=503, **{"Retry-After": "20"})
     runner = Runner(store, make_registry(model), turn_timeout=10)
-    with pytest.raises(ModelBackendError, match="HTTP 503; the next try would wait 20s, and the"):
+    with pytest.raises(
+        ModelBackendError, match="HTTP 503; the next try would wait 20s, and the"
+    ) as caught:
         await runner.run_turn(session_id, UserInput("hi"))
+    assert caught.value.retry_after == 20.0
     assert (sleeps.delays, len(api.bodies)) == ([], 1)
 
 
