@@ -37,7 +37,7 @@ import asyncpg
 
 from .._errors import StoreError
 from ._schema import migrate
-from ._url import login_of
+from ._url import login_of, unreadable_file
 
 log = logging.getLogger("store.postgres")  # the names operators filter on stay short
 
@@ -144,6 +144,10 @@ def _connecting(url: str) -> Iterator[None]:
         first = str(exc).splitlines()[0]  # the next lines are a HINT
         raise StoreError(f"asyncpg cannot use the PostgreSQL url's settings: {first}") from None
     except CONNECTION_ERRORS as exc:
+        unreadable = unreadable_file(url)
+        if unreadable is not None:
+            message = f"the PostgreSQL url names a file that cannot be read: {unreadable}"
+            raise StoreError(message) from None
         raise unavailable(exc) from None
     except asyncpg.PostgresError as exc:  # e.g. an unknown database or a refused login
         raise _refused(exc, url) from None

@@ -111,6 +111,25 @@ def _check_port(port: str, *, where: str) -> None:
         )
 
 
+SSL_FILES = ("sslrootcert", "sslcert", "sslkey", "sslcrl")  # files asyncpg opens to connect
+
+
+def unreadable_file(url: str) -> str | None:
+    """Which file the (checked) url names that cannot be read, as ``key: reason``; None if
+    all can be. asyncpg's own error for one is a bare FileNotFoundError, like a refused socket."""
+    query = _query(urlparse(url).query)
+    for key in SSL_FILES:
+        path = query.get(key)
+        if not path or path == "system":  # libpq's "system": the system's certificates
+            continue
+        try:
+            with open(os.path.expanduser(path), "rb"):
+                pass
+        except OSError as exc:  # the path itself is left out, as every part of the url is
+            return f"{key}: {exc.strerror or type(exc).__name__}"
+    return None
+
+
 def login_of(url: str) -> tuple[str, str]:
     """The role and the database a (checked) url logs in as, asyncpg's defaults filled in:
     ``PGUSER`` or the login name, ``PGDATABASE`` or the role's name."""

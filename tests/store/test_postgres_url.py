@@ -165,6 +165,24 @@ async def test_settings_asyncpg_cannot_use_are_one_line(
     ]
 
 
+@pytest.mark.parametrize("key", ["sslrootcert", "sslcert", "sslkey"])
+async def test_a_certificate_file_that_cannot_be_read_is_named_by_its_key(
+    tmp_path: Path, key: str
+) -> None:
+    """Before: "the PostgreSQL database did not answer (FileNotFoundError)", as for a server
+    that is down; asyncpg raises the same bare error for both."""
+    missing = tmp_path / "certs" / "missing.pem"
+    base = with_login(login_of(server_url())[0], PASSWORD, "postgres")
+    mode = "verify-full" if key == "sslrootcert" else "require"  # no root certificate asked
+    url = f"{base}?sslmode={mode}&{key}={missing}"
+    with pytest.raises(StoreError) as caught:
+        await open_store(check_url(url))
+    assert str(caught.value) == (
+        f"the PostgreSQL url names a file that cannot be read: {key}: No such file or directory"
+    )
+    assert PASSWORD not in shown(caught.value)
+
+
 def test_a_wrong_password_is_said_so() -> None:
     """The test server trusts every local login, so it cannot refuse a password: the server's
     error (28P01) as asyncpg raises it, read as the store reads it."""
