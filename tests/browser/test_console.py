@@ -1,5 +1,6 @@
 """The operator console in a real browser: the demo loop on both platforms through the sandbox,
-the live feed across a dropped connection, a 409 while a real turn runs, and the token.
+the live feed across a dropped connection, a 409 while a real turn runs, a queue longer than
+one page, and the token.
 
 Every wait is one of Playwright's auto-waiting ``expect`` assertions or an event; no sleeps.
 """
@@ -15,6 +16,7 @@ from pytest_aiohttp import AiohttpServer
 
 from tests.e2e.gateway_proc import eventually
 from tests.e2e.ws_client import SlowModel, slow_agents
+from webhook_bot_gateway.store import SQLiteStore
 
 from .conftest import EXAMPLE_CONFIG, REPO, ConsoleGateway, StartGateway
 
@@ -294,6 +296,26 @@ async def test_a_running_turn_refuses_the_operator_in_words(
         await expect(bot_said(page, "I am here now")).to_be_visible()
     finally:
         model.release.set()
+
+
+async def test_a_queue_longer_than_one_page_says_how_many_more_wait(
+    page: Page, start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    """The console shows the API's largest page (500) of the queue; the rest are counted
+    beside the heading from the queue's ``total``, not left out in silence."""
+    waiting = 503
+    folder = tmp_path / "long-queue"
+    (folder / "data").mkdir(parents=True)
+    async with SQLiteStore(folder / "data" / "gateway.db") as store:
+        for chat in range(waiting):
+            await store.create_session("telegram", "support", str(1_000 + chat), "human")
+    gateway = await start_gateway(name="long-queue")
+    await sign_in(page, gateway)
+    queue = page.get_by_test_id("queue-list").get_by_test_id("queue-item")
+    await expect(queue).to_have_count(500)
+    count = page.get_by_test_id("queue-count")
+    await expect(count).to_have_text(f"500 (+{waiting - 500} waiting less long)")
+    await expect(listed(page, "telegram-support-1000")).to_be_visible()  # the longest waiting
 
 
 # (e) the token
