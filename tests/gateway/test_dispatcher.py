@@ -413,43 +413,30 @@ async def test_dispatcher_a_session_in_backoff_does_not_slow_the_others(
     assert inbox_states(db) == [("pending", 1), ("done", 0)]
 
 
+@pytest.mark.parametrize(
+    ("asked", "waited"),
+    [(120.0, 120.0), (0.5, 2.0), (None, 2.0)],
+    ids=["longer-than-the-backoff", "shorter", "none"],
+)
 async def test_dispatcher_waits_out_a_model_servers_retry_after_before_the_next_try(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch, asked: float | None, waited: float
 ) -> None:
     """A rate-limited model (429 with Retry-After: 120) was tried again after the dispatcher's
-    own 2 s and 4 s, refused each time, and the message dead-lettered within seconds."""
-    now = [NOW]  # after the rows' own arrival times: they are due
+    own 2 s and 4 s, refused each time, and the message dead-lettered within seconds. A shorter
+    wait than the backoff's leaves the backoff as it was."""
+    now = NOW  # after the rows' own arrival times: they are due
 
     async def limited(messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]) -> ModelResponse:
-        raise ModelBackendError("scripted", "HTTP 429 asked to wait 120s", retry_after=120)
+        raise ModelBackendError("scripted", "HTTP 429", retry_after=asked)
 
     harness = Harness(
-        store, ScriptedModel(limited), clock=lambda: now[0], retry_base_seconds=2, max_attempts=3
+        store, ScriptedModel(limited), clock=lambda: now, retry_base_seconds=2, max_attempts=3
     )
     recorded = failures_recorded(store, monkeypatch)
     sid = await harness.feed("hello")
     await asyncio.wait_for(recorded.wait(), 10)
     [row] = await store.pending_inbox(sid)
-    assert (row.attempts, row.next_attempt_at) == (1, NOW + 120)
-    await harness.dispatcher.drain(1.0)
-
-
-async def test_dispatcher_backoff_stays_its_own_when_the_model_asked_for_less(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    now = [NOW]  # after the rows' own arrival times: they are due
-
-    async def busy(messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]) -> ModelResponse:
-        raise ModelBackendError("scripted", "HTTP 503", retry_after=0.5)
-
-    harness = Harness(
-        store, ScriptedModel(busy), clock=lambda: now[0], retry_base_seconds=2, max_attempts=3
-    )
-    recorded = failures_recorded(store, monkeypatch)
-    sid = await harness.feed("hello")
-    await asyncio.wait_for(recorded.wait(), 10)
-    [row] = await store.pending_inbox(sid)
-    assert row.next_attempt_at == NOW + 2  # retry_base_seconds
+    assert (row.attempts, row.next_attempt_at) == (1, NOW + waited)
     await harness.dispatcher.drain(1.0)
 
 
