@@ -63,7 +63,7 @@ class OpenAIModelConfig(_Section):
     vision: ConfigBool = False  # the model takes images: a user's photos go as image parts
     # Turns mostly wait on the model, so the pool is sized for many waiting requests
     # (aiohttp's own default, 100, capped a whole gateway at 100 requests in flight).
-    max_connections: int = Field(default=1000, gt=0)  # the HTTP pool; keep-alive reused
+    max_connections: int = Field(default=2000, gt=0)  # the HTTP pool; keep-alive reused
     max_concurrency: int | None = Field(default=None, gt=0)  # requests in flight; None: the pool
 
     @model_validator(mode="after")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import resource
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -47,6 +46,7 @@ from ._logging import configure_logging
 from ._loop import listening_sockets, loop_name, new_event_loop
 from ._metrics import BACKLOG as BACKLOG_GAUGE
 from ._metrics import BATCH_SIZE, PACED_RATE, Metrics
+from ._open_files import raise_open_files_limit, too_few_open_files
 from ._pacer import AckPacer
 from ._pipeline import pipeline_ctx
 from ._sandbox import add_sandbox_routes, sandbox_warnings
@@ -280,21 +280,6 @@ def build_app(
     return app
 
 
-def raise_open_files_limit() -> tuple[int, int]:
-    """Lift the soft open-files limit to the hard one: every turn waiting on a model holds a
-    socket, and a soft limit of 1,024 is reached at about a thousand. Returns (before, after)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else max(soft, 65_536)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError) as exc:  # a container may forbid it: keep going, say so
-            log.warning("open-files limit stays %d: %s", soft, exc)
-            return soft, soft
-        return soft, target
-    return soft, soft
-
-
 async def check_agents(settings: Settings) -> None:
     """Build the agents' registry and close it: a ConfigError naming the key if it fails."""
     registry = await gateway_registry(settings)
@@ -328,6 +313,9 @@ def serve(settings: Settings, token_source: str | None = None) -> None:
     before, after = raise_open_files_limit()
     if after != before:
         log.info("open-files limit raised from %d to %d", before, after)
+    too_few = too_few_open_files(settings, after)
+    if too_few is not None:
+        log.warning("%s", too_few)
     sockets = listening_sockets(settings.server)  # a port in use: an error, before anything
     settings = with_bound_port(settings, sockets[0].getsockname()[1])  # port 0: the one bound
     try:

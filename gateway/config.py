@@ -148,7 +148,7 @@ UserText = Annotated[str, AfterValidator(_text_or_empty)]
 
 class DispatcherConfig(_Section):
     double_texting: Literal["merge", "enqueue"] = "merge"
-    max_concurrent_turns: int = Field(default=1000, gt=0)  # turns mostly wait on a model
+    max_concurrent_turns: int = Field(default=2000, gt=0)  # turns mostly wait on a model
     max_attempts: int = Field(default=3, gt=0)  # tries of a failing turn before dead letter
     retry_base_seconds: float = Field(default=2.0, ge=0)
     # Sent when a dead-lettered session is then with a human agent (handed to one, or already).

@@ -618,8 +618,8 @@ async def test_openai_concurrency_bound_is_per_model(
 
 def test_openai_pool_defaults_sized_for_turns_waiting_on_a_model() -> None:
     config = OpenAIModelConfig(model="m")
-    assert (config.max_connections, config.max_concurrency) == (1000, None)
-    assert config.concurrency == 1000
+    assert (config.max_connections, config.max_concurrency) == (2000, None)
+    assert config.concurrency == 2000
     assert OpenAIModelConfig(model="m", max_concurrency=10).concurrency == 10
 
 
