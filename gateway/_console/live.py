@@ -24,6 +24,7 @@ from webhook_bot_gateway.store import (
     validate_session_id,
 )
 
+from .._api_models import MAX_ROW_ID
 from .._keys import FEED, SOCKETS, STORE
 from .._web.feed import Changes, follow_log
 from .keys import TICKETS
@@ -136,8 +137,8 @@ async def _read(socket: Live) -> None:
 
 async def _watch(socket: Live, frame: dict[str, Any]) -> None:
     after = frame.get("after", 0)
-    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-        await socket.error("invalid_after", "after must be a seq number, 0 or more")
+    if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after <= MAX_ROW_ID:
+        await socket.error("invalid_after", f"after must be a seq number from 0 to {MAX_ROW_ID}")
         return
     try:
         session_id = validate_session_id(frame.get("session_id"))

@@ -62,15 +62,37 @@ async def _fields(request: web.Request) -> dict[str, Any] | None:
     return fields
 
 
+class _Malformed(Exception):
+    """A request body of the wrong shape: the platform would refuse it with a 400."""
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` where a JSON object must be (absent: empty); _Malformed otherwise."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Malformed
+    return value
+
+
+def _array(value: Any) -> list[Any]:
+    """``value`` where a JSON array must be (absent: empty); _Malformed otherwise."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _Malformed
+    return value
+
+
 def _keyboard(markup: object) -> tuple[dict[str, str], ...]:
     if not isinstance(markup, dict):
         return ()
-    rows = markup.get("inline_keyboard") or []
+    buttons = [
+        _object(button) for row in _array(markup.get("inline_keyboard")) for button in _array(row)
+    ]
     return tuple(
         {"id": str(button.get("callback_data", "")), "title": str(button.get("text", ""))}
-        for row in rows
-        for button in row
-        if isinstance(button, dict)
+        for button in buttons
     )
 
 
@@ -81,14 +103,20 @@ async def telegram_method(request: web.Request) -> web.Response:
     if bot is None:
         return _telegram_error(401, "Unauthorized")
     method = request.match_info["method"]
-    fields = await _fields(request)
+    try:
+        fields = await _fields(request)
+    except ConnectionError:  # the client went away mid-body: nobody to answer
+        fields = None
     if fields is None:
         return _telegram_error(400, "Bad Request: the body is no JSON object")
     chat_id = str(fields.get("chat_id", ""))
     if method in ("sendMessage", "sendPhoto", "sendDocument"):
+        try:
+            buttons = _keyboard(fields.get("reply_markup"))
+        except _Malformed:
+            return _telegram_error(400, "Bad Request: can't parse inline keyboard button")
         message_id = next(_message_ids)
         text = fields.get("text") or fields.get("caption")
-        buttons = _keyboard(fields.get("reply_markup"))
         state.record(
             TELEGRAM, bot, chat_id, method, text=text, buttons=buttons, platform_id=str(message_id)
         )
@@ -152,15 +180,17 @@ def _number_of_token(request: web.Request) -> set[str]:
 
 
 def _graph_text(body: dict[str, Any]) -> tuple[str | None, tuple[dict[str, str], ...]]:
+    """The text and buttons of a message; _Malformed for a part of the wrong shape."""
     kind = body.get("type")
     if kind == "text":
-        return str(body.get("text", {}).get("body", "")), ()
+        return str(_object(body.get("text")).get("body", "")), ()
     if kind == "interactive":
-        interactive = body.get("interactive", {})
-        text = str(interactive.get("body", {}).get("text", ""))
-        action = interactive.get("action", {})
-        buttons = [b.get("reply", {}) for b in action.get("buttons", [])]
-        rows = [row for section in action.get("sections", []) for row in section.get("rows", [])]
+        interactive = _object(body.get("interactive"))
+        text = str(_object(interactive.get("body")).get("text", ""))
+        action = _object(interactive.get("action"))
+        buttons = [_object(_object(b).get("reply")) for b in _array(action.get("buttons"))]
+        sections = [_object(section) for section in _array(action.get("sections"))]
+        rows = [_object(row) for section in sections for row in _array(section.get("rows"))]
         found = tuple(
             {"id": str(b.get("id", "")), "title": str(b.get("title", ""))} for b in buttons + rows
         )
@@ -196,7 +226,7 @@ async def graph_messages(request: web.Request) -> web.Response:
         return _graph_error(401, 190, "Invalid OAuth access token - Cannot parse access token")
     try:
         body = await request.json()
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError, ConnectionError):  # the last: the client went away
         return _graph_error(400, 100, "Invalid parameter")
     if not isinstance(body, dict):
         return _graph_error(400, 100, "Invalid parameter")
@@ -205,7 +235,10 @@ async def graph_messages(request: web.Request) -> web.Response:
         state.record(WHATSAPP, number, "", "read", platform_id=str(body.get("message_id")))
         return web.json_response({"success": True})
     to = str(body.get("to", ""))
-    text, buttons = _graph_text(body)
+    try:
+        text, buttons = _graph_text(body)
+    except _Malformed:
+        return _graph_error(400, 100, "Invalid parameter")
     wamid = f"wamid.sandbox{next(_message_ids)}"
     state.record(WHATSAPP, number, to, "messages", text=text, buttons=buttons, platform_id=wamid)
     return web.json_response(

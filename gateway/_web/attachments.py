@@ -14,6 +14,7 @@ take long, a stalled one may not hold its slot.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -27,6 +28,7 @@ from aiohttp.http_exceptions import BadHttpMessage
 
 from webhook_bot_gateway.channels.web import ACCOUNT, CHANNEL
 from webhook_bot_gateway.store import (
+    Session,
     SessionNotFound,
     StoreError,
     make_private_folders,
@@ -94,13 +96,28 @@ async def _upload(request: web.Request) -> web.Response:
     limit = media.max_bytes
     if request.content_length is not None and request.content_length > limit + CHUNK:
         raise _too_large(limit)
+    attachment_id = uuid.uuid4().hex
+    dest = attachment_path(Path(media.root), sid, attachment_id)
+    new_folder = not dest.parent.exists()
+    try:
+        return await _receive(request, session, dest, attachment_id)
+    except BaseException:
+        if new_folder:  # a refused upload leaves nothing, not even the session's folder
+            with contextlib.suppress(OSError):  # not empty: another upload's file is in it
+                dest.parent.rmdir()
+        raise
+
+
+async def _receive(
+    request: web.Request, session: Session | None, dest: Path, attachment_id: str
+) -> web.Response:
+    """The file to ``dest``, then its row (and the session's, if not stored yet)."""
+    sid, store = request.match_info["id"], request.app[STORE]
+    limit = request.app[SETTINGS].media.max_bytes
     idle = request.app[SETTINGS].server.read_timeout
     try:
         async with asyncio.timeout(idle):
             part = await _file_part(request)
-        root = Path(media.root)
-        attachment_id = uuid.uuid4().hex
-        dest = attachment_path(root, sid, attachment_id)
         make_private_folders(dest.parent)  # owner-only: users' files (docs/security.md)
         size = await _save(part, dest, limit, idle)
     except TooLarge:
@@ -131,16 +148,21 @@ async def _upload(request: web.Request) -> web.Response:
             attachment_id=attachment_id,
         )
     except SessionNotFound:
-        dest.unlink(missing_ok=True)
+        _remove(dest)
         raise ApiError(404, "unknown_session", "no such web session") from None
     except BaseException:
-        dest.unlink(missing_ok=True)
+        _remove(dest)
         raise
     log.info("web session %s: attachment of %d bytes stored", short(sid), size)
     answer = AttachmentAnswer(
         attachment=AttachmentOut.model_validate(attachment, from_attributes=True)
     )
     return web.json_response(answer.model_dump(mode="json"), status=201)
+
+
+def _remove(saved: Path) -> None:
+    """A saved file whose row could not be written: nothing of the upload stays."""
+    saved.unlink(missing_ok=True)
 
 
 async def _file_part(request: web.Request) -> BodyPartReader:

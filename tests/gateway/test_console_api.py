@@ -206,3 +206,19 @@ async def test_live_feed_says_when_a_watched_session_does_not_exist(client: Clie
     await ws.send_json({"type": "watch", "session_id": "telegram-support-404", "after": 0})
     assert (await not_a_change(ws))["data"]["code"] == "unknown_session"
     await ws.close()
+
+
+@pytest.mark.parametrize("after", [-1, 2**63, 10**23, "1", True, 1.5])
+async def test_live_feed_refuses_an_after_the_store_cannot_hold_and_stays_open(
+    client: Client, after: object
+) -> None:
+    """``after`` past 2^63-1 was taken, failed in the watch's task without a word, and the next
+    frame (or the close) raised it: a traceback in the log and the socket dropped."""
+    sid = await web_turn(client, "hello")
+    ws = await live(client)
+    await ws.send_json({"type": "watch", "session_id": sid, "after": after})
+    assert (await not_a_change(ws))["data"]["code"] == "invalid_after"
+    await ws.send_json({"type": "watch", "session_id": sid, "after": 3})  # the socket still works
+    assert (await not_a_change(ws))["seq"] == 4
+    await ws.send_json({"type": "unwatch"})
+    await ws.close()

@@ -220,3 +220,46 @@ async def test_the_fake_platforms_answer_json_nested_past_the_scanner_in_their_o
     )
     assert graph.status == 400
     assert (await graph.json())["error"]["code"] == 100
+
+
+GRAPH_SHAPES = [
+    {"type": "text", "text": "a string, not an object"},
+    {"type": "interactive", "interactive": {"action": {"buttons": 5}}},
+    {"type": "interactive", "interactive": {"action": {"buttons": [5]}}},
+    {"type": "interactive", "interactive": {"action": {"sections": [{"rows": "x"}]}}},
+    {"type": "interactive", "interactive": ["not", "an", "object"]},
+]
+
+
+@pytest.mark.parametrize("body", GRAPH_SHAPES, ids=[str(n) for n in range(len(GRAPH_SHAPES))])
+async def test_the_fake_graph_api_refuses_a_message_of_the_wrong_shape_in_its_own_error(
+    aiohttp_client: Any, tmp_path: Path, body: dict[str, Any]
+) -> None:
+    """It was aiohttp's plain-text 500 with a traceback in the log (TypeError, AttributeError),
+    and nothing was said of what was wrong."""
+    client = await sandbox(aiohttp_client, tmp_path)
+    response = await client.post(
+        f"/sandbox/graph/v21.0/{wa.NUMBER_A}/messages",
+        json={"messaging_product": "whatsapp", "to": USER, **body},
+        headers={"Authorization": f"Bearer {wa.TOKEN_A}"},
+    )
+    assert response.status == 400
+    assert (await response.json())["error"]["code"] == 100
+    assert await sent_calls(client) == []  # nothing recorded as sent
+
+
+@pytest.mark.parametrize(
+    "keyboard", [5, [5], [[5]], "x"], ids=["int", "row-int", "button-int", "str"]
+)
+async def test_the_fake_bot_api_refuses_a_keyboard_of_the_wrong_shape_in_its_own_error(
+    aiohttp_client: Any, tmp_path: Path, keyboard: object
+) -> None:
+    client = await sandbox(aiohttp_client, tmp_path)
+    response = await client.post(
+        f"/sandbox/telegram/bot{tg.TOKEN}/sendMessage",
+        json={"chat_id": 42, "text": "x", "reply_markup": {"inline_keyboard": keyboard}},
+    )
+    assert response.status == 400
+    answer = await response.json()
+    assert (answer["ok"], answer["error_code"]) == (False, 400)
+    assert await sent_calls(client) == []

@@ -119,13 +119,18 @@ async def test_another_process_on_the_database_knows_the_ids_given_out(
 
 
 async def test_an_upload_stores_a_given_out_session_and_a_failed_one_does_not(
-    client: Client, store_url: str
+    client: Client, store_url: str, tmp_path: Path
 ) -> None:
     sid = await given_out(client)
     big = multipart(b"x" * (MAX_BYTES + 1), 'filename="big.bin"')
     too_large = await client.post(url(sid), data=big, headers=MULTIPART)
     assert await error_of(too_large, 413) == "too_large"
+    cut_short = multipart(b"abc", 'filename="a.bin"').rsplit(b"\r\n--", 1)[0]  # no closing boundary
+    broken = await client.post(url(sid), data=cut_short, headers=MULTIPART)
+    assert await error_of(broken, 400) == "invalid_body"
     assert not await stored(store_url, sid)
+    # Nothing on disk either: the session's media folder was left empty, one per id.
+    assert not (tmp_path / "media" / sid).exists()
     response = await client.post(url(sid), data=form(b"notes"))
     assert response.status == 201, await response.text()
     assert await stored(store_url, sid)
