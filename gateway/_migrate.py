@@ -44,7 +44,7 @@ async def migrate_store(args: argparse.Namespace, out: TextIO) -> int:
     await _check_source_holds_a_store(source_url)
     source = await _open("--from", source_url)
     try:
-        if is_postgres(target_url) or sqlite_path(target_url) == MEMORY:
+        if is_postgres(target_url):
             return await _copy_into(source, target_url, args, out)
         return await _copy_then_rename(source, sqlite_path(target_url), args, out)
     finally:
@@ -121,9 +121,14 @@ def _check_source_exists(url: str) -> None:
 def _check_target_path(url: str) -> None:
     """A SQLite target is a file, new or not, in a folder that exists. Unlike ``gateway serve``,
     this command makes no folder: a typo would put the copy where no ``store.url`` looks."""
-    if is_postgres(url) or sqlite_path(url) == MEMORY:
+    if is_postgres(url):
         return
     path = sqlite_path(url)
+    if path == MEMORY:  # the copy would be verified, then gone with the command
+        raise ValueError(
+            "--to is sqlite:///:memory:, which holds nothing once the command ends;"
+            " name a SQLite file or a PostgreSQL database"
+        )
     if os.path.isdir(path):
         raise ValueError(f"--to names a folder, not a SQLite file: {path}")
     if not os.path.isdir(os.path.dirname(path) or "."):

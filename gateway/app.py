@@ -59,7 +59,7 @@ from ._web.ids import WebIds
 from ._web.ws import add_ws_route
 from ._webhooks import add_webhook_routes
 from ._writer import GroupCommitWriter
-from .config import Settings, with_admin_token_file, with_bound_port
+from .config import Settings, loopback_host, with_admin_token_file, with_bound_port
 
 log = logging.getLogger("gateway")
 
@@ -192,8 +192,7 @@ def sandbox_banner(settings: Settings, token_source: str | None) -> str:
     """What ``make run`` prints: where the console is, and how to sign in: ``token_source``
     (``admin_token_source``: where the token comes from; None: there is none). On stdout,
     never in the log; the token itself never: its first start printed it once."""
-    host = settings.server.host if settings.server.host not in ("0.0.0.0", "::") else "127.0.0.1"
-    url = f"http://{host}:{settings.server.port}/"
+    url = f"http://{loopback_host(settings.server.host)}:{settings.server.port}/"
     if token_source is None:
         return (
             f"Sandbox on: open {url}; no one can sign in: admin.token and admin.token_file are"

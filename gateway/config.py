@@ -286,11 +286,12 @@ def with_bound_port(settings: Settings, port: int) -> Settings:
 
 
 def _own_url(settings: Settings) -> str:
-    return f"http://{_loopback(settings.server.host)}:{settings.server.port}"
+    return f"http://{loopback_host(settings.server.host)}:{settings.server.port}"
 
 
-def _loopback(host: str) -> str:
-    """Where this server is reached from itself: a wildcard address means loopback."""
+def loopback_host(host: str) -> str:
+    """Where this server is reached from itself, as a URL's host: a wildcard address means
+    loopback; an IPv6 address is bracketed."""
     if host in ("", "0.0.0.0", "::"):
         return "127.0.0.1"
     return f"[{host}]" if ":" in host else host

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .._admin import ApiError, admin_route, json_body, parse
 from .._keys import SETTINGS
-from ..config import Settings
+from ..config import Settings, loopback_host
 from .keys import SANDBOX
 from .state import MAX_CALLS, Call, MediaFile, SandboxState, demo_png
 
@@ -239,10 +239,10 @@ def _signed(
 
 
 def _own_url(request: web.Request) -> str:
-    """This server, as reached over loopback."""
+    """This server, as reached over loopback (``server.host``: 127.0.0.1, ::1, ...)."""
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
     port = sockname[1] if sockname else request.app[SETTINGS].server.port
-    return f"http://127.0.0.1:{port}"
+    return f"http://{loopback_host(request.app[SETTINGS].server.host)}:{port}"
 
 
 @admin_route

@@ -307,3 +307,24 @@ async def test_on_port_zero_the_sandbox_follows_the_port_bound(
         await eventually(answered, "the reply at the sandbox's fake Bot API")
     finally:
         await gateway.ensure_stopped()
+
+
+async def test_the_sandbox_on_ipv6_loopback_answers_and_its_banner_url_opens(
+    tmp_path: Path, http: aiohttp.ClientSession
+) -> None:
+    """With ``server.host = "::1"`` (a loopback address, which the sandbox asks for) every
+    simulated message was 502 ``webhook_unreachable``: the simulator posted to 127.0.0.1. The
+    banner said ``http://::1:PORT/``, which no browser opens."""
+    port = free_port()
+    text = (REPO / "config.example.toml").read_text(encoding="utf-8")
+    text = text.replace('host = "127.0.0.1"', 'host = "::1"', 1)
+    demo = Demo(tmp_path, text, port, tmp_path / "data" / "gateway.db", {"GATEWAY_PORT": str(port)})
+    demo.url = f"http://[::1]:{port}"
+    await demo.start()
+    try:
+        await eventually(lambda: "Sandbox on: open" in demo.log(), "the banner")
+        assert f"Sandbox on: open http://[::1]:{port}/ " in demo.log()
+        await simulate(http, demo, channel="telegram", chat_id="42", text="hello")
+        await eventually(lambda: _has(http, demo, "telegram", "42", HELP), "the help reply")
+    finally:
+        await demo.ensure_stopped()

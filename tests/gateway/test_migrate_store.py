@@ -187,6 +187,9 @@ def test_refusals_name_the_problem_without_a_traceback_or_a_password(
     assert "unsupported store url scheme 'mysql'" in err
     assert "hunter2" not in err
     assert "Traceback" not in err
+    # A copy into memory was counted, verified, said OK (exit 0), and gone with the command.
+    assert run("migrate-store", "--from", same, "--to", "sqlite:///:memory:") == (1, "")
+    assert "which holds nothing once the command ends" in capsys.readouterr().err
     down = "postgresql://u:hunter2@127.0.0.1:1/x"
     assert run("migrate-store", "--from", same, "--to", down)[0] == 1
     err = capsys.readouterr().err
