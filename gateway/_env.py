@@ -11,15 +11,23 @@ from .errors import ConfigError
 _REFERENCE = re.compile(r"\$\{([^}]*)\}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SHELL_STYLE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")  # a whole value such as $TOKEN
+_UNCLOSED = "malformed reference: a '${' with no closing '}'"
+_NESTED = "malformed reference: a '${' inside another reference (references do not nest)"
+_NOT_A_NAME = (
+    "malformed reference: a '${' is not followed by a variable name and then '}' or ':-'"
+    " (the forms are ${NAME} and ${NAME:-default})"
+)
 
 
 def check_mistyped_reference(text: str, environ: Mapping[str, str], key: str) -> None:
-    """ConfigError for a reference that would be taken as literal text (a token, a secret):
-    a ``${`` that no ``}`` closes, or a whole value ``$NAME`` written as in a shell. Neither
-    message repeats the value, which may be a secret; the name of a variable that is set is
-    given, since it is then almost surely a reference."""
-    if "${" in _REFERENCE.sub("", text):
-        raise ConfigError(key, "malformed reference: a '${' with no closing '}'")
+    """ConfigError for a reference that would be taken as literal text (a token, a secret) or
+    whose text would be echoed: a ``${`` that no ``}`` closes, a ``${`` inside a reference, a
+    ``${...}`` that is not ``${NAME}`` or ``${NAME:-default}``, or a whole value ``$NAME``
+    written as in a shell. No message repeats the value, which may be a secret; the name of a
+    variable that is set is given, since it is then almost surely a reference."""
+    problem = _reference_problem(text)
+    if problem:
+        raise ConfigError(key, problem)
     shell = _SHELL_STYLE.fullmatch(text)
     if shell and shell.group(1) in environ:
         name = shell.group(1)
@@ -28,6 +36,19 @@ def check_mistyped_reference(text: str, environ: Mapping[str, str], key: str) ->
         raise ConfigError(
             key, "a value of the form $NAME is not read from the environment: write ${NAME}"
         )
+
+
+def _reference_problem(text: str) -> str | None:
+    """What is wrong with the ``${...}`` references in ``text``, in words that quote none."""
+    insides = [match.group(1) for match in _REFERENCE.finditer(text)]
+    # A reference ends at its first '}': ${X:-${Y}} would be read as X with the default "${Y".
+    if any("${" in inside for inside in insides):
+        return _NESTED
+    if "${" in _REFERENCE.sub("", text):
+        return _UNCLOSED
+    if not all(_NAME.fullmatch(inside.partition(":-")[0]) for inside in insides):
+        return _NOT_A_NAME
+    return None
 
 
 def key_path(parts: tuple[str | int, ...]) -> str:
@@ -62,8 +83,6 @@ def _substitute_string(text: str, environ: Mapping[str, str], path: tuple[str | 
 
     def replace(match: re.Match[str]) -> str:
         name, has_default, default = match.group(1).partition(":-")
-        if not _NAME.fullmatch(name):
-            raise ConfigError(key_path(path), f"malformed reference ${{{match.group(1)}}}")
         if name in environ:
             return environ[name]
         if has_default:

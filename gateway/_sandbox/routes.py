@@ -7,6 +7,7 @@ import re
 from aiohttp import web
 
 from .._admin_token import is_loopback
+from .._summary import mask_url
 from ..config import Settings
 from .keys import SANDBOX
 from .platforms import add_platform_routes
@@ -54,5 +55,6 @@ def sandbox_warnings(settings: Settings) -> list[str]:
         ("whatsapp.graph_base_url", settings.whatsapp.graph_base_url),
     ):
         if "/sandbox/" not in url:
-            warnings.append(f"the sandbox is enabled but {key} does not point at it: {url}")
+            shown = mask_url(url)  # its password or query may be a credential
+            warnings.append(f"the sandbox is enabled but {key} does not point at it: {shown}")
     return warnings

@@ -257,12 +257,22 @@ def test_check_config_before_the_first_start_leaves_the_token_to_serve(
             "$WHATSAPP_ACCESS_TOKEN",
             "a value of the form $NAME is not read from the environment: write ${NAME}",
         ),
+        (
+            "${WHATSAPP_ACCESS_TOKEN-EAAsecretDefault}",
+            "malformed reference: a '${' is not followed by a variable name and then '}' or"
+            " ':-' (the forms are ${NAME} and ${NAME:-default})",
+        ),
+        (
+            "${WHATSAPP_ACCESS_TOKEN:-${DEMO_TOKEN:-demo}}",
+            "malformed reference: a '${' inside another reference (references do not nest)",
+        ),
     ],
 )
 def test_check_config_refuses_a_mistyped_reference_it_took_as_the_token(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, problem: str
 ) -> None:
-    """Both passed as OK, with the reference's text used as the access token."""
+    """All but ${NAME-default} passed as OK, with the reference's text used as the access
+    token; that one was refused with its default, maybe a secret, quoted."""
     number = f'[[whatsapp.numbers]]\nphone_number_id = "1"\naccess_token = "{value}"\n'
     code, out, err = check_config(
         tmp_path, HUMAN + '[agents]\nstarting_agent = "a"\n' + number, capsys

@@ -100,6 +100,54 @@ def test_a_reference_with_no_closing_brace_is_refused_naming_the_key(
     assert str(error) == "telegram.bots[0].token: malformed reference: a '${' with no closing '}'"
 
 
+NOT_A_NAME = (
+    "malformed reference: a '${' is not followed by a variable name and then '}' or ':-'"
+    " (the forms are ${NAME} and ${NAME:-default})"
+)
+NESTED = "malformed reference: a '${' inside another reference (references do not nest)"
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "secret"),
+    [
+        (
+            "telegram.bots[0].token",
+            '[[telegram.bots]]\nname = "a"\nsecret_token = "s"\n'
+            'token = "${TELEGRAM_BOT_TOKEN-123456:AAHsuperSecretDefault}"\n',
+            "AAHsuperSecretDefault",
+        ),
+        (
+            "store.url",
+            '[store]\nurl = "postgresql://gw:${PGPASS-Hunter2Secret}@db/gw"\n',
+            "Hunter2",
+        ),
+        ("admin.token", '[admin]\ntoken = "${1BAD}"\n', "1BAD"),
+        ("admin.token", '[admin]\ntoken = "x${NOT VALID}"\n', "VALID"),
+        ("admin.token", '[admin]\ntoken = "${}"\n', "${}"),
+    ],
+    ids=["shell-style default", "in a url", "digit first", "a blank inside", "empty"],
+)
+def test_a_reference_that_does_not_start_with_a_name_is_refused_without_repeating_it(
+    tmp_path: Path, key: str, text: str, secret: str
+) -> None:
+    """A shell-style ${NAME-default} was echoed whole, its default (maybe a secret) with it."""
+    error = error_of(tmp_path, text, {"TELEGRAM_BOT_TOKEN": "42:abc", "PGPASS": "pw"})
+    assert secret not in str(error)
+    assert str(error) == f"{key}: {NOT_A_NAME}"
+
+
+@pytest.mark.parametrize(
+    "value", ["${X:-${Y:-data}}/media", "${X:-a${Y}}", "${X${Y}}", "${X:-pa${ss}-${Z}"]
+)
+@pytest.mark.parametrize("environ", [{}, {"X": "x", "Y": "y", "Z": "z"}])
+def test_a_nested_reference_is_refused_naming_the_key(
+    tmp_path: Path, value: str, environ: dict[str, str]
+) -> None:
+    """${X:-${Y:-data}} was read up to its first '}': X unset gave the literal ${Y:-data}."""
+    error = error_of(tmp_path, f'[media]\nroot = "{value}"\n', environ)
+    assert str(error) == f"media.root: {NESTED}"
+
+
 def test_a_shell_style_reference_names_the_variable_that_is_set(tmp_path: Path) -> None:
     text = '[admin]\ntoken = "$GATEWAY_ADMIN_TOKEN"\n'
     error = error_of(tmp_path, text, {"GATEWAY_ADMIN_TOKEN": "a-long-enough-admin-token"})

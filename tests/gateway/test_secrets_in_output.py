@@ -1,4 +1,5 @@
-"""check-config prints no credential of an API base URL (docs/security.md, "Secrets")."""
+"""check-config prints no credential of an API base URL, in its summary or its warnings
+(docs/security.md, "Secrets")."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from webhook_bot_gateway.gateway._sandbox import sandbox_warnings
 from webhook_bot_gateway.gateway._summary import summarize
 from webhook_bot_gateway.gateway.cli import main
 from webhook_bot_gateway.gateway.config import Settings
@@ -66,3 +68,48 @@ def test_a_base_url_without_credentials_is_shown_whole() -> None:
     lines = summarize(Settings())
     assert "telegram: https://api.telegram.org; bots: none" in lines
     assert any(line.startswith("whatsapp: https://graph.facebook.com v21.0;") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("key", "url", "shown"),
+    [
+        (
+            "telegram.api_base_url",
+            "https://user:tgpass@tg.example.com/x?k=qq",
+            "https://user:***@tg.example.com/x?***",
+        ),
+        (
+            "whatsapp.graph_base_url",
+            "https://user:wapass@graph.example.com/?access_token=zz",
+            "https://user:***@graph.example.com/?***",
+        ),
+    ],
+)
+def test_the_sandbox_warning_about_a_base_url_masks_its_password_and_query(
+    key: str, url: str, shown: str
+) -> None:
+    """It printed the URL whole, once in check-config and once in every start's log."""
+    section, option = key.split(".")
+    settings = Settings.model_validate({"sandbox": {"enabled": True}, section: {option: url}})
+    [warning] = [line for line in sandbox_warnings(settings) if key in line]
+    assert warning == f"the sandbox is enabled but {key} does not point at it: {shown}"
+
+
+def test_check_config_prints_no_credential_of_a_base_url_in_its_warnings(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        "[sandbox]\nenabled = true\n"
+        '[telegram]\napi_base_url = "https://user:TG-PASS@tg.example/x?k=TG-QUERY"\n'
+        '[whatsapp]\ngraph_base_url = "https://user:WA-PASS@graph.example/?access_token=WA-Q"\n'
+        + AGENTS,
+        encoding="utf-8",
+    )
+    out = io.StringIO()
+    assert main(["check-config", "--config", str(path)], out=out) == 0
+    printed = out.getvalue()
+    for secret in ("TG-PASS", "TG-QUERY", "WA-PASS", "WA-Q"):
+        assert secret not in printed
+    assert (
+        "warning: the sandbox is enabled but telegram.api_base_url does not point at it:"
+        " https://user:***@tg.example/x?***\n"
+    ) in printed
