@@ -3,11 +3,14 @@
 A command's stdout may be a pipe closed early (``gateway sessions list | head -1``) or a full
 disk (``> /dev/full``). Those failures surface as ``OutputError`` so that ``main`` ends quietly
 (a closed pipe) or with one ``error: cannot write the output: ...`` line, while an OSError of
-anything else (a file the command works on) keeps its own handling.
+anything else (a file the command works on) keeps its own handling. A stdout closed before
+the start (``gateway sessions list >&-``), which Python gives as ``sys.stdout`` None, fails as
+a write on descriptor 1 would: ``Bad file descriptor``.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 from typing import IO, TextIO, cast
@@ -16,18 +19,23 @@ BROKEN_PIPE_STATUS = 141  # 128 + SIGPIPE: what a shell tool killed by a closed 
 
 
 class OutputError(Exception):
-    """Writing to ``stream`` failed; ``cause`` is the OSError it raised."""
+    """Writing to ``stream`` (None: a closed stdout) failed; ``cause`` is the OSError."""
 
-    def __init__(self, stream: IO[str], cause: OSError) -> None:
+    def __init__(self, stream: IO[str] | None, cause: OSError) -> None:
         super().__init__(cause.strerror or str(cause))
         self.stream = stream
         self.cause = cause
 
 
-class _GuardedOutput(io.TextIOBase):
-    """Writes to ``target``; an OSError while writing or flushing becomes ``OutputError``."""
+def closed_stream_error() -> OSError:
+    return OSError(errno.EBADF, os.strerror(errno.EBADF))
 
-    def __init__(self, target: IO[str]) -> None:
+
+class _GuardedOutput(io.TextIOBase):
+    """Writes to ``target``; an OSError while writing or flushing becomes ``OutputError``, and
+    so does any write to a closed stdout (``target`` None)."""
+
+    def __init__(self, target: IO[str] | None) -> None:
         super().__init__()
         self._target = target
 
@@ -35,6 +43,8 @@ class _GuardedOutput(io.TextIOBase):
         return True
 
     def write(self, text: str) -> int:
+        if self._target is None:
+            raise OutputError(None, closed_stream_error())
         try:
             return self._target.write(text)
         except OSError as exc:
@@ -45,13 +55,15 @@ class _GuardedOutput(io.TextIOBase):
         collected, would flush it, and a failing flush there is an ``Exception ignored``.)"""
 
     def flush(self) -> None:
+        if self._target is None:
+            return  # every write failed: nothing is held
         try:
             self._target.flush()
         except OSError as exc:
             raise OutputError(self._target, exc) from exc
 
 
-def guarded(target: IO[str]) -> TextIO:
+def guarded(target: IO[str] | None) -> TextIO:
     """``target`` seen through ``_GuardedOutput``."""
     return cast(TextIO, _GuardedOutput(target))
 
@@ -63,7 +75,10 @@ def is_broken_pipe(error: OutputError) -> bool:
 def discard_rest(error: OutputError) -> None:
     """Point the failed stream's file descriptor at /dev/null: what it still buffers is dropped
     there, so the interpreter's own flush at exit cannot fail again (and print a traceback-like
-    ``Exception ignored`` message). A stream without a descriptor (a StringIO) is left alone."""
+    ``Exception ignored`` message). A stream without a descriptor (a StringIO, a closed stdout)
+    is left alone."""
+    if error.stream is None:
+        return
     try:
         descriptor = error.stream.fileno()
     except (OSError, ValueError, AttributeError):
@@ -73,3 +88,16 @@ def discard_rest(error: OutputError) -> None:
         os.dup2(devnull, descriptor)
     finally:
         os.close(devnull)
+
+
+def reserve_standard_descriptors() -> None:
+    """Open /dev/null on each of descriptors 0, 1 and 2 that was closed at the start
+    (``gateway serve >&-``); ``sys.stdout`` stays None, so the output still fails as closed.
+    Otherwise the next file opened takes the lowest free number, the listening socket or the
+    store's database, and whatever writes on descriptor 1 (a tool's subprocess inherits it)
+    writes into that file."""
+    while True:
+        descriptor = os.open(os.devnull, os.O_RDWR)
+        if descriptor > 2:
+            os.close(descriptor)
+            return

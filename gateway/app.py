@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -47,6 +48,7 @@ from ._loop import listening_sockets, loop_name, new_event_loop
 from ._metrics import BACKLOG as BACKLOG_GAUGE
 from ._metrics import BATCH_SIZE, PACED_RATE, Metrics
 from ._open_files import raise_open_files_limit, too_few_open_files
+from ._output import OutputError, discard_rest, guarded
 from ._pacer import AckPacer
 from ._pipeline import pipeline_ctx
 from ._sandbox import add_sandbox_routes, sandbox_warnings
@@ -212,9 +214,21 @@ def announce_start(token_source: str | None) -> Callable[[web.Application], Awai
             app[SETTINGS] = settings  # the admin API reads its token from here
             configure_logging(settings)  # ... and the log scrubs it
         if settings.sandbox.enabled:
-            print(sandbox_banner(settings, token_source), flush=True)
+            print_banner(sandbox_banner(settings, token_source))
 
     return announce
+
+
+def print_banner(banner: str) -> None:
+    """``banner`` on stdout. One that cannot be written (a closed stdout, a full disk) is one
+    WARNING and the server serves on: its log, on stderr, says where it listens."""
+    stdout = guarded(sys.stdout)
+    try:
+        stdout.write(banner + "\n")
+        stdout.flush()
+    except OutputError as exc:
+        discard_rest(exc)  # else the interpreter's flush at exit fails again
+        log.warning("cannot write the sandbox banner on stdout: %s", exc)
 
 
 def server_options(settings: Settings) -> dict[str, Any]:

@@ -18,7 +18,14 @@ from ._admin_token import admin_token_source
 from ._api_models import MAX_ROW_ID, Channel
 from ._logging import configure_logging
 from ._migrate import migrate_store
-from ._output import BROKEN_PIPE_STATUS, OutputError, discard_rest, guarded, is_broken_pipe
+from ._output import (
+    BROKEN_PIPE_STATUS,
+    OutputError,
+    discard_rest,
+    guarded,
+    is_broken_pipe,
+    reserve_standard_descriptors,
+)
 from .config import (
     Settings,
     parse_settings,
@@ -182,8 +189,10 @@ def _admin_value(raw: dict[str, Any]) -> object:
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     """Run one command; return the process exit status. A closed output pipe ends the command
-    quietly with 141 (as a shell tool killed by SIGPIPE); any other failure to write the output
-    is one ``error: cannot write the output: ...`` line and 1."""
+    quietly with 141 (as a shell tool killed by SIGPIPE); any other failure to write the output,
+    a stdout closed from the start included, is one ``error: cannot write the output: ...``
+    line and 1."""
+    reserve_standard_descriptors()
     output = guarded(out)
     try:
         try:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from .. import _errors as errors
 from .._config import TelegramBotConfig
@@ -13,6 +15,25 @@ from ._redact import TokenRedactor, scrub
 
 # Only what the parser handles; message_reaction is never sent unless listed explicitly.
 ALLOWED_UPDATES: tuple[str, ...] = HANDLED_UPDATES
+# Where PTB logs an answer that is not JSON (a proxy's 502 page), at ERROR with a traceback,
+# before it raises the NetworkError that names the status and the body.
+PTB_PARSE_LOGGER = "telegram.request.BaseRequest"
+
+
+@contextmanager
+def ptb_parse_errors_unlogged() -> Iterator[None]:
+    """Drop PTB's own record of an unparsable answer: the error it raises says the same, and
+    the command prints that one as its one line."""
+    logger = logging.getLogger(PTB_PARSE_LOGGER)
+    logger.addFilter(_drop_record)
+    try:
+        yield
+    finally:
+        logger.removeFilter(_drop_record)
+
+
+def _drop_record(record: logging.LogRecord) -> bool:
+    return False
 
 
 async def set_webhook(
@@ -38,15 +59,16 @@ async def set_webhook(
         handle = build_bot(bot, api_base_url, request_timeout)
         await handle.request.initialize()
         try:
-            await call_api(
-                handle.bot,
-                lambda b: b.set_webhook(
-                    url=url,
-                    secret_token=bot.secret_token.get_secret_value(),
-                    allowed_updates=list(ALLOWED_UPDATES),
-                ),
-                secrets,
-            )
+            with ptb_parse_errors_unlogged():
+                await call_api(
+                    handle.bot,
+                    lambda b: b.set_webhook(
+                        url=url,
+                        secret_token=bot.secret_token.get_secret_value(),
+                        allowed_updates=list(ALLOWED_UPDATES),
+                    ),
+                    secrets,
+                )
         finally:
             await handle.request.shutdown()
     except errors.ChannelError:

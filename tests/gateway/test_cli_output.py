@@ -1,9 +1,10 @@
 """The command's output cannot be written: a pipe closed early ends quietly with 141, any other
-failure (a full disk) is one ``error: cannot write the output: ...`` line and exit 1; never a
-traceback, buffered (a pipe's default) or not (PYTHONUNBUFFERED)."""
+failure (a full disk, a stdout closed from the start) is one ``error: cannot write the output:
+...`` line and exit 1; never a traceback, buffered (a pipe's default) or not (PYTHONUNBUFFERED)."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import io
 import os
@@ -15,24 +16,30 @@ import pytest
 
 from webhook_bot_gateway.gateway.cli import main
 
+from .test_cli import config_with_store
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "config.example.toml"
 CHECK = ["check-config", "--config", str(EXAMPLE)]
 BUFFERING = pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "unbuffered"])
 
 
-def run_to(stdout: int, args: list[str], unbuffered: bool) -> subprocess.CompletedProcess[str]:
+def environment(unbuffered: bool) -> dict[str, str]:
     environ = {
         k: v for k, v in os.environ.items() if k not in ("GATEWAY_CONFIG", "PYTHONUNBUFFERED")
     }
     if unbuffered:
         environ["PYTHONUNBUFFERED"] = "1"
+    return environ
+
+
+def run_to(stdout: int, args: list[str], unbuffered: bool) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "webhook_bot_gateway", *args],
         stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
-        env=environ,
+        env=environment(unbuffered),
         cwd=ROOT,
         timeout=60,
         check=False,
@@ -82,3 +89,56 @@ def test_a_write_failure_in_process_names_the_reason(capsys: pytest.CaptureFixtu
 def test_a_broken_pipe_in_process_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(CHECK, out=FailingStream(BrokenPipeError(errno.EPIPE, "Broken pipe"))) == 141
     assert capsys.readouterr().err == ""
+
+
+def run_with_stdout_closed(
+    args: list[str], unbuffered: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``gateway ARGS >&-``: Python then starts with ``sys.stdout`` None."""
+    command = [sys.executable, "-m", "webhook_bot_gateway", *args]
+    return subprocess.run(
+        ["sh", "-c", 'exec "$@" >&-', "sh", *command],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment(unbuffered),
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+
+
+CLOSED = "error: cannot write the output: Bad file descriptor\n"
+
+
+@BUFFERING
+@pytest.mark.parametrize("args", [CHECK, ["--help"], ["sessions", "list", "--help"]])
+def test_a_closed_stdout_is_one_error_line_and_exit_1(args: list[str], unbuffered: bool) -> None:
+    result = run_with_stdout_closed(args, unbuffered)
+    assert (result.returncode, result.stderr) == (1, CLOSED)
+
+
+async def seed_session(db: Path) -> str:
+    from webhook_bot_gateway.store import open_store
+
+    store = await open_store(f"sqlite:///{db}")
+    try:
+        session = await store.create_session("telegram", "support", "42", "triage")
+    finally:
+        await store.aclose()
+    return session.session_id
+
+
+def test_sessions_list_with_stdout_closed_is_one_error_line(tmp_path: Path) -> None:
+    config = config_with_store(tmp_path)
+    asyncio.run(seed_session(tmp_path / "gw.db"))
+    result = run_with_stdout_closed(["sessions", "list", "--config", str(config)])
+    assert (result.returncode, result.stderr) == (1, CLOSED)
+
+
+def test_a_session_deleted_with_stdout_closed_stays_deleted(tmp_path: Path) -> None:
+    """The delete is done before its line fails to print: exit 1 says the output was lost."""
+    config = config_with_store(tmp_path)
+    session_id = asyncio.run(seed_session(tmp_path / "gw.db"))
+    result = run_with_stdout_closed(["sessions", "delete", session_id, "--config", str(config)])
+    assert (result.returncode, result.stderr) == (1, CLOSED)
+    assert main(["sessions", "show", session_id, "--config", str(config)], out=io.StringIO()) == 1

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
-from tests.channels.telegram_fakes import FakeBotApi
+from tests.channels.telegram_fakes import FakeBotApi, Recorded
 from webhook_bot_gateway.channels.telegram import ALLOWED_UPDATES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,3 +175,24 @@ async def test_the_url_is_printed_without_its_password_or_a_token(
     assert out.startswith("webhook of bot support set to https://hook:***@bots.example.com/")
     assert "basic-pass-1" not in out + err
     assert TOKEN not in out + err
+
+
+async def test_an_answer_that_is_not_json_is_the_one_error_line(
+    aiohttp_server: AiohttpServer, tmp_path: Path
+) -> None:
+    """A proxy's 502 page: PTB logged its own ERROR, with a traceback, before the error line."""
+    page = "<html><body><h1>502 Bad Gateway</h1></body></html>"
+
+    async def bad_gateway(request: web.Request, call: Recorded) -> web.StreamResponse:
+        return web.Response(status=502, text=page, content_type="text/html")
+
+    fake = FakeBotApi()
+    fake.script("setWebhook", bad_gateway)
+    code, out, err = await set_webhook_of_support(
+        await aiohttp_server(fake.app()), tmp_path, EXAMPLE
+    )
+    assert (code, out) == (1, "")
+    assert err == (
+        "error: telegram: NetworkError: Bad Gateway (502). Parsing the server response"
+        f" b'{page}' failed\n"
+    )
