@@ -33,9 +33,14 @@ def environment(unbuffered: bool) -> dict[str, str]:
     return environ
 
 
-def run_to(stdout: int, args: list[str], unbuffered: bool) -> subprocess.CompletedProcess[str]:
+GATEWAY = [sys.executable, "-m", "webhook_bot_gateway"]
+
+
+def run_command(
+    command: list[str], unbuffered: bool, stdout: int | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "webhook_bot_gateway", *args],
+        command,
         stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
@@ -44,6 +49,10 @@ def run_to(stdout: int, args: list[str], unbuffered: bool) -> subprocess.Complet
         timeout=60,
         check=False,
     )
+
+
+def run_to(stdout: int, args: list[str], unbuffered: bool) -> subprocess.CompletedProcess[str]:
+    return run_command([*GATEWAY, *args], unbuffered, stdout)
 
 
 def run_into_closed_pipe(args: list[str], unbuffered: bool) -> subprocess.CompletedProcess[str]:
@@ -95,16 +104,7 @@ def run_with_stdout_closed(
     args: list[str], unbuffered: bool = False
 ) -> subprocess.CompletedProcess[str]:
     """``gateway ARGS >&-``: Python then starts with ``sys.stdout`` None."""
-    command = [sys.executable, "-m", "webhook_bot_gateway", *args]
-    return subprocess.run(
-        ["sh", "-c", 'exec "$@" >&-', "sh", *command],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=environment(unbuffered),
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
+    return run_command(["sh", "-c", 'exec "$@" >&-', "sh", *GATEWAY, *args], unbuffered)
 
 
 CLOSED = "error: cannot write the output: Bad file descriptor\n"
