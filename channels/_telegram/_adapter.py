@@ -32,6 +32,7 @@ from ._call import CHANNEL, call_api
 from ._identify import Sleep, identified, retry, unidentified
 from ._keys import update_keys
 from ._parse import parse_update
+from ._ptb_log import drop_parse_errors, keep_parse_errors
 from ._redact import TokenRedactor
 from ._send import Call, plan
 
@@ -62,6 +63,7 @@ class TelegramAdapter:
         secrets = (s.get_secret_value() for b in config.bots for s in (b.token, b.secret_token))
         self._redactor = TokenRedactor(secrets)
         self._redactor.install()  # before the Bots exist: PTB logs its URL on construction
+        drop_parse_errors()
         self._bots: dict[str, BotHandle] = {
             b.name: build_bot(b, config.api_base_url, config.request_timeout, session)
             for b in config.bots
@@ -166,6 +168,7 @@ class TelegramAdapter:
         for handle in self._bots.values():
             await handle.request.shutdown()
         self._redactor.uninstall()
+        keep_parse_errors()
 
     def verify(self, headers: Mapping[str, str], body: bytes, account: str | None = None) -> None:
         """Check the bot's secret header in constant time; the body plays no part."""

@@ -2,38 +2,18 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 
 from .. import _errors as errors
 from .._config import TelegramBotConfig
 from ._bots import build_bot
 from ._call import CHANNEL, call_api
 from ._parse import HANDLED_UPDATES
+from ._ptb_log import parse_errors_unlogged
 from ._redact import TokenRedactor, scrub
 
 # Only what the parser handles; message_reaction is never sent unless listed explicitly.
 ALLOWED_UPDATES: tuple[str, ...] = HANDLED_UPDATES
-# Where PTB logs an answer that is not JSON (a proxy's 502 page), at ERROR with a traceback,
-# before it raises the NetworkError that names the status and the body.
-PTB_PARSE_LOGGER = "telegram.request.BaseRequest"
-
-
-@contextmanager
-def ptb_parse_errors_unlogged() -> Iterator[None]:
-    """Drop PTB's own record of an unparsable answer: the error it raises says the same, and
-    the command prints that one as its one line."""
-    logger = logging.getLogger(PTB_PARSE_LOGGER)
-    logger.addFilter(_drop_record)
-    try:
-        yield
-    finally:
-        logger.removeFilter(_drop_record)
-
-
-def _drop_record(record: logging.LogRecord) -> bool:
-    return False
 
 
 async def set_webhook(
@@ -59,7 +39,7 @@ async def set_webhook(
         handle = build_bot(bot, api_base_url, request_timeout)
         await handle.request.initialize()
         try:
-            with ptb_parse_errors_unlogged():
+            with parse_errors_unlogged():
                 await call_api(
                     handle.bot,
                     lambda b: b.set_webhook(

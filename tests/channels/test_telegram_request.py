@@ -7,9 +7,11 @@ import logging
 import traceback
 from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
+from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 from telegram import Bot
@@ -340,3 +342,28 @@ async def test_request_log_line_is_debug_and_redacted(
     [record] = [r for r in caplog.records if r.name == LOGGER]
     assert record.levelno == logging.DEBUG
     assert record.getMessage().endswith("/bot<redacted>/sendMessage 200")
+
+
+def html_page(status: int) -> Any:
+    """What a proxy in front of the Bot API answers when it fails: HTML, not JSON."""
+
+    async def reply(request: web.Request, call: object) -> web.StreamResponse:
+        return web.Response(status=status, text="<html><body>502 Bad Gateway</body></html>")
+
+    return reply
+
+
+async def test_an_answer_that_is_not_json_fails_the_send_without_ptbs_error_record(
+    server: TestServer,
+    fake: FakeBotApi,
+    session: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """PTB logged it at ERROR with a traceback and the whole page, once per send: a proxy's
+    outage filled the gateway's log; the send's failure, which says the same, is what counts."""
+    caplog.set_level(logging.DEBUG)
+    fake.script("sendMessage", html_page(502))
+    async with TelegramAdapter(config(base(server)), session=session) as adapter:
+        with pytest.raises(RetryableSendError, match="Bad Gateway"):
+            await adapter.send(reply())
+    assert [r for r in caplog.records if r.name.startswith("telegram.request")] == []
