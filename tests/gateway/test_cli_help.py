@@ -80,3 +80,29 @@ def test_a_session_command_names_its_id_argument(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit):
         main(["sessions", "show"])
     assert "the following arguments are required: ID" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        ([], "the following arguments are required: COMMAND"),
+        (["sessions", "list", "--limit", "abc"], "argument --limit: invalid int value: 'abc'"),
+        (["quarantine", "replay", "abc"], "argument id: invalid int value: 'abc'"),
+        (["serve", "--nope"], "unrecognized arguments: --nope"),
+    ],
+    ids=["no-command", "limit", "replay-id", "unknown-option"],
+)
+def test_a_command_line_that_cannot_be_read_is_the_usage_and_one_error_line_with_exit_2(
+    argv: list[str], problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As README says: argparse's usage, then its ``error:`` line, exit 2 (not 1: the command
+    never ran), and nothing on stdout."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("usage: gateway")
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("gateway")
+    assert f": error: {problem}" in last
