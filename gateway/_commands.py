@@ -59,7 +59,7 @@ def _check_sqlite_file(path: str) -> None:
             "store.url is sqlite:///:memory:, which holds nothing outside a running gateway"
         )
     if Path(path).is_dir():
-        raise ValueError(f"store.url names a folder, not a SQLite file: {path}")
+        raise ValueError(f"store.url: {path} cannot be used as a SQLite store: it is a folder")
     if not Path(path).is_file():
         raise ValueError(
             f"no SQLite store at {path} (store.url): check the url and the working directory;"

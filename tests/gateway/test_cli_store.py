@@ -159,7 +159,7 @@ def test_an_offline_command_refuses_a_folder_as_the_store(
     code, _ = cli("sessions", "list", "--config", str(write_config(workdir, "sqlite:///gw.db")))
     assert code == 1
     assert capsys.readouterr().err.splitlines() == [
-        "error: store.url names a folder, not a SQLite file: gw.db"
+        "error: store.url: gw.db cannot be used as a SQLite store: it is a folder"  # as serve
     ]
 
 
