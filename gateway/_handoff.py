@@ -46,6 +46,9 @@ async def hand_over(store: Store, session_id: str, agent: AgentInfo, now: float)
     SessionNotFound (or SessionDeletedError) for none."""
     if not agent.handoff_reply:
         return HandedOver(await store.set_agent(session_id, agent.name, reason=OPERATOR), False)
+    held = await store.get_session(session_id)
+    if held is not None and held.active_agent == agent.name:
+        return HandedOver(held, False)  # nothing to change, no turn to log (the usual case)
     told = False
     try:
         async with store.turn(session_id, recent_turns=1) as turn:

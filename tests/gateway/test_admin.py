@@ -310,8 +310,10 @@ async def test_admin_handoff_to_a_human_agent_tells_the_user_once(client: Client
     assert (last.role, last.text, last.agent) == ("assistant", told, "human")
     changed = [e.detail for e in await store.list_events(SID) if e.kind == "agent_changed"]
     assert changed == [{"from": "triage", "to": "human", "reason": "operator"}]
-    await client.post(path, headers=AUTH, json={"agent": "human"})  # already there
-    assert len(await store.list_outbox(SID)) == 1
+    events = await store.list_events(SID)
+    again = await client.post(path, headers=AUTH, json={"agent": "human"})  # already there
+    assert (again.status, len(await store.list_outbox(SID))) == (200, 1)
+    assert await store.list_events(SID) == events  # no turn begun and cancelled for nothing
 
 
 async def test_admin_handoff_to_a_human_agent_outside_the_window_keeps_the_notice_unsent(
