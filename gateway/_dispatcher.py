@@ -130,7 +130,10 @@ class Dispatcher:
         return frozenset(self._lanes)
 
     async def start(self) -> None:
-        """Reconcile interrupted runs, then give every session with pending rows a lane."""
+        """Reconcile interrupted runs, then give every session with pending rows a lane. The
+        cancels kept with pending rows (a process stopped before their turns committed) stick
+        to those rows here too."""
+        self._cancelled.update(await self._store.cancelled_inbox())
         await self.poll()
 
     async def poll(self) -> None:
@@ -141,6 +144,8 @@ class Dispatcher:
         taken = await self._store.interrupt_running(running_here=self._cancels.keys())
         if taken:
             log.warning("took over %d running session(s) with no turn under way", len(taken))
+            kept = await self._store.cancelled_inbox(taken)  # cancels their old owner accepted
+            self._cancelled.update(kept.items() - self._cancelled.items())
         # Cancelled rows no lane reads (its read failed): forgotten if they are no longer pending.
         unread = {sid for sid in self._cancelled if sid not in self._lanes}
         pending = await self._store.pending_sessions()
@@ -238,26 +243,38 @@ class Dispatcher:
                 self._metrics.inc(STORE_ERRORS, component="dispatcher")
                 log.warning("dispatcher poll failed: %s", exc)
 
-    def cancel_turn(self, session_id: str) -> bool:
+    async def cancel_turn(self, session_id: str) -> bool:
         """Stop the session's running turn: it commits only the user's message (see the runner).
 
-        True too when a cancel was accepted already for rows whose turn has not committed
-        (they end cancelled). False when no turn of the session runs in this process, or when
-        the one running can no longer be stopped: it has its answer and commits it (or runs
-        no agent: reactions).
+        True once the cancel is kept with the turn's inbox rows (``Store.cancel_inbox``): a
+        process killed before the cancelled turn commits leaves the cancel to the process that
+        runs the rows next. True too when a cancel was accepted already for rows whose turn
+        has not committed (they end cancelled). False when no turn of the session runs in this
+        process, or when the one running can no longer be stopped: it has its answer and
+        commits it (or runs no agent: reactions). A StoreError leaves the turn stopped here,
+        the cancel not kept; asked again, the cancel is kept then.
         """
+        ids = self._accept_cancel(session_id)
+        if ids is None:
+            return False
+        await self._store.cancel_inbox(sorted(ids))
+        return True
+
+    def _accept_cancel(self, session_id: str) -> frozenset[int] | None:
+        """The inbox rows of the session's turn that this cancel stops (or that an earlier
+        accepted cancel stopped), else None."""
         running = self._cancels.get(session_id)
         if running is not None and running.stop():
             self._cancelled[session_id] = running.inbox_ids  # until a turn of them commits
-            return True
-        return session_id in self._cancelled
+            return running.inbox_ids
+        return self._cancelled.get(session_id)
 
     async def cancel(self, session_id: str) -> bool | None:
         """``cancel_turn`` here, else in the process whose lease holds the session's running
         turn (the store relays it, PostgreSQL only): None when that process did not answer
         within ``CANCEL_RELAY_SECONDS``."""
         if session_id in self._cancels or session_id in self._cancelled:
-            taken: bool | None = self.cancel_turn(session_id)  # here: this process decides
+            taken: bool | None = await self.cancel_turn(session_id)  # here: this process decides
             outcome = "taken" if taken else "refused"
         else:
             taken = await self._store.relay_cancel(session_id, wait_seconds=CANCEL_RELAY_SECONDS)

@@ -79,6 +79,7 @@ TABLES: tuple[Table, ...] = (
             "next_attempt_at",
             "created_at",
             "finished_at",
+            "cancelled_at",
         ),
         "id",
     ),

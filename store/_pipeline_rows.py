@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from ._pipeline_types import (
@@ -120,3 +120,11 @@ def to_quarantine(row: Row) -> QuarantineItem:
 def dump_ids(ids: Sequence[int]) -> str:
     """Row ids as a JSON array, for ``IN (SELECT value FROM json_each(?))``."""
     return json.dumps(list(ids))
+
+
+def by_session(rows: Iterable[tuple[str, int]]) -> dict[str, frozenset[int]]:
+    """``(session_id, row id)`` pairs, grouped: the ids of each session."""
+    grouped: dict[str, set[int]] = {}
+    for session_id, row_id in rows:
+        grouped.setdefault(session_id, set()).add(row_id)
+    return {session_id: frozenset(ids) for session_id, ids in grouped.items()}

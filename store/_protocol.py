@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -190,7 +190,7 @@ class Store(Protocol):
         self,
         on_inbox: Callable[[frozenset[str]], None],
         on_outbox: Callable[[], None],
-        on_cancel: Callable[[str], bool] | None = None,
+        on_cancel: Callable[[str], Awaitable[bool]] | None = None,
     ) -> AbstractAsyncContextManager[None]:
         """While entered, hear of inbox rows (their sessions) and outbox rows that OTHER
         processes committed, without waiting for a poll, and answer their ``relay_cancel``
@@ -202,7 +202,7 @@ class Store(Protocol):
         """Ask the OTHER process whose live lease holds the session's running turn to cancel
         it, and return its answer (its ``on_cancel``); False when no other live process runs
         a turn of the session, or the backend has no channel between processes (SQLite);
-        None when the answer did not come within ``wait_seconds``econds. Needs ``watch_work``
+        None when the answer did not come within ``wait_seconds`` seconds. Needs ``watch_work``
         entered, where the answer is heard (False otherwise)."""
 
     # history
@@ -340,6 +340,17 @@ class Store(Protocol):
 
     async def pending_inbox(self, session_id: str, limit: int = 100) -> list[InboxItem]:
         """A session's pending inbox rows, oldest first ([] for an unknown session)."""
+
+    async def cancel_inbox(self, ids: Sequence[int]) -> None:
+        """Keep a cancel accepted for these rows' turn with the rows that are still pending, so
+        that it outlives the process: their next turn, here or after a crash in whichever
+        process takes the session over, ends cancelled (``cancelled_inbox``)."""
+
+    async def cancelled_inbox(
+        self, session_ids: Collection[str] | None = None
+    ) -> dict[str, frozenset[int]]:
+        """Pending rows marked by ``cancel_inbox``, by session: of every session, or of those
+        given (unknown ones have none)."""
 
     async def backlog_count(self) -> int:
         """Messages acknowledged and not yet answered: stored deliveries plus pending inbox rows.

@@ -22,10 +22,10 @@ from ._db import Database
 
 log = logging.getLogger("store.postgres")
 
-CancelHandler = Callable[[str], bool]  # the session id -> whether the cancel took
+CancelHandler = Callable[[str], Awaitable[bool]]  # the session id -> whether the cancel took
 
 
-def refuse_all(_session_id: str) -> bool:
+async def refuse_all(_session_id: str) -> bool:
     """The handler of a store that runs no turns (a CLI): every cancel is refused."""
     return False
 
@@ -66,10 +66,12 @@ class CancelRelay:
 
     def heard_request(self, asker: str, request_id: str, session_id: str) -> None:
         """Another process asks: this process's dispatcher decides, the answer goes back."""
-        accepted = self.handler is not None and self.handler(session_id)
+        self._keep(self._answer(asker, request_id, session_id))
+
+    async def _answer(self, asker: str, request_id: str, session_id: str) -> None:
+        accepted = self.handler is not None and await self.handler(session_id)
         payload = f"{asker} {request_id} {'1' if accepted else '0'}"
-        send = self._db().call(partial(work.notify, channel=work.ANSWER_CHANNEL, payload=payload))
-        self._keep(send)
+        await self._db().call(partial(work.notify, channel=work.ANSWER_CHANNEL, payload=payload))
 
     def heard_answer(self, request_id: str, accepted: bool) -> None:
         waiting = self._waiting.get(request_id)

@@ -7,7 +7,7 @@ SQL modules keep their rows safe from other processes writing at the same time (
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import partial
 
 import asyncpg
@@ -149,6 +149,22 @@ class PipelineMethods:
                 await self._db.query(partial(inbox.pending, session_id=session_id, limit=limit))
             ]
         return list(await self._db.query(partial(inbox.pending_many, reads=reads)))
+
+    async def cancel_inbox(self, ids: Sequence[int]) -> None:
+        """Keep a cancel accepted for these rows' turn with the rows still pending."""
+        checked = check_ids("ids", ids)
+        await self._db.write(partial(inbox.mark_cancelled, ids=checked, now=self._now()))
+
+    async def cancelled_inbox(
+        self, session_ids: Collection[str] | None = None
+    ) -> dict[str, frozenset[int]]:
+        """Pending rows whose turn was cancelled (``cancel_inbox``), by session."""
+        wanted = None
+        if session_ids is not None:
+            wanted = [validate_session_id(session_id) for session_id in session_ids]
+            if not wanted:
+                return {}
+        return await self._db.query(partial(inbox.cancelled, session_ids=wanted))
 
     async def backlog_count(self) -> int:
         """Stored deliveries plus pending inbox rows, in one read snapshot."""

@@ -654,9 +654,18 @@ _V10 = (
 # migrate-store: a new database makes its own.
 _V11 = ("CREATE TABLE secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL)",)
 
+# A cancel accepted for a turn is kept with its inbox rows (``Store.cancel_inbox``): a process
+# killed before the cancelled turn commits leaves the rows marked, and the next run of their
+# turn ends cancelled instead of answering. Pending marked rows are found by a partial index.
+_V12 = (
+    "ALTER TABLE inbox ADD COLUMN cancelled_at DOUBLE PRECISION",
+    "CREATE INDEX inbox_cancelled ON inbox (session_id, id)"
+    " WHERE cancelled_at IS NOT NULL AND state = 'pending'",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     *(_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10),
-    _V11,
+    *(_V11, _V12),
 )
 LATEST = len(MIGRATIONS)
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import asyncpg
 
 from .._errors import InboxNotFound, InboxNotPending
-from .._pipeline_rows import INBOX_COLUMNS, to_inbox
+from .._pipeline_rows import INBOX_COLUMNS, by_session, to_inbox
 from .._pipeline_types import InboxItem
 
 
@@ -99,6 +99,30 @@ async def fail(
         list(ids),
     )
     await _check_all(conn, ids, updated, None)
+
+
+async def mark_cancelled(conn: asyncpg.Connection, ids: Sequence[int], now: float) -> None:
+    """Mark the rows still pending as cancelled (see ``cancelled``); the others are left."""
+    await conn.execute(
+        "WITH mine AS (SELECT id FROM inbox WHERE id = ANY($2::bigint[]) AND state = 'pending'"
+        " ORDER BY id FOR UPDATE)"
+        " UPDATE inbox SET cancelled_at = $1 FROM mine"
+        " WHERE inbox.id = mine.id AND inbox.state = 'pending'",
+        now,
+        list(ids),
+    )
+
+
+async def cancelled(
+    conn: asyncpg.Connection, session_ids: Sequence[str] | None
+) -> dict[str, frozenset[int]]:
+    """Pending rows marked cancelled, by session: of every session, or of those given."""
+    query = "SELECT session_id, id FROM inbox WHERE cancelled_at IS NOT NULL AND state = 'pending'"
+    if session_ids is None:
+        rows = await conn.fetch(query)
+    else:
+        rows = await conn.fetch(query + " AND session_id = ANY($1::text[])", list(session_ids))
+    return by_session((str(row[0]), int(row[1])) for row in rows)
 
 
 async def pending_sessions(conn: asyncpg.Connection) -> list[str]:

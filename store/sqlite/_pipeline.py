@@ -7,7 +7,7 @@ exactly one transaction through ``Connection.write`` or ``Connection.read``.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import partial
 
 from .. import _args as args
@@ -126,6 +126,22 @@ class PipelineMethods:
         validate_session_id(session_id)
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
         return await self._db.read(partial(inbox.pending, session_id=session_id, limit=limit))
+
+    async def cancel_inbox(self, ids: Sequence[int]) -> None:
+        """Keep a cancel accepted for these rows' turn with the rows still pending."""
+        checked = check_ids("ids", ids)
+        await self._db.write(partial(inbox.mark_cancelled, ids=checked, now=self._now()))
+
+    async def cancelled_inbox(
+        self, session_ids: Collection[str] | None = None
+    ) -> dict[str, frozenset[int]]:
+        """Pending rows whose turn was cancelled (``cancel_inbox``), by session."""
+        wanted = None
+        if session_ids is not None:
+            wanted = [validate_session_id(session_id) for session_id in session_ids]
+            if not wanted:
+                return {}
+        return await self._db.read(partial(inbox.cancelled, session_ids=wanted))
 
     async def backlog_count(self) -> int:
         """Stored deliveries plus pending inbox rows, in one read snapshot."""

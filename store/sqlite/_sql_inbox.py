@@ -6,7 +6,14 @@ import sqlite3
 from collections.abc import Sequence
 
 from .._errors import InboxNotFound, InboxNotPending
-from .._pipeline_rows import INBOX_COLUMNS, dump_ids, dump_list, to_inbox, to_session_inboxes
+from .._pipeline_rows import (
+    INBOX_COLUMNS,
+    by_session,
+    dump_ids,
+    dump_list,
+    to_inbox,
+    to_session_inboxes,
+)
 from .._pipeline_types import InboxItem, SessionInbox
 
 _IDS = "id IN (SELECT value FROM json_each(?))"  # one parameter, however many ids
@@ -80,6 +87,27 @@ def fail(
         (error, next_attempt_at, dead, dead, now, dump_ids(ids)),
     ).fetchall()
     _check_all(conn, ids, updated, None)
+
+
+def mark_cancelled(conn: sqlite3.Connection, ids: Sequence[int], now: float) -> None:
+    """Mark the rows still pending as cancelled (see ``cancelled``); the others are left."""
+    conn.execute(
+        f"UPDATE inbox SET cancelled_at = ? WHERE state = 'pending' AND {_IDS}",
+        (now, dump_ids(ids)),
+    )
+
+
+def cancelled(
+    conn: sqlite3.Connection, session_ids: Sequence[str] | None
+) -> dict[str, frozenset[int]]:
+    """Pending rows marked cancelled, by session: of every session, or of those given."""
+    query = "SELECT session_id, id FROM inbox WHERE cancelled_at IS NOT NULL AND state = 'pending'"
+    if session_ids is None:
+        rows = conn.execute(query).fetchall()
+    else:
+        where = " AND session_id IN (SELECT value FROM json_each(?))"
+        rows = conn.execute(query + where, (dump_list(list(session_ids)),)).fetchall()
+    return by_session(rows)
 
 
 def pending_sessions(conn: sqlite3.Connection) -> list[str]:

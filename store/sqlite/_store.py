@@ -7,7 +7,7 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from secrets import token_hex
@@ -240,7 +240,7 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods, OpenClose):
         self,
         on_inbox: Callable[[frozenset[str]], None],
         on_outbox: Callable[[], None],
-        on_cancel: Callable[[str], bool] | None = None,
+        on_cancel: Callable[[str], Awaitable[bool]] | None = None,
     ) -> AsyncIterator[None]:
         """Nothing to enter: SQLite has no notifications, so other processes' work is not heard
         (nor their cancels: see ``relay_cancel``).

@@ -47,7 +47,13 @@ async def slow_side_effect(tag: str) -> str:
     """Write the tag to the side-effect file, then take a while."""
     with open(os.environ["SIDE_EFFECTS"], "a", encoding="utf-8") as out:
         out.write(tag + "\\n")
-    await asyncio.sleep(float(os.environ.get("SLOW_SECONDS", "3")))
+    seconds = float(os.environ.get("SLOW_SECONDS", "3"))
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        if "HOLD_WHEN_CANCELLED" not in os.environ:
+            raise
+        await asyncio.sleep(seconds)  # the cancelled turn waits for it: it cannot commit yet
     return "done " + tag
 '''
 SLOW_AGENTS = """
@@ -326,6 +332,42 @@ async def test_a_cancel_sent_to_the_process_not_running_the_turn(
         ]
         assert await query("SELECT state FROM inbox") == [("done",)]
         assert await query("SELECT status FROM sessions") == [("idle",)]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_a_cancel_answered_202_outlives_a_sigkill_of_the_process(
+    backend: str, tmp_path: Path, platforms: Platforms, http: aiohttp.ClientSession
+) -> None:
+    """The cancel is kept with the turn's inbox rows before the 202: the process killed before
+    the cancelled turn committed, the next one (once the lease ran out) ends that turn
+    cancelled instead of running it again: the tool ran once, nothing was answered."""
+    side_effects, env = slow_tool(tmp_path, seconds=120)
+    env["HOLD_WHEN_CANCELLED"] = "1"  # so the kill surely comes before the cancelled commit
+    chat = Chat(1)
+    async with shared_store(backend, tmp_path) as (url, query):
+        gateway = make(tmp_path, platforms, "gateway", url, SLOW_AGENTS, **env)
+        try:
+            await gateway.start()
+            await post_until_ok(http, gateway.url, chat.delivery(0))
+            await eventually(lambda: side_effects.read_text() != "", "the tool to start")
+            assert await cancel(http, gateway, chat.session_id) == (202, CANCELLED)
+            await gateway.kill()
+            await gateway.start()
+            done = "SELECT count(*) FROM inbox WHERE state = 'done'"
+            await eventually(lambda: _one(query(done)), "the message to be done", seconds=30)
+            assert await gateway.stop() == 0
+        finally:
+            await gateway.ensure_stopped()
+        assert side_effects.read_text().split() == [chat.tag(0)]  # not run again
+        assert platforms.graph.texts(chat.chat_id) == []
+        users = await query("SELECT text, data FROM messages WHERE role = 'user'")
+        assert [(text, json.loads(data)["cancelled"]) for text, data in users] == [
+            (chat.tag(0), True)
+        ]
+        assert await query("SELECT status FROM sessions") == [("idle",)]
+        kinds = await query("SELECT kind FROM session_events WHERE kind LIKE 'turn_%' ORDER BY id")
+        started, cancelled = ("turn_started",), ("turn_cancelled",)
+        assert kinds == [started, cancelled, started, cancelled]  # taken over, then cancelled
 
 
 async def cancels(http: aiohttp.ClientSession, gateway: Gateway) -> dict[str, float]:

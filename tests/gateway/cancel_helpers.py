@@ -102,8 +102,8 @@ async def cancel_at(
     dispatcher.wake([sid])
     try:
         await asyncio.wait_for(held.reached.wait(), 10)
-        accepted = dispatcher.cancel_turn(sid)
-        again = dispatcher.cancel_turn(sid)
+        accepted = await dispatcher.cancel_turn(sid)
+        again = await dispatcher.cancel_turn(sid)
     finally:
         held.release.set()
     await asyncio.wait_for(dispatcher.wait_idle(), 10)

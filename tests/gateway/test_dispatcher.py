@@ -28,7 +28,7 @@ from webhook_bot_gateway.gateway._dispatcher import BUSY_WARN_SECONDS, TURNS, Di
 from webhook_bot_gateway.gateway._metrics import Metrics
 from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
 from webhook_bot_gateway.gateway.config import DispatcherConfig
-from webhook_bot_gateway.store import InboxIn, SessionInbox, SQLiteStore
+from webhook_bot_gateway.store import InboxIn, SessionInbox, SQLiteStore, StoreError
 
 from . import cancel_helpers
 from .cancel_helpers import CASES, Point, cancel_at, check_agrees
@@ -892,7 +892,7 @@ async def test_dispatcher_cancel_accepted_before_a_refused_begin_survives_a_shut
     sid = await harness.feed("hello")
     try:
         await asyncio.wait_for(held.reached.wait(), 10)
-        assert harness.dispatcher.cancel_turn(sid)
+        assert await harness.dispatcher.cancel_turn(sid)
     finally:
         held.release.set()
     await asyncio.wait_for(held.refusing.wait(), 10)
@@ -902,6 +902,82 @@ async def test_dispatcher_cancel_accepted_before_a_refused_begin_survives_a_shut
     assert [(m.text, m.data.get("cancelled")) for m in branch] == [("hello", True)]
     assert harness.turns("cancelled_by_user") == 1
     assert await harness.replies(sid) == []
+
+
+async def test_dispatcher_cancel_is_kept_with_the_rows_before_it_is_answered(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By the time ``cancel_turn`` says True, the cancel is in the store with the turn's rows
+    (a process killed now leaves it to the next): the rows of that turn only."""
+    held = cancel_helpers.HeldTurn("begin")
+    held.install(store, monkeypatch)
+    harness = Harness(store, ScriptedModel(echo()))
+    sid = await harness.feed("hello")
+    [row] = await store.pending_inbox(sid)
+    try:
+        await asyncio.wait_for(held.reached.wait(), 10)
+        assert await harness.dispatcher.cancel_turn(sid)
+        later = await harness.store_only("again", first=2)  # not part of the cancelled turn
+        assert await store.cancelled_inbox() == {sid: {row.id}}
+        assert later == sid
+    finally:
+        held.release.set()
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert await store.cancelled_inbox() == {}  # done: no pending row is marked
+
+
+async def test_dispatcher_cancel_not_kept_raises_and_is_kept_when_asked_again(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store fails to keep the cancel: the caller hears the StoreError (503), the turn is
+    stopped here anyway; the same cancel asked again is kept, and answered True."""
+    held = cancel_helpers.HeldTurn("begin")
+    held.install(store, monkeypatch)
+    harness = Harness(store, ScriptedModel(echo()))
+    sid = await harness.feed("hello")
+    [row] = await store.pending_inbox(sid)
+    kept = store.cancel_inbox
+
+    async def fails_once(ids: Sequence[int]) -> None:
+        monkeypatch.setattr(store, "cancel_inbox", kept)
+        raise StoreError("the database is locked")
+
+    monkeypatch.setattr(store, "cancel_inbox", fails_once)
+    try:
+        await asyncio.wait_for(held.reached.wait(), 10)
+        with pytest.raises(StoreError):
+            await harness.dispatcher.cancel_turn(sid)
+        assert await store.cancelled_inbox() == {}
+        assert await harness.dispatcher.cancel_turn(sid)
+        assert await store.cancelled_inbox() == {sid: {row.id}}
+    finally:
+        held.release.set()
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert harness.turns("cancelled_by_user") == 1
+    assert await harness.replies(sid) == []
+
+
+@pytest.mark.parametrize("left", ["running", "idle"])
+async def test_dispatcher_start_ends_rows_of_a_kept_cancel_cancelled(
+    store: SQLiteStore, db: Path, left: str
+) -> None:
+    """A process killed after accepting a cancel, before the cancelled turn committed (inside
+    the turn, or waiting to try a refused begin again): the next start runs those rows' turn
+    cancelled (the model not asked, nothing sent), and answers a later message as usual."""
+    model = ScriptedModel(echo())  # one answer: for "again" only
+    harness = Harness(store, model)
+    sid = await harness.store_only("hello", "again")
+    hello, _again = await store.pending_inbox(sid)
+    await store.cancel_inbox([hello.id])
+    _set_status(db, sid, left)  # as the killed process left it
+    await harness.dispatcher.start()
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    branch = await store.get_branch(sid)
+    users = [(m.text, bool(m.data.get("cancelled"))) for m in branch if m.role == "user"]
+    assert users == [("hello", True), ("again", False)]
+    assert await harness.replies(sid) == ["re: again"]
+    assert model.remaining == 0
+    assert (harness.turns("cancelled_by_user"), harness.turns("committed")) == (1, 1)
 
 
 async def test_dispatcher_cancel_accepted_before_a_refused_begin_spares_a_later_message(
@@ -917,7 +993,7 @@ async def test_dispatcher_cancel_accepted_before_a_refused_begin_spares_a_later_
     sid = await harness.feed("hello")
     try:
         await asyncio.wait_for(held.reached.wait(), 10)
-        assert harness.dispatcher.cancel_turn(sid)
+        assert await harness.dispatcher.cancel_turn(sid)
         await harness.store_only("again", first=2)
     finally:
         held.release.set()

@@ -14,7 +14,7 @@ from webhook_bot_gateway.store import (
     Store,
 )
 
-from .conftest import FakeClock, Raw
+from .conftest import SHARED, Backend, FakeClock, Raw
 from .pipeline import ACCOUNT, CHANNEL, PIPELINE_TABLES, inbox_of, message, sid
 
 
@@ -259,3 +259,38 @@ async def test_purge_finished_deletes_old_done_rows_only(
     assert await store.purge_finished(101) == 0
     assert await store.purge_finished(99, chunk_size=2) == 3
     assert await inbox_states(raw) == {ids[3]: "dead", ids[4]: "pending"}
+
+
+async def test_cancelled_inbox_finds_the_pending_rows_a_cancel_was_kept_for(
+    store: Store,
+) -> None:
+    a1, a2 = await inbox_of(store, message("a", "a1"), message("a", "a2"))
+    [b1] = await inbox_of(store, message("b", "b1"))
+    assert await store.cancelled_inbox() == {}
+    await store.cancel_inbox([a1])
+    await store.cancel_inbox([b1, b1])
+    assert await store.cancelled_inbox() == {sid("a"): {a1}, sid("b"): {b1}}
+    assert await store.cancelled_inbox([sid("b"), sid("nobody")]) == {sid("b"): {b1}}
+    assert await store.cancelled_inbox([]) == {}
+    async with store.turn(sid("a")) as turn:
+        turn.complete_inbox([a1])  # the cancelled turn committed: its rows are done
+    await store.cancel_inbox([a1, a2])  # a done row stays as it is, the pending one is marked
+    assert await store.cancelled_inbox() == {sid("a"): {a2}, sid("b"): {b1}}
+
+
+@SHARED
+async def test_a_cancel_kept_survives_reopening_the_store(store: Store, backend: Backend) -> None:
+    [a1] = await inbox_of(store, message("a", "a1"))
+    await store.cancel_inbox([a1])
+    async with backend.store() as other:  # a new process on the same database
+        assert await other.cancelled_inbox() == {sid("a"): {a1}}
+
+
+@pytest.mark.parametrize("ids", [[], [0], ["1"], "12"])
+async def test_cancel_inbox_rejects_bad_ids_and_writes_nothing(
+    store: Store, raw: Raw, ids: object
+) -> None:
+    await inbox_of(store, message("a", "a1"))
+    with pytest.raises(ValueError, match="ids"):
+        await store.cancel_inbox(ids)  # type: ignore[arg-type]
+    assert await store.cancelled_inbox() == {}

@@ -571,7 +571,7 @@ class Answering:
         self.answer = answer
         self.asked: list[str] = []
 
-    def __call__(self, session_id: str) -> bool:
+    async def __call__(self, session_id: str) -> bool:
         self.asked.append(session_id)
         return self.answer
 

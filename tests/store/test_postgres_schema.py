@@ -283,13 +283,14 @@ async def test_v1_schema_with_rows_migrates_to_v2_keeping_them(
         after = await snapshot(admin)
         assert before["rows"].pop("gateway_schema") == [(True, 1)]
         for table, rows in before["rows"].items():
-            added = {"sessions": 1, "outbox": 2}.get(table, 0)
+            added = {"sessions": 1, "outbox": 2, "inbox": 1}.get(table, 0)  # inbox: V12
             kept = [row[: len(row) - added] for row in after["rows"][table]]
             assert kept == rows, table
             assert all(row[len(row) - added :] == (None,) * added for row in after["rows"][table])
         assert set(before["indexes"]) <= set(after["indexes"])
         assert after["tables"]["sessions"][-1:] == ["owner"]
         assert after["tables"]["outbox"][-2:] == ["claimed_by", "claimed_until"]
+        assert after["tables"]["inbox"][-1:] == ["cancelled_at"]
         assert after["tables"]["leases"] == ["owner", "expires_at"]
         assert after["rows"]["leases"] == []
         assert set(after["triggers"]) - set(before["triggers"]) == {
