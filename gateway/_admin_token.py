@@ -15,6 +15,7 @@ import ipaddress
 import os
 import secrets
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -172,10 +173,14 @@ def read_token_file(path: Path, notice: TextIO | None = None) -> str:
     return token
 
 
-def check_token_file_can_be_made(settings: Settings) -> None:
+def check_token_file_can_be_made(settings: Settings, *, probe: bool = True) -> None:
     """ConfigError before ``serve`` starts anything when the token file it would make once
     started could not be made: a failure then, with the store and the channels open, would
-    leave them to the garbage collector (aiohttp cleans up no part of a failed start)."""
+    leave them to the garbage collector (aiohttp cleans up no part of a failed start).
+
+    ``probe``: also make and remove a temporary file where the token file would go, since
+    ``os.access`` answers for root by its rights alone (/proc, a read-only or FUSE mount refuse
+    what it allows); check-config, which writes nothing, passes False."""
     admin = settings.admin
     path = Path(admin.token_file)
     if admin.token.get_secret_value() or not admin.token_file or path.exists():
@@ -183,9 +188,29 @@ def check_token_file_can_be_made(settings: Settings) -> None:
     folder = path.parent
     while not folder.exists() and folder != folder.parent:  # the folders made with the file
         folder = folder.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        problem = f"cannot create {path}: {folder} is not a folder this user can write"
-        raise ConfigError("admin.token_file", problem)
+    problem = None
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK) or _read_only(folder):
+        problem = f"{folder} is not a folder this user can write"
+    elif probe:
+        problem = _cannot_create_in(folder)
+    if problem is not None:
+        raise ConfigError("admin.token_file", f"cannot create {path}: {problem}")
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False  # no answer: the probe, or the start, tells
+
+
+def _cannot_create_in(folder: Path) -> str | None:
+    """None once a private temporary file was made and removed in ``folder``, else why not."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".gateway-probe-"):
+            return None
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
 
 
 def _make_token_file(path: Path) -> bool:

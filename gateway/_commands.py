@@ -22,6 +22,7 @@ from webhook_bot_gateway.store import (
 )
 
 from ._accounts import dead_letter_warnings, gateway_registry
+from ._admin_token import check_token_file_can_be_made
 from ._api_models import MessageOut, SessionDetail, SessionOut, SessionsPage
 from ._export import export_command
 from ._logging import REDACTED, configured_secrets, secrets_pattern
@@ -93,6 +94,7 @@ class SessionShown(SessionDetail):
 async def check_config(settings: Settings, path: Path, out: TextIO) -> int:
     """OK and the summary once every check passed, the agents' imports and keys included;
     nothing is written (``admin.token_file`` is made by ``gateway serve`` only)."""
+    check_token_file_can_be_made(settings, probe=False)  # as serve would refuse it
     registry = await gateway_registry(settings)  # imports tools, checks handoffs and keys
     try:
         lines = [*summarize(settings), f"agents declared: {', '.join(registry.names)}"]

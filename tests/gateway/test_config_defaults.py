@@ -4,6 +4,7 @@ refused wherever strangers may reach the server (docs/security.md#defaults)."""
 from __future__ import annotations
 
 import io
+import logging
 import os
 import stat
 import threading
@@ -115,6 +116,43 @@ def test_serve_that_could_not_make_the_token_file_fails_before_it_starts(
         f"config error in {EXAMPLE}: admin.token_file: cannot create data/admin-token: data is"
         " not a folder this user can write\n"
     )
+    assert not (workdir / "gateway.db").exists()
+
+
+def test_check_config_refuses_a_token_file_serve_could_not_make(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """check-config says what serve would: the folder of the token file is a file."""
+    (workdir / "data").write_text("a file where the folder goes\n", encoding="utf-8")
+    monkeypatch.delenv("GATEWAY_ADMIN_TOKEN", raising=False)
+    assert main(["check-config", "--config", str(EXAMPLE)], out=io.StringIO()) == 1
+    assert capsys.readouterr().err == (
+        f"config error in {EXAMPLE}: admin.token_file: cannot create data/admin-token: data is"
+        " not a folder this user can write\n"
+    )
+    assert sorted(p.name for p in workdir.iterdir()) == ["data"]  # nothing written
+
+
+def test_serve_that_cannot_create_in_a_folder_root_may_write_fails_before_it_starts(
+    workdir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """/proc takes no new file, whatever ``os.access`` says of root's rights: serve tries to
+    make one there before it starts (one error line, no asyncio traceback of a failed start)."""
+    config = workdir / "gateway.toml"
+    text = EXAMPLE.read_text(encoding="utf-8")
+    config.write_text(text.replace('"data/admin-token"', '"/proc/gateway-admin-token"'))
+    monkeypatch.setenv("GATEWAY_PORT", "0")
+    monkeypatch.delenv("GATEWAY_ADMIN_TOKEN", raising=False)
+    assert main(["serve", "--config", str(config)], out=io.StringIO()) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith(
+        f"config error in {config}: admin.token_file: cannot create /proc/gateway-admin-token: "
+    )
+    assert captured.err.count("\n") == 1
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert not (workdir / "gateway.db").exists()
 
 
