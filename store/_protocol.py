@@ -383,7 +383,9 @@ class Store(Protocol):
     async def outbox_schedule(
         self, now: float, limit: int = 100
     ) -> tuple[list[OutboxItem], float | None]:
-        """``due_outbox`` and ``next_outbox_due`` in one read (the sender's every pass)."""
+        """``due_outbox``, and the earliest ``next_attempt_at`` after ``now`` of the rows it
+        could return later (None if none), in one read: the sender's every pass. Rows due now
+        that the sender does not start (one in flight here, say) do not hide a later one."""
 
     async def claim_outbox(self, outbox_id: int, seconds: float) -> bool:
         """Claim a pending row for sending for ``seconds``: False if it is not pending or another
@@ -415,7 +417,8 @@ class Store(Protocol):
 
     async def park_outbox(self, session_id: str) -> int:
         """Park the session's pending rows: kept pending with ``PARKED_ERROR``, never due,
-        until ``unpark_outbox``; how many were parked."""
+        until ``unpark_outbox``; how many were parked. Their claims end (the sender parks
+        after the platform refused the attempt: its outcome is known)."""
 
     async def unpark_outbox(self, session_id: str) -> int:
         """Make the session's parked rows due now (sent in id order); how many."""

@@ -219,7 +219,8 @@ class PipelineMethods:
     async def outbox_schedule(
         self, now: float, limit: int = 100
     ) -> tuple[list[OutboxItem], float | None]:
-        """``due_outbox`` and ``next_outbox_due`` in one statement (one snapshot)."""
+        """``due_outbox`` and the earliest ``next_attempt_at`` after ``now`` of the rows it
+        could return later, in one statement (one snapshot)."""
         at = check_time("now", now)
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
         run = partial(outbox.schedule, now=at, limit=limit, owner=self.owner, at=self._now())

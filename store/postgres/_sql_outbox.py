@@ -50,9 +50,11 @@ _STATUS_SESSIONS = (
 
 
 async def park(conn: asyncpg.Connection, session_id: str) -> int:
-    """Park the session's pending rows (see ``PARKED_AT``); how many."""
+    """Park the session's pending rows (see ``PARKED_AT``); how many. Their claims end: the
+    platform refused the attempt, so its outcome is known."""
     status: str = await conn.execute(
-        "UPDATE outbox SET next_attempt_at = $1, error = $2 WHERE session_id = $3"
+        "UPDATE outbox SET next_attempt_at = $1, error = $2, claimed_by = NULL,"
+        " claimed_until = NULL WHERE session_id = $3"
         " AND state = 'pending' AND next_attempt_at < $1",
         PARKED_AT,
         PARKED_ERROR,
@@ -379,21 +381,27 @@ async def next_due(conn: asyncpg.Connection, owner: str, at: float) -> float | N
     return None if value is None else float(value)
 
 
-# ``due`` beside ``next_due``: one row with the earliest time and no row of ``due`` when none
-# is due, else one per due row, each with that time.
+# ``due`` beside ``next_due`` after $3 (the pass's now): one row with the earliest later time
+# and no row of ``due`` when none is due, else one per due row, each with that time.
+_NEXT_AFTER = (
+    f"SELECT min(next_attempt_at) AS next_due FROM outbox WHERE {_HEAD_OF_CHAT}"
+    f" AND next_attempt_at > $3 AND {_free(1, 2)}"
+)
+_DUE = (
+    f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE {_HEAD_OF_CHAT} AND next_attempt_at <= $3"
+    f" AND {_free(1, 2)} ORDER BY id LIMIT $4"
+)
 _SCHEDULE = (
     f"SELECT {', '.join('d.' + c for c in OUTBOX_COLUMNS.split(', '))}, n.next_due FROM"
-    f" (SELECT min(next_attempt_at) AS next_due FROM outbox WHERE {_HEAD_OF_CHAT}"
-    f" AND {_free(1, 2)}) AS n LEFT JOIN LATERAL (SELECT {OUTBOX_COLUMNS} FROM outbox"
-    f" WHERE {_HEAD_OF_CHAT} AND next_attempt_at <= $3 AND {_free(1, 2)} ORDER BY id LIMIT $4)"
-    " AS d ON true ORDER BY d.id"
+    f" ({_NEXT_AFTER}) AS n LEFT JOIN LATERAL ({_DUE}) AS d ON true ORDER BY d.id"
 )
 
 
 async def schedule(
     conn: asyncpg.Connection, now: float, limit: int, owner: str, at: float
 ) -> tuple[list[OutboxItem], float | None]:
-    """``due`` and ``next_due`` in one statement (so one snapshot)."""
+    """``due`` and the earliest ``next_attempt_at`` after ``now`` of the rows ``due`` could
+    return later, in one statement (so one snapshot)."""
     rows = await conn.fetch(_SCHEDULE, owner, at, now, limit)
     nxt = rows[0]["next_due"]
     due = [to_outbox(row) for row in rows if row[0] is not None]

@@ -192,13 +192,15 @@ class PipelineMethods:
     async def outbox_schedule(
         self, now: float, limit: int = 100
     ) -> tuple[list[OutboxItem], float | None]:
-        """``due_outbox`` and ``next_outbox_due`` in one read transaction (one thread hop)."""
+        """``due_outbox`` and the earliest ``next_attempt_at`` after ``now`` of the rows it
+        could return later, in one read transaction (one thread hop)."""
         at = check_time("now", now)
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
         owner, clock = self._owner, self._now()
 
         def run(conn: sqlite3.Connection) -> tuple[list[OutboxItem], float | None]:
-            return outbox.due(conn, at, limit, owner, clock), outbox.next_due(conn, owner, clock)
+            due = outbox.due(conn, at, limit, owner, clock)
+            return due, outbox.next_due(conn, owner, clock, after=at)
 
         return await self._db.read(run)
 
@@ -210,8 +212,8 @@ class PipelineMethods:
         """Claim a pending row for sending for ``seconds``: False if it is not pending (or not
         there) or another store's claim on it has not run out. This store's own claim is
         renewed. Until the claim ends, the row and the rest of its chat are not due for the
-        other stores; ``outbox_sent``, ``_retry``, ``_failed``, ``_progress`` and ``_redirect``
-        end it."""
+        other stores; ``outbox_sent``, ``_retry``, ``_failed``, ``_progress``, ``_redirect``
+        and ``park_outbox`` end it."""
         check_int("outbox_id", outbox_id, 1)
         return bool(await self.claim_outbox_many([outbox_id], seconds))
 

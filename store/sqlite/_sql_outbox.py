@@ -199,19 +199,25 @@ def due(
     return [to_outbox(row) for row in rows]
 
 
-def next_due(conn: sqlite3.Connection, owner: str, at: float) -> float | None:
-    """The earliest ``next_attempt_at`` of the rows ``due`` could return (claims as there)."""
+def next_due(
+    conn: sqlite3.Connection, owner: str, at: float, after: float | None = None
+) -> float | None:
+    """The earliest ``next_attempt_at`` of the rows ``due`` could return (claims as there);
+    with ``after``, the earliest later than it."""
+    later = "" if after is None else " AND next_attempt_at > :after"
     value: float | None = conn.execute(
-        f"SELECT min(next_attempt_at) FROM outbox WHERE {_HEAD_OF_CHAT} AND {_FREE}",
-        {"owner": owner, "at": at},
+        f"SELECT min(next_attempt_at) FROM outbox WHERE {_HEAD_OF_CHAT} AND {_FREE}{later}",
+        {"owner": owner, "at": at, "after": after},
     ).fetchone()[0]
     return value
 
 
 def park(conn: sqlite3.Connection, session_id: str) -> int:
-    """Park the session's pending rows (see ``PARKED_AT``); how many."""
+    """Park the session's pending rows (see ``PARKED_AT``); how many. Their claims end: the
+    platform refused the attempt, so its outcome is known."""
     return conn.execute(
-        "UPDATE outbox SET next_attempt_at = ?, error = ? WHERE session_id = ?"
+        "UPDATE outbox SET next_attempt_at = ?, error = ?, claimed_by = NULL,"
+        " claimed_until = NULL WHERE session_id = ?"
         " AND state = 'pending' AND next_attempt_at < ?",
         (PARKED_AT, PARKED_ERROR, session_id, PARKED_AT),
     ).rowcount

@@ -571,3 +571,44 @@ async def test_sender_parks_the_replies_of_an_unreachable_whatsapp_user(
     [event] = [e.detail for e in events if e.kind == "user_blocked"]
     assert event["reason"] == "unreachable"
     assert "131026" in event["error"]
+
+
+async def test_a_send_in_flight_does_not_hide_the_next_retry_time_of_another_chat(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    """The loop sleeps until another chat's retry is due, not a whole poll: the row in flight
+    here (due already, its chat busy) is not the next thing to wait for."""
+    bots.script("sendMessage", tg.hang(bots))
+    relay = Relay(store, {"telegram": telegram})
+    await queue(store, "stuck", chat_id="1")
+    retrying = await queue(store, "again soon", chat_id="2")
+    retry_at = relay.clock.now + 0.7
+    await store.outbox_retry(retrying.id, next_attempt_at=retry_at, error="429")
+    assert await relay.sender.step() == pytest.approx(retry_at, abs=0.001)  # chat 1's send starts
+    await asyncio.wait_for(bots.hanging.wait(), 10)
+    assert await relay.sender.step() == pytest.approx(retry_at, abs=0.001)  # it is in flight
+    bots.release.set()
+    await relay.sender.flush()
+
+
+async def test_a_parked_reply_released_goes_out_without_the_crash_window_line(
+    store: SQLiteStore,
+    telegram: TelegramAdapter,
+    bots: tg.FakeBotApi,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The platform refused the attempt (blocked): parking ends the row's claim, so the send
+    after the user is back is not logged as a possible repeat of an unrecorded attempt."""
+    bots.script("sendMessage", tg.error(403, "Forbidden: bot was blocked by the user"))
+    relay = Relay(store, {"telegram": telegram})
+    item = await queue(store, "Hello")
+    await relay.step()
+    parked = await row(store, item)
+    assert (parked.error, parked.claimed_by) == (PARKED_ERROR, None)
+    assert item.session_id is not None
+    caplog.set_level(logging.WARNING, logger="gateway.sender")
+    assert await store.unpark_outbox(item.session_id) == 1  # the user wrote again
+    await relay.step()
+    assert texts(bots) == ["Hello", "Hello"]
+    assert (await row(store, item)).state == "sent"
+    assert [r.getMessage() for r in caplog.records if "sending again" in r.getMessage()] == []

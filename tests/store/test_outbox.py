@@ -467,7 +467,8 @@ async def test_outbox_schedule_is_due_and_next_due_in_one_read(
     rows, next_due = await store.outbox_schedule(clock.now, 10)
     assert [row.id for row in rows] == [first.id]  # b waits; a's second waits behind a's first
     assert rows == await store.due_outbox(clock.now, 10)
-    assert next_due == await store.next_outbox_due() == clock.now
+    assert next_due == clock.now + 30  # the first time after now: b's retry
+    assert await store.next_outbox_due() == clock.now
     with pytest.raises(ValueError, match="limit"):
         await store.outbox_schedule(clock.now, 0)
 
@@ -562,3 +563,13 @@ async def test_a_turn_with_no_outbox_rows_commits_its_messages(store: Store) -> 
     assert turn.committed_outbox == ()
     assert [m.text for m in turn.committed] == ["quiet"]
     assert await store.list_outbox(sid("a")) == []
+
+
+async def test_parking_ends_the_claims_of_the_parked_rows(store: Store) -> None:
+    """The sender parks after the platform refused the attempt: no claim is left that a later
+    send would take for an attempt whose outcome was never recorded."""
+    first, second = await queued(store, "a", 2)
+    assert await store.claim_outbox(first.id, 120)
+    assert await store.park_outbox(sid("a")) == 2
+    rows = await store.list_outbox(sid("a"))
+    assert [(row.id, row.claimed_by) for row in rows] == [(first.id, None), (second.id, None)]
