@@ -30,6 +30,7 @@ from webhook_bot_gateway.channels.web import ACCOUNT, CHANNEL
 from webhook_bot_gateway.store import (
     Session,
     SessionNotFound,
+    Store,
     StoreError,
     make_private_folders,
     open_private,
@@ -133,6 +134,8 @@ async def _receive(
         raise ApiError(
             400, "incomplete_body", "the connection closed mid-upload", close=True
         ) from None
+    except FileNotFoundError:  # the session's folder went while the file was written
+        raise await _folder_gone(store, sid, session) from None
     name = clean_name(part.filename, "file")
     content_type = _content_type(part.headers.get("Content-Type"))
     try:
@@ -158,6 +161,19 @@ async def _receive(
         attachment=AttachmentOut.model_validate(attachment, from_attributes=True)
     )
     return web.json_response(answer.model_dump(mode="json"), status=201)
+
+
+async def _folder_gone(store: Store, sid: str, session: Session | None) -> ApiError:
+    """The answer to an upload whose folder was removed under it: the session was deleted
+    meanwhile (its files go with it), else something outside the gateway removed it."""
+    if session is not None and await store.get_session(sid) is None:
+        log.info("web session %s: upload cut off: the session was deleted", short(sid))
+        return ApiError(
+            404, "unknown_session", "the session was deleted during the upload", close=True
+        )
+    log.warning("web session %s: upload failed: its media folder was removed", short(sid))
+    message = "the file's folder was removed while it was written"
+    return ApiError(500, "storage_failed", message, close=True)
 
 
 def _remove(saved: Path) -> None:

@@ -360,6 +360,31 @@ async def test_a_stalled_upload_holds_one_upload_slot_and_is_dropped_with_408(
         assert after.status == 201, await after.text()
 
 
+async def test_an_upload_whose_session_is_deleted_meanwhile_is_404_and_leaves_nothing(
+    gw: Gateway,
+) -> None:
+    """The session's folder goes with the session while the file is being written: a JSON 404
+    ``unknown_session``, not aiohttp's plain-text 500 and a traceback in the log."""
+    async with web_session(gw.client) as socket:
+        sid = socket.session_id
+        await uploaded(gw.client, sid, b"first")  # stores the session
+        reader, writer = await stalled_upload(gw.client, sid)
+        parts = lambda: [p for p in gw.media.rglob("*.part")]  # noqa: E731
+        await eventually(lambda: parts() != [], "the upload's file being written")
+        deleted = await gw.client.delete(f"/api/sessions/{sid}", headers=AUTH)
+        assert deleted.status == 204
+        body = multipart(b"z" * 600, 'filename="slow.bin"')
+        writer.write(body[len(body) // 2 :])
+        await writer.drain()
+        answer = await reader.read()
+        writer.close()
+        status_line, _, rest = answer.partition(b"\r\n")
+        assert status_line == b"HTTP/1.1 404 Not Found", answer
+        assert b'"unknown_session"' in rest
+    assert files_under(gw.media) == []
+    assert rows(gw.db, "SELECT count(*) FROM attachments")[0][0] == 0
+
+
 # 5. crafted file names
 
 PATTERNS = [
