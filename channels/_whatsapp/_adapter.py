@@ -177,7 +177,7 @@ def _size(value: object) -> int | None:
         return None
     if isinstance(value, int):
         return value if value >= 0 else None
-    if isinstance(value, str) and value.isdecimal():
+    if isinstance(value, str) and value.isascii() and value.isdecimal():
         return int(value)
     return None
 

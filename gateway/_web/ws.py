@@ -164,7 +164,7 @@ async def _attach(request: web.Request) -> tuple[WebChat, int, bool]:
 
 
 def _after(raw: str) -> int:
-    if not raw.isdecimal() or len(raw) > 18:
+    if not (raw.isascii() and raw.isdecimal()) or len(raw) > 18:
         raise Refused("invalid_after", "after must be a seq number, 0 or more")
     return int(raw)
 

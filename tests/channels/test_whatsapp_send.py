@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ from webhook_bot_gateway.channels import (
     SendError,
     UncertainDelivery,
 )
+from webhook_bot_gateway.channels._whatsapp._graph_errors import GraphError, read_graph_error
 from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 
 from .whatsapp_fakes import (
@@ -401,3 +403,11 @@ async def test_send_reports_the_parts_delivered_before_a_failure_and_skips_them_
     result = await adapter.send(message.model_copy(update={"skip_parts": 1}))
     assert len(result.message_ids) == 1
     assert [r.body["text"]["body"][0] for r in fake.requests] == ["a", "b", "b"]
+
+
+@pytest.mark.parametrize("code", ["²", "١٣١٠٢٦", "131026x", ""])
+def test_a_graph_error_code_that_is_not_ascii_digits_is_no_code(code: str) -> None:
+    """A code string of other digits (int() refuses a superscript, takes Arabic-Indic) is read
+    as no code at all, never an exception out of the error's parsing."""
+    body = json.dumps({"error": {"code": code, "message": "odd"}}).encode()
+    assert read_graph_error(400, body) == GraphError(status=400, message="odd")

@@ -233,6 +233,7 @@ async def test_ws_bad_session_ids_are_refused_on_an_open_socket_before_anything_
         ("session_id=web-" + "../" * 3, "invalid_session_id"),
         (f"session_id=web-{uuid.uuid4()}", "unknown_session"),
         ("after=-1", "invalid_after"),
+        ("after=%EF%BC%91", "invalid_after"),  # a fullwidth digit: int() would take it
     ]
     for query, code in cases:
         async with http.ws_connect(f"{gateway.url}/ws?{query}") as ws:
