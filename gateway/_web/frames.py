@@ -35,10 +35,15 @@ def _storable(text: str) -> str:
     return text
 
 
+def _once_each(ids: tuple[str, ...]) -> tuple[str, ...]:
+    """An attachment listed twice is attached once, where it first appears."""
+    return tuple(dict.fromkeys(ids))
+
+
 class MessageData(_Frame):
     text: Annotated[str, AfterValidator(_storable)] = ""
     client_id: str = Field(min_length=1, max_length=128, pattern=CLIENT_ID)
-    attachments: tuple[str, ...] = ()
+    attachments: Annotated[tuple[str, ...], AfterValidator(_once_each)] = ()
 
 
 class MessageFrame(_Frame):

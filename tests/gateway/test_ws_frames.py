@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from webhook_bot_gateway.gateway._web.frames import FrameError, parse_frame
+from webhook_bot_gateway.gateway._web.frames import FrameError, MessageFrame, parse_frame
 
 
 def test_a_frame_nested_past_the_json_scanners_stack_is_json_too_deep() -> None:
@@ -46,3 +46,10 @@ def test_an_invalid_message_frame_names_its_client_id(data: str, client_id: str 
     with pytest.raises(FrameError) as refused:
         parse_frame('{"type": "message", "data": ' + data + "}")
     assert (refused.value.code, refused.value.client_id) == ("invalid_frame", client_id)
+
+
+def test_an_attachment_listed_twice_in_a_message_is_attached_once() -> None:
+    data = {"text": "two", "client_id": "c1", "attachments": ["b", "a", "b", "a", "c"]}
+    frame = parse_frame(json.dumps({"type": "message", "data": data}))
+    assert isinstance(frame, MessageFrame)
+    assert frame.data.attachments == ("b", "a", "c")
