@@ -1,10 +1,12 @@
 """The sender: relays outbox rows to the platforms, paced, retried, and never sent twice on purpose.
 
 Each pass reads the due rows in id order and starts the sends the rate limits allow, one at a
-time per chat so a chat's replies arrive in order. The sends of a pass share one claim write;
-a row another process claimed meanwhile is left to it. The platform's answer is recorded with one
-statement (``outbox_sent``); a crash between the two is the documented window in which a reply
-can go out twice. A timeout after the request left is ``uncertain`` and never retried.
+time per chat so a chat's replies arrive in order, and at most ``max_in_flight`` per channel
+(a platform that hangs holds its own sends, not the other platform's). The sends of a pass
+share one claim write; a row another process claimed meanwhile is left to it. The platform's
+answer is recorded with one statement (``outbox_sent``); a crash between the two is the
+documented window in which a reply can go out twice. A timeout after the request left is
+``uncertain`` and never retried.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -152,18 +155,20 @@ class Sender:
         """
         now = self._clock()
         self._forget_past(now)
-        rows, later = await self._store.outbox_schedule(now, self._limit)
+        flying = Counter(channel for channel, _, _ in self._busy)
+        full = [channel for channel, count in flying.items() if count >= self._max_in_flight]
+        rows, later = await self._store.outbox_schedule(now, self._limit, skip_channels=full)
         self._rate_waited.intersection_update(row.id for row in rows)
         seen: set[ChatKey] = set()
         chosen: list[OutboxItem] = []
         next_at: float | None = None
+        flying = Counter(channel for channel, _, _ in self._busy)  # sends may end meanwhile
         for row in rows:
-            if self._stopping or len(self._in_flight) + len(chosen) >= self._max_in_flight:
-                self._start_all(chosen)
-                return None
+            if self._stopping:
+                break
             key: ChatKey = (row.channel, row.account, row.chat_id)
-            if key in seen or key in self._busy:
-                seen.add(key)
+            if key in seen or key in self._busy or flying[row.channel] >= self._max_in_flight:
+                seen.add(key)  # a full channel: sent when one of its sends ends (a wake-up)
                 continue
             seen.add(key)  # later rows of this chat wait for this one: order within a chat
             ready = self._ready_at(key, now)
@@ -173,13 +178,16 @@ class Sender:
                 continue
             self.limiter.take(*key)
             chosen.append(row)
+            flying[row.channel] += 1
         self._start_all(chosen)
+        if self._stopping:
+            return None
         started = len(chosen)
-        full = len(rows) >= self._limit
+        page = len(rows) >= self._limit
         # A full batch in which every row waits (one chat with many replies queued) may hide
         # sendable rows behind it: look further next time; back to the usual batch after.
-        self._limit = min(2 * self._limit, MAX_BATCH) if full and not started else self._batch
-        if full and (started or len(rows) < self._limit):
+        self._limit = min(2 * self._limit, MAX_BATCH) if page and not started else self._batch
+        if page and (started or len(rows) < self._limit):
             return now
         if later is not None and later > now:
             next_at = later if next_at is None else min(next_at, later)

@@ -88,6 +88,18 @@ def check_agent_names(name: str, agents: Iterable[str]) -> tuple[str, ...]:
     return names
 
 
+def channel_names(name: str, channels: Iterable[str]) -> tuple[str, ...]:
+    """Channel names given as a filter (``outbox_schedule``): strings, each once."""
+    if isinstance(channels, str):
+        raise ValueError(f"{name} must be a collection of channel names, not a string")
+    names = tuple(dict.fromkeys(channels))
+    for channel in names:
+        if not isinstance(channel, str):
+            raise ValueError(f"{name} must hold channel names (strings), got {channel!r}")
+        check_no_nul(name, channel)
+    return names
+
+
 def check_session_update(
     session_id: str, active_agent: str | None, metadata: dict[str, Any] | None
 ) -> None:

@@ -381,11 +381,12 @@ class Store(Protocol):
         """The earliest ``next_attempt_at`` of pending rows, or None."""
 
     async def outbox_schedule(
-        self, now: float, limit: int = 100
+        self, now: float, limit: int = 100, skip_channels: Collection[str] = ()
     ) -> tuple[list[OutboxItem], float | None]:
         """``due_outbox``, and the earliest ``next_attempt_at`` after ``now`` of the rows it
         could return later (None if none), in one read: the sender's every pass. Rows due now
-        that the sender does not start (one in flight here, say) do not hide a later one."""
+        that the sender does not start (one in flight here, say) do not hide a later one.
+        Rows of ``skip_channels`` are left out of both (channels whose sends are all taken)."""
 
     async def claim_outbox(self, outbox_id: int, seconds: float) -> bool:
         """Claim a pending row for sending for ``seconds``: False if it is not pending or another

@@ -217,13 +217,21 @@ class PipelineMethods:
         return await self._db.query(run)
 
     async def outbox_schedule(
-        self, now: float, limit: int = 100
+        self, now: float, limit: int = 100, skip_channels: Collection[str] = ()
     ) -> tuple[list[OutboxItem], float | None]:
         """``due_outbox`` and the earliest ``next_attempt_at`` after ``now`` of the rows it
-        could return later, in one statement (one snapshot)."""
+        could return later, both without ``skip_channels``, in one statement (one snapshot)."""
         at = check_time("now", now)
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
-        run = partial(outbox.schedule, now=at, limit=limit, owner=self.owner, at=self._now())
+        skip = args.channel_names("skip_channels", skip_channels)
+        run = partial(
+            outbox.schedule,
+            now=at,
+            limit=limit,
+            owner=self.owner,
+            at=self._now(),
+            skip_channels=skip,
+        )
         return await self._db.query(run)
 
     async def next_outbox_due(self) -> float | None:

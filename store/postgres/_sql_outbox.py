@@ -381,15 +381,17 @@ async def next_due(conn: asyncpg.Connection, owner: str, at: float) -> float | N
     return None if value is None else float(value)
 
 
-# ``due`` beside ``next_due`` after $3 (the pass's now): one row with the earliest later time
-# and no row of ``due`` when none is due, else one per due row, each with that time.
+# ``due`` beside ``next_due`` after $3 (the pass's now), both without the channels $5: one row
+# with the earliest later time and no row of ``due`` when none is due, else one per due row,
+# each with that time.
+_OTHER_CHANNELS = "NOT (channel = ANY($5::text[]))"
 _NEXT_AFTER = (
     f"SELECT min(next_attempt_at) AS next_due FROM outbox WHERE {_HEAD_OF_CHAT}"
-    f" AND next_attempt_at > $3 AND {_free(1, 2)}"
+    f" AND next_attempt_at > $3 AND {_free(1, 2)} AND {_OTHER_CHANNELS}"
 )
 _DUE = (
     f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE {_HEAD_OF_CHAT} AND next_attempt_at <= $3"
-    f" AND {_free(1, 2)} ORDER BY id LIMIT $4"
+    f" AND {_free(1, 2)} AND {_OTHER_CHANNELS} ORDER BY id LIMIT $4"
 )
 _SCHEDULE = (
     f"SELECT {', '.join('d.' + c for c in OUTBOX_COLUMNS.split(', '))}, n.next_due FROM"
@@ -398,11 +400,16 @@ _SCHEDULE = (
 
 
 async def schedule(
-    conn: asyncpg.Connection, now: float, limit: int, owner: str, at: float
+    conn: asyncpg.Connection,
+    now: float,
+    limit: int,
+    owner: str,
+    at: float,
+    skip_channels: Sequence[str] = (),
 ) -> tuple[list[OutboxItem], float | None]:
     """``due`` and the earliest ``next_attempt_at`` after ``now`` of the rows ``due`` could
     return later, in one statement (so one snapshot)."""
-    rows = await conn.fetch(_SCHEDULE, owner, at, now, limit)
+    rows = await conn.fetch(_SCHEDULE, owner, at, now, limit, list(skip_channels))
     nxt = rows[0]["next_due"]
     due = [to_outbox(row) for row in rows if row[0] is not None]
     return due, None if nxt is None else float(nxt)

@@ -190,17 +190,18 @@ class PipelineMethods:
         return await self._db.read(run)
 
     async def outbox_schedule(
-        self, now: float, limit: int = 100
+        self, now: float, limit: int = 100, skip_channels: Collection[str] = ()
     ) -> tuple[list[OutboxItem], float | None]:
         """``due_outbox`` and the earliest ``next_attempt_at`` after ``now`` of the rows it
-        could return later, in one read transaction (one thread hop)."""
+        could return later, both without ``skip_channels``, in one read transaction."""
         at = check_time("now", now)
         check_int("limit", limit, 1, MAX_LIST_LIMIT)
+        skip = args.channel_names("skip_channels", skip_channels)
         owner, clock = self._owner, self._now()
 
         def run(conn: sqlite3.Connection) -> tuple[list[OutboxItem], float | None]:
-            due = outbox.due(conn, at, limit, owner, clock)
-            return due, outbox.next_due(conn, owner, clock, after=at)
+            due = outbox.due(conn, at, limit, owner, clock, skip)
+            return due, outbox.next_due(conn, owner, clock, after=at, skip_channels=skip)
 
         return await self._db.read(run)
 

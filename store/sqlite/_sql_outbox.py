@@ -183,9 +183,15 @@ def claim_many(
 
 
 def due(
-    conn: sqlite3.Connection, now: float, limit: int, owner: str, at: float
+    conn: sqlite3.Connection,
+    now: float,
+    limit: int,
+    owner: str,
+    at: float,
+    skip_channels: Sequence[str] = (),
 ) -> list[OutboxItem]:
-    """The oldest pending row of each chat, if due by ``now``, in id order.
+    """The oldest pending row of each chat, if due by ``now``, in id order; none of the
+    channels ``skip_channels``.
 
     A chat whose oldest pending row another owner has claimed (a claim running until ``at``,
     the store's clock, or later) is left out: that sender has it, and the rest of the chat
@@ -193,23 +199,37 @@ def due(
     """
     rows = conn.execute(
         f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE {_HEAD_OF_CHAT} AND next_attempt_at <= :now"
-        f" AND {_FREE} ORDER BY id LIMIT :limit",
-        {"now": now, "limit": limit, "owner": owner, "at": at},
+        f" AND {_FREE}{_other_channels(skip_channels)} ORDER BY id LIMIT :limit",
+        {"now": now, "limit": limit, "owner": owner, "at": at, "skip": _skip(skip_channels)},
     ).fetchall()
     return [to_outbox(row) for row in rows]
 
 
 def next_due(
-    conn: sqlite3.Connection, owner: str, at: float, after: float | None = None
+    conn: sqlite3.Connection,
+    owner: str,
+    at: float,
+    after: float | None = None,
+    skip_channels: Sequence[str] = (),
 ) -> float | None:
     """The earliest ``next_attempt_at`` of the rows ``due`` could return (claims as there);
     with ``after``, the earliest later than it."""
     later = "" if after is None else " AND next_attempt_at > :after"
     value: float | None = conn.execute(
-        f"SELECT min(next_attempt_at) FROM outbox WHERE {_HEAD_OF_CHAT} AND {_FREE}{later}",
-        {"owner": owner, "at": at, "after": after},
+        f"SELECT min(next_attempt_at) FROM outbox WHERE {_HEAD_OF_CHAT} AND {_FREE}{later}"
+        f"{_other_channels(skip_channels)}",
+        {"owner": owner, "at": at, "after": after, "skip": _skip(skip_channels)},
     ).fetchone()[0]
     return value
+
+
+def _skip(skip_channels: Sequence[str]) -> str | None:
+    return dump_list([*skip_channels]) if skip_channels else None
+
+
+def _other_channels(skip_channels: Sequence[str]) -> str:
+    """The clause leaving out ``skip_channels`` (none when there is none: the usual pass)."""
+    return " AND channel NOT IN (SELECT value FROM json_each(:skip))" if skip_channels else ""
 
 
 def park(conn: sqlite3.Connection, session_id: str) -> int:

@@ -77,6 +77,7 @@ class Relay:
         store: SQLiteStore,
         adapters: dict[str, ChannelAdapter],
         batch: int = 200,
+        max_in_flight: int = 64,
         **config: Any,
     ) -> None:
         self.store = store
@@ -91,6 +92,7 @@ class Relay:
             jitter=lambda: 1.0,  # backoff at its full value: base * 2 ** (attempts - 1)
             fatal_pause=600,
             batch=batch,
+            max_in_flight=max_in_flight,
         )
 
     async def step(self) -> float | None:
@@ -612,3 +614,30 @@ async def test_a_parked_reply_released_goes_out_without_the_crash_window_line(
     assert texts(bots) == ["Hello", "Hello"]
     assert (await row(store, item)).state == "sent"
     assert [r.getMessage() for r in caplog.records if "sending again" in r.getMessage()] == []
+
+
+async def test_a_hung_platform_holds_its_own_sends_not_the_other_platforms(
+    store: SQLiteStore,
+    whatsapp: WhatsAppAdapter,
+    graph: tuple[wa.FakeGraph, str],
+    telegram: TelegramAdapter,
+    bots: tg.FakeBotApi,
+) -> None:
+    """Every send slot of WhatsApp is taken by a send that hangs, and older WhatsApp replies
+    fill a page: the next pass reads past them (their channel is left out of the read) and
+    sends the Telegram reply at once."""
+    fake = graph[0]
+    fake.answers.extend([wa.HANG] * 3)
+    bots.script("sendMessage", tg.hang(bots))  # so the test sees its send start
+    relay = Relay(store, {"whatsapp": whatsapp, "telegram": telegram}, batch=2, max_in_flight=1)
+    for n in range(3):
+        await queue(store, f"wa {n}", channel="whatsapp", account=wa.NUMBER_A, chat_id=f"10{n}")
+    await queue(store, "tg", chat_id="200")
+    assert await relay.sender.step() == relay.clock.now  # wa 0 hangs; the page was full
+    await relay.sender.step()
+    await asyncio.wait_for(bots.hanging.wait(), 10)  # the Telegram reply is on its way
+    assert texts(bots) == ["tg"]
+    assert len(fake.requests) == 1  # no second WhatsApp send took a slot meanwhile
+    fake.release.set()
+    bots.release.set()
+    await relay.sender.flush()

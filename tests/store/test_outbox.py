@@ -573,3 +573,27 @@ async def test_parking_ends_the_claims_of_the_parked_rows(store: Store) -> None:
     assert await store.park_outbox(sid("a")) == 2
     rows = await store.list_outbox(sid("a"))
     assert [(row.id, row.claimed_by) for row in rows] == [(first.id, None), (second.id, None)]
+
+
+async def test_outbox_schedule_leaves_out_the_channels_asked(
+    store: Store, clock: FakeClock
+) -> None:
+    """The sender leaves out a channel whose send slots are all taken: its rows, due or later,
+    are not read, and the other channel's rows behind them in id order are."""
+    [first] = await queued(store, "a")  # CHANNEL's: due now
+    [later] = await queued(store, "c")
+    await store.outbox_retry(later.id, next_attempt_at=clock.now + 30, error="429")
+    other = await store.get_or_create_session("telegram", "support", "b", AGENT)
+    behind = await store.enqueue_outbox(
+        OutboxIn(other.session_id, "telegram", "support", "b", {"text": "x"})
+    )
+    rows, next_due = await store.outbox_schedule(clock.now, 1)
+    assert ([row.id for row in rows], next_due) == ([first.id], clock.now + 30)
+    rows, next_due = await store.outbox_schedule(clock.now, 1, skip_channels=[CHANNEL])
+    assert ([row.id for row in rows], next_due) == ([behind.id], None)
+    rows, next_due = await store.outbox_schedule(clock.now, 10, skip_channels=["telegram"])
+    assert ([row.id for row in rows], next_due) == ([first.id], clock.now + 30)
+    both = await store.outbox_schedule(clock.now, 10, skip_channels=[CHANNEL, "telegram"])
+    assert both == ([], None)
+    with pytest.raises(ValueError, match="skip_channels"):
+        await store.outbox_schedule(clock.now, 10, skip_channels="telegram")
