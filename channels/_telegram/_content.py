@@ -90,8 +90,8 @@ def _media_content(message: Message) -> Content | None:
         return Content("audio", media=_media(message.audio, caption))
     if message.video is not None:
         return Content("video", media=_media(message.video, caption))
-    if message.video_note is not None:
-        return Content("video", media=_media(message.video_note, caption))
+    if message.video_note is not None:  # "rounded square MPEG4 videos" (Bot API): no mime_type
+        return Content("video", media=_media(message.video_note, caption, "video/mp4"))
     if message.voice is not None:
         return Content("voice", media=_media(message.voice, caption))
     if message.document is not None:
@@ -101,11 +101,11 @@ def _media_content(message: Message) -> Content | None:
     return None
 
 
-def _media(file: _File, caption: str | None) -> Media:
+def _media(file: _File, caption: str | None, mime_type: str | None = None) -> Media:
     return Media(
         id=file.file_id,
         size=file.file_size,
-        mime_type=getattr(file, "mime_type", None),
+        mime_type=getattr(file, "mime_type", None) or mime_type,
         file_name=getattr(file, "file_name", None),
         caption=caption,
     )

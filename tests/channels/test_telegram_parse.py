@@ -506,3 +506,12 @@ def test_parse_malformed_body_raises_channel_error_with_a_reason(
 def test_fixtures_directory_is_the_one_documented() -> None:
     readme = (FIXTURES / "README.md").read_text()
     assert all(name in readme for name in fixture_names())
+
+
+def test_parse_a_video_note_is_an_mp4_video(adapter: TelegramAdapter) -> None:
+    """A VideoNote has no mime_type field: the Bot API sends "rounded square MPEG4 videos"."""
+    note = {"file_id": "vn-1", "file_unique_id": "vn1", "length": 240, "duration": 2}
+    event = parse_one(adapter, message=message(video_note=note))
+    assert event.kind == "video"
+    assert event.media is not None
+    assert (event.media.id, event.media.mime_type) == ("vn-1", "video/mp4")
