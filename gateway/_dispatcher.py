@@ -322,6 +322,9 @@ class Dispatcher:
                     await asyncio.sleep(min(wait, BUSY_RETRY_SECONDS))
                 elif wait > 0:
                     await wait_event(self._stop, wait)
+        except StoreError as exc:  # its rows could not be read: a poll finds them again
+            self._metrics.inc(STORE_ERRORS, component="dispatcher")
+            log.warning("lane of session %s stopped: the store failed: %s", sid, exc)
         except Exception:
             log.exception("lane of session %s stopped", sid)
         finally:
@@ -462,8 +465,7 @@ class Dispatcher:
             self._ended("cancelled")  # shutdown: rolled back, runs again
             raise
         except Exception as exc:
-            await self._failed(sid, batch, exc)
-            return 0.0
+            return await self._failed(sid, batch, exc)
         finally:
             self.running_turns -= 1
             self._cancels.pop(sid, None)
@@ -552,12 +554,15 @@ class Dispatcher:
 
     # failures
 
-    async def _failed(self, sid: str, batch: Sequence[InboxItem], exc: Exception) -> None:
+    async def _failed(self, sid: str, batch: Sequence[InboxItem], exc: Exception) -> float:
+        """Record the failed try; the seconds the lane waits before it reads the rows again: 0
+        once recorded (the rows' retry time says how long), else the backoff itself (the
+        store failed too, say a full disk: the rows were readable, and were tried in a loop)."""
         error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR]
         ids = [row.id for row in batch]
         attempts = max(row.attempts for row in batch) + 1
         dead = attempts >= self._config.max_attempts
-        delay = max(self._config.retry_base_seconds * 2 ** (attempts - 1), _asked_wait(exc))
+        delay: float = max(self._config.retry_base_seconds * 2 ** (attempts - 1), _asked_wait(exc))
         log.warning(
             "turn of session %s failed (try %d): %s%s",
             sid,
@@ -573,9 +578,12 @@ class Dispatcher:
             if dead:
                 await self._dead_letter(sid, batch)
         except StoreError as store_exc:
-            # The rows stay pending and the lane tries again; the attempt is not counted.
+            # The rows stay pending and the lane tries again after the backoff; the attempt
+            # is not counted.
             self._metrics.inc(STORE_ERRORS, component="dispatcher")
             log.error("could not record the failed turn of %s: %s", sid, store_exc)
+            return delay
+        return 0.0
 
     async def _dead_letter(self, sid: str, batch: Sequence[InboxItem]) -> None:
         """Apologise to the user and, if configured, hand the session to a person; the

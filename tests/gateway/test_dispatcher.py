@@ -27,6 +27,7 @@ from webhook_bot_gateway.gateway._dead_letter import NO_PERSON_APOLOGY
 from webhook_bot_gateway.gateway._dispatcher import BUSY_WARN_SECONDS, TURNS, Dispatcher
 from webhook_bot_gateway.gateway._metrics import Metrics
 from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
+from webhook_bot_gateway.gateway._wait import wait_event
 from webhook_bot_gateway.gateway.config import DispatcherConfig
 from webhook_bot_gateway.store import InboxIn, SessionInbox, SQLiteStore, StoreError
 
@@ -411,6 +412,64 @@ async def test_dispatcher_a_session_in_backoff_does_not_slow_the_others(
     assert [r.state for r in await store.pending_inbox(failing)] == ["pending"]
     await harness.dispatcher.drain(1.0)
     assert inbox_states(db) == [("pending", 1), ("done", 0)]
+
+
+async def test_dispatcher_waits_the_backoff_when_a_failed_turn_cannot_be_recorded(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk: the turn fails and so does the record of its failure, while the rows stay
+    readable. The lane waits the backoff before it tries again (it tried in a loop, two log
+    lines a millisecond, for as long as the disk was full)."""
+    waits: list[float] = []
+    waited = asyncio.Event()
+
+    async def recorded_wait(event: asyncio.Event, seconds: float) -> bool:
+        waits.append(seconds)
+        waited.set()
+        return await wait_event(event, 3600)  # the test ends first
+
+    async def disk_full(*args: Any, **kwargs: Any) -> None:
+        raise StoreError("database or disk is full")
+
+    monkeypatch.setattr(_dispatcher, "wait_event", recorded_wait)
+    monkeypatch.setattr(store, "fail_inbox", disk_full)
+    boom = ModelBackendError("scripted", "HTTP 502")
+    harness = Harness(store, ScriptedModel(boom), retry_base_seconds=7)
+    sid = await harness.feed("hello")
+    await asyncio.wait_for(waited.wait(), 10)
+    assert waits == [7]
+    assert [r.attempts for r in await store.pending_inbox(sid)] == [0]  # not counted
+    await harness.dispatcher.drain(1.0)
+
+
+async def test_dispatcher_lane_whose_read_fails_stops_with_one_line_and_no_traceback(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store went away (PostgreSQL restarting): the lane's read of its rows fails. One
+    WARNING, no traceback; the poll starts the lane again once the store answers."""
+
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise StoreError("the PostgreSQL database did not answer (ConnectionRefusedError)")
+
+    harness = Harness(store, ScriptedModel(echo()))
+    sid = await harness.store_only("hello")
+    monkeypatch.setattr(store, "pending_inbox", down)
+    caplog.set_level(logging.WARNING, logger="gateway.dispatcher")
+    harness.dispatcher.wake([sid])
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    lines = [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records]
+    assert lines == [
+        (
+            "WARNING",
+            f"lane of session {sid} stopped: the store failed: the PostgreSQL database did not"
+            " answer (ConnectionRefusedError)",
+            None,
+        )
+    ]
+    monkeypatch.undo()
+    await harness.dispatcher.poll()
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert await harness.replies(sid) == ["re: hello"]
 
 
 @pytest.mark.parametrize(
