@@ -59,6 +59,9 @@ NO_KEYS = "none"  # the ignored-update type of a delivery with nothing to record
 INCOMPLETE_BODY = "incomplete_body"  # nobody reads the answer: the code is for logs and metrics
 
 
+STORE_UNAVAILABLE = "store_unavailable"
+
+
 class Refused(Exception):
     """A webhook answered with an error status; ``code`` is also the metric's reason."""
 
@@ -187,7 +190,7 @@ async def record(
         metrics.inc(STORE_ERRORS, component="webhook")
         failed = True
         log.error("%s delivery not recorded: %s", item.channel, type(exc).__name__)
-        raise Refused(503, "store_unavailable", "the delivery could not be recorded") from None
+        raise Refused(503, STORE_UNAVAILABLE, "the delivery could not be recorded") from None
     finally:
         stored = result is not None and result.delivery_id is not None
         backlog.settled(stored=stored, failed=failed)
@@ -223,7 +226,8 @@ async def _ingest(
             _count(metrics, channel, item, await record(app[WRITER], app[BACKLOG], item, metrics))
     except Refused as exc:
         metrics.inc(REJECTED, channel=channel, reason=exc.code)
-        log.info("%s webhook refused: %s %s", channel, exc.status, exc.code)
+        if exc.code != STORE_UNAVAILABLE:  # ``record`` wrote its one line, an ERROR
+            log.info("%s webhook refused: %s %s", channel, exc.status, exc.code)
         return exc.response()
     metrics.observe(ACK_SECONDS, time.perf_counter() - started, channel=channel)
     app[PACER].acked()

@@ -256,13 +256,19 @@ async def test_a_body_that_never_finishes_gets_408(make_client: MakeClient, db_p
     assert counts(db_path)["deliveries"] == 0
 
 
-async def test_a_store_failure_answers_503_so_the_platform_retries(client: Client) -> None:
+async def test_a_store_failure_answers_503_so_the_platform_retries(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With one log line of the webhook's own: an outage refuses thousands of retries."""
     await client.app[STORE].aclose()
     body = tg_update(9)
+    caplog.set_level(logging.INFO, logger="gateway.webhooks")
     response = await client.post("/webhooks/telegram/support", data=body, headers=tg_headers())
     assert response.status == 503
     assert (await response.json())["error"]["code"] == "store_unavailable"
     assert metric(client, "webhooks_rejected", channel="telegram", reason="store_unavailable") == 1
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "gateway.webhooks"]
+    assert lines == [("ERROR", "telegram delivery not recorded: StoreError")]
 
 
 async def test_concurrent_webhooks_share_commits(client: Client, db_path: Path) -> None:
