@@ -36,6 +36,7 @@ from typing import TypeVar, cast
 import asyncpg
 
 from .._errors import StoreError
+from ._pool_log import pool_errors_in_one_line
 from ._schema import migrate
 from ._url import login_of, unreadable_file
 
@@ -211,6 +212,7 @@ class Database:
         release any more: see the module docstring).
         """
         settings = {ORIGIN_SETTING: owner} if owner else None
+        pool_errors_in_one_line()
         with _connecting(url):
             pool = await asyncpg.create_pool(
                 url,

@@ -3,6 +3,7 @@ handed to the next caller."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -35,3 +36,24 @@ async def test_a_connection_after_an_argument_asyncpg_cannot_encode_serves_the_n
     with pytest.raises(asyncpg.DataError, match="invalid input for query argument"):
         await getattr(db, path)(lambda conn: conn.fetch("SELECT $1::bigint", 2**64))
     assert await db.read(lambda conn: conn.fetchval("SELECT 41 + 1")) == 42
+
+
+async def test_the_pools_reconnect_warnings_are_one_line_each(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While the server restarts, asyncpg's pool warns a few times a second that it failed to
+    restore its floor connections, each with a whole traceback: one line each once a store
+    opened, naming the error."""
+    caplog.set_level(logging.WARNING, logger="asyncpg.pool")
+    try:
+        raise ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 5432)")
+    except ConnectionRefusedError:
+        logging.getLogger("asyncpg.pool").warning(
+            "Failed to restore the pool connection floor; retrying", exc_info=True
+        )
+    [record] = caplog.records
+    assert record.exc_info is None
+    assert record.getMessage() == (
+        "Failed to restore the pool connection floor; retrying (ConnectionRefusedError:"
+        " [Errno 111] Connect call failed ('127.0.0.1', 5432))"
+    )
