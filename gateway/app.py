@@ -66,6 +66,9 @@ from .config import Settings, loopback_host, with_admin_token_file, with_bound_p
 log = logging.getLogger("gateway")
 
 PROBE_SECONDS = 1.0  # /readyz's write probe (after a refused delivery); longer is "not ready"
+# /readyz's read of the backlog: a store whose reads wait behind writes stuck on another
+# process's lock answered only after the busy timeout, past a balancer's probe timeout.
+READ_SECONDS = 2.0
 
 
 async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -155,7 +158,8 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     backlog = request.app[BACKLOG]
     try:
-        count = await backlog.sync()  # a read of the store: also proves that it answers
+        async with asyncio.timeout(READ_SECONDS):
+            count = await backlog.sync()  # a read of the store: also proves that it answers
         if backlog.writes_failing:  # reads may work while writes fail: is it over?
             await _probe_write(request.app)
     except Exception as exc:  # any failure to answer means "not ready"

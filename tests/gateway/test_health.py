@@ -6,9 +6,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from webhook_bot_gateway.gateway import app as app_module
 from webhook_bot_gateway.gateway._keys import PIPELINE_TASKS, STORE
 from webhook_bot_gateway.gateway.app import build_app
 
@@ -45,6 +47,26 @@ async def test_readyz_is_503_with_a_json_error_when_the_store_is_down(
     assert response.status == 503
     assert (await response.json())["error"]["code"] == "store_unavailable"
     assert (await client.get("/healthz")).status == 200  # alive, just not ready
+
+
+async def test_readyz_is_503_when_the_stores_read_does_not_come_back_in_time(
+    aiohttp_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads queued behind writes that wait for another process's lock (the busy timeout):
+    /readyz answered 200 after 4 s, past a balancer's probe timeout; it is 503 within the
+    read's bound."""
+    client = await make_client(aiohttp_client, tmp_path)
+    stuck = asyncio.Event()
+
+    async def waits(*args: Any) -> int:
+        await stuck.wait()
+        return 0
+
+    monkeypatch.setattr(app_module, "READ_SECONDS", 0.05)
+    monkeypatch.setattr(client.app[STORE], "backlog_count", waits)
+    response = await asyncio.wait_for(client.get("/readyz"), 10)
+    assert response.status == 503
+    assert (await response.json())["error"]["code"] == "store_unavailable"
 
 
 async def test_readyz_is_503_naming_a_pipeline_task_that_stopped(
