@@ -78,25 +78,22 @@ def session_filters(
 def check_agent_names(name: str, agents: Iterable[str]) -> tuple[str, ...]:
     """Agent names given as a filter (``waiting_sessions``, ``agent_counts``): strings with no
     NUL character, each once, in the order given."""
-    if isinstance(agents, str):
-        raise ValueError(f"{name} must be a collection of agent names, not a string")
-    names = tuple(dict.fromkeys(agents))
-    for agent in names:
-        if not isinstance(agent, str):
-            raise ValueError(f"{name} must hold agent names (strings), got {agent!r}")
-        check_no_nul(name, agent)
-    return names
+    return _names(name, agents, "agent")
 
 
 def channel_names(name: str, channels: Iterable[str]) -> tuple[str, ...]:
-    """Channel names given as a filter (``outbox_schedule``): strings, each once."""
-    if isinstance(channels, str):
-        raise ValueError(f"{name} must be a collection of channel names, not a string")
-    names = tuple(dict.fromkeys(channels))
-    for channel in names:
-        if not isinstance(channel, str):
-            raise ValueError(f"{name} must hold channel names (strings), got {channel!r}")
-        check_no_nul(name, channel)
+    """Channel names given as a filter (``outbox_schedule``): likewise."""
+    return _names(name, channels, "channel")
+
+
+def _names(name: str, values: Iterable[str], what: str) -> tuple[str, ...]:
+    if isinstance(values, str):
+        raise ValueError(f"{name} must be a collection of {what} names, not a string")
+    names = tuple(dict.fromkeys(values))
+    for value in names:
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must hold {what} names (strings), got {value!r}")
+        check_no_nul(name, value)
     return names
 
 
