@@ -152,15 +152,25 @@ async def _attach(request: web.Request) -> tuple[WebChat, int, bool]:
         raise Refused("session_not_connected", "session_id is empty: connect without it")
     if not WEB_SESSION.fullmatch(sid):
         raise Refused("invalid_session_id", "session_id is not a web session id")
+    store = request.app[STORE]
     try:
-        session = await request.app[STORE].get_session(sid)
+        session = await store.get_session(sid)
+        if session is not None and after > 0 and not await _has_seq(store, sid, after):
+            after = 0  # past the log's end: deleted since, its log began again (see below)
     except StoreError:
         raise Refused("store_unavailable", "the store does not answer; connect again") from None
     if session is None and ids.issued(sid):
-        return WebChat.of(sid), after, False
+        # Not stored (yet, or again since an operator deleted it): its log is empty, and
+        # whatever comes next is new to the client, whatever seq it saw before.
+        return WebChat.of(sid), 0, False
     if session is None or session.channel != CHANNEL:
         raise Refused("unknown_session", "no such web session")
     return WebChat(session.session_id, session.chat_id), after, True
+
+
+async def _has_seq(store: Store, session_id: str, seq: int) -> bool:
+    """Whether the session's log holds the event ``seq`` (a client reattaching after it)."""
+    return bool(await store.list_events(session_id, after=seq - 1, limit=1))
 
 
 def _after(raw: str) -> int:

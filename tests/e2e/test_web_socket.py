@@ -10,7 +10,7 @@ import aiohttp
 from pytest_aiohttp import AiohttpServer
 
 from .conftest import MakeGateway
-from .gateway_proc import Gateway, eventually
+from .gateway_proc import ADMIN_TOKEN, Gateway, eventually
 from .test_roundtrip import BILLING, HELP
 from .ws_client import SlowModel, WebClient, connect, is_turn_end, seqs, slow_agents
 
@@ -77,6 +77,30 @@ async def test_ws_reconnect_replays_exactly_what_was_missed_then_goes_live(
     assert seqs(replayed + live) == list(range(seen + 1, seen + 1 + len(replayed + live)))
     assert messages(replayed) == [("user", "my bill please"), ("assistant", BILLING)]
     assert messages(live)[0] == ("user", "menu")
+
+
+async def test_ws_an_after_past_the_logs_end_replays_the_log_from_its_start(
+    make_gateway: MakeGateway, http: aiohttp.ClientSession
+) -> None:
+    """A client's ``after`` from before an operator deleted the session: the log began again,
+    so the client gets it from seq 1 (it got nothing, deaf to the new log until it passed its
+    old seq)."""
+    gateway = await make_gateway()
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    async with connect(http, gateway.url) as first:
+        sid = first.session_id
+        await _answered(first, "hello", "c1")
+        await _answered(first, "my bill please", "c2")
+        seen = seqs(first.logged())[-1]
+    async with http.delete(f"{gateway.url}/api/sessions/{sid}", headers=headers) as deleted:
+        assert deleted.status == 204
+    async with connect(http, gateway.url, f"session_id={sid}&after={seen}") as again:
+        live = await _answered(again, "menu", "c3")  # stores the session anew
+    assert seqs(live) == list(range(1, len(live) + 1))
+    async with connect(http, gateway.url, f"session_id={sid}&after={seen}") as later:
+        replayed = await later.until(is_turn_end, "the new log's turn end")
+    assert seqs(replayed) == seqs(live)
+    assert messages(replayed)[0] == ("user", "menu")
 
 
 async def test_ws_replay_and_live_events_survive_sigkill_and_restart(
