@@ -234,8 +234,13 @@ class TurnLoop:
         self.turn.set_active_agent(target.name)
         self.agent = target
         if target.kind == "human" and target.handoff_reply:
-            self.turn.append(NewMessage("assistant", target.handoff_reply, agent=target.name))
-            self.replies.append(Reply(target.handoff_reply, target.name))
+            # Kept unsent where no text can go now (WhatsApp's window), as a refused reply is.
+            refusal = self._refusal()
+            data = {} if refusal is None else {NOT_SENT: refusal}
+            notice = NewMessage("assistant", target.handoff_reply, agent=target.name, data=data)
+            self.turn.append(notice)
+            if refusal is None:
+                self.replies.append(Reply(target.handoff_reply, target.name))
 
 
 def visible(text: str | None) -> str | None:

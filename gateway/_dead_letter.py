@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook_bot_gateway.agents import DEAD_LETTER, Registry
+from webhook_bot_gateway.agents import DEAD_LETTER, NOT_SENT, Registry, ReplyGuard
 from webhook_bot_gateway.channels.web import CHANNEL as WEB
 from webhook_bot_gateway.store import NewMessage, Session, Store, Turn
 
@@ -66,9 +66,11 @@ async def record_dead_letter(
     session_id: str,
     events: Sequence[Mapping[str, Any]],
     route: DeadLetterRoute,
+    reply_guard: ReplyGuard | None = None,
 ) -> tuple[str, str] | None:
     """Write the failed message, the apology (with its outbox row) and the handoff the route
-    gives in one commit; the handoff as (from, to), or None when there was none."""
+    gives in one commit; the handoff as (from, to), or None when there was none. An apology
+    ``reply_guard`` refuses (WhatsApp's window closed) is kept unsent, marked ``not_sent``."""
     async with store.turn(session_id) as turn:
         before = turn.session.active_agent
         target = route.handoff(turn.session)
@@ -77,7 +79,8 @@ async def record_dead_letter(
         inbound = convert.user_input(events)
         turn.append(NewMessage("user", inbound.text, data={**inbound.data, DEAD_LETTER: True}))
         if apology:
-            _apologise(turn, apology, handoff)
+            refusal = reply_guard(turn.session) if reply_guard else None
+            _apologise(turn, apology, handoff, refusal)
         if handoff is not None:
             turn.record_event(
                 "agent_changed", {"from": before, "to": handoff[1], "reason": DEAD_LETTER}
@@ -86,10 +89,17 @@ async def record_dead_letter(
     return handoff
 
 
-def _apologise(turn: Turn, apology: str, handoff: tuple[str, str] | None) -> None:
+def _apologise(
+    turn: Turn, apology: str, handoff: tuple[str, str] | None, refusal: str | None
+) -> None:
     mark = {"handoff": handoff[1] if handoff else None}
-    turn.append(NewMessage("assistant", apology, data={DEAD_LETTER: mark}))
+    data: dict[str, Any] = {DEAD_LETTER: mark}
+    if refusal is not None:
+        data[NOT_SENT] = refusal
+    turn.append(NewMessage("assistant", apology, data=data))
     session = turn.session
+    if refusal is not None:
+        return  # the platform would refuse it: kept, as a refused reply is
     if session.channel == WEB:
         return  # the commit writes the apology to the session's event log: that is the send
     chat = convert.reply_target(session.chat_id, session.metadata)

@@ -590,7 +590,9 @@ class Dispatcher:
         message, the apology and the handoff go in the history (see ``record_dead_letter``)."""
         events = [row.event for row in batch]
         try:
-            handoff = await record_dead_letter(self._store, sid, events, self._dead_letters)
+            handoff = await record_dead_letter(
+                self._store, sid, events, self._dead_letters, self._window_guard
+            )
         except (SessionDeletedError, SessionNotFound):
             return
         except (RunActive, TurnActive):  # a new turn of the session started meanwhile

@@ -65,3 +65,21 @@ async def test_the_note_is_not_stored_so_later_turns_do_not_see_it(
     result = await runner.run_turn(session_id, UserInput("back"), reply_guard=lambda s: None)
     assert result.replies == (Reply("open again", "triage"),)
     assert all(m.role != "system" or m.text == "You help." for m in model.calls[2].messages)
+
+
+async def test_a_handoff_notice_the_session_cannot_take_is_kept_unsent(
+    store: SQLiteStore, session_id: str
+) -> None:
+    """The bot hands over to a person where no text can go (WhatsApp's window closed): the
+    handoff is made, and its notice stays in the history marked, as an operator's handoff
+    keeps it, not sent to be refused by the platform."""
+    person = Agent("human", kind="human", handoff_reply="A person will answer.")
+    bot = Agent(
+        "triage", "You route.", handoffs=["human"], model=ScriptedModel(call("transfer_to_human"))
+    )
+    runner = Runner(store, Registry([bot, person], "triage"))
+    result = await runner.run_turn(session_id, UserInput("a person please"), reply_guard=closed)
+    assert result.replies == ()
+    assert result.agent_after == "human"
+    [notice] = [m for m in await store.get_branch(session_id) if m.agent == "human"]
+    assert (notice.text, notice.data.get(NOT_SENT)) == ("A person will answer.", CLOSED)

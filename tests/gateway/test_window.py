@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook_bot_gateway.agents import NOT_SENT, Agent, Registry, Runner
+from webhook_bot_gateway.agents import NOT_SENT, Agent, ModelBackendError, Registry, Runner
 from webhook_bot_gateway.agents.testing import ScriptedModel, call, reply
 from webhook_bot_gateway.channels import WhatsAppConfig, WhatsAppTemplateConfig
 from webhook_bot_gateway.gateway._dispatcher import Dispatcher
@@ -135,3 +135,24 @@ async def test_template_tool_refuses_a_parameter_whatsapp_refuses_to_the_model(
     assert f"parameters.0 (customer_name): {why}" in (result.text or "")
     [row] = outbox(db_path, sid)  # the reply only: no template was queued
     assert (row.get("text"), row.get("template")) == ("Could not.", None)
+
+
+async def test_a_dead_letters_apology_25_hours_later_is_kept_unsent(
+    store: SQLiteStore, db_path: Path
+) -> None:
+    """The turn failed its last try after the window closed: the apology is kept, marked
+    ``not_sent``, and queued for no platform that would refuse it (error 131047)."""
+    boom = ModelBackendError("scripted", "HTTP 500")
+    agent = Agent("triage", "You help.", model=ScriptedModel(boom))
+    runner = Runner(store, Registry([agent], "triage"))
+    config = DispatcherConfig(retry_base_seconds=0, max_attempts=1, dead_letter_handoff="")
+    clock = FakeClock((T0 + timedelta(hours=25)).timestamp())
+    work = Dispatcher(store, runner, config, metrics=Metrics(), clock=clock)
+    item = inbound("hello?", n=1, channel="whatsapp", account="100", chat_id="15550001111")
+    [sid] = await add_inbox(store, item)
+    work.wake([sid])
+    await asyncio.wait_for(work.wait_idle(), 10)
+    assert outbox(db_path, sid) == []
+    [(text, data)] = rows(db_path, "SELECT text, data FROM messages WHERE role = 'assistant'")
+    assert text
+    assert "24-hour window is closed" in json.loads(data)[NOT_SENT]
