@@ -7,8 +7,10 @@ import argparse
 import os
 import shutil
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO, cast
 
@@ -23,6 +25,7 @@ from webhook_bot_gateway.store import (
     copy_store,
     counts,
     is_postgres,
+    lease_held_until,
     open_store,
     sqlite_path,
     why_no_store,
@@ -44,6 +47,7 @@ async def migrate_store(args: argparse.Namespace, out: TextIO) -> int:
     await _check_source_holds_a_store(source_url)
     source = await _open("--from", source_url)
     try:
+        await _refuse_if_in_use(source, "--from", source_url)
         if is_postgres(target_url):
             return await _copy_into(source, target_url, args, out)
         return await _copy_then_rename(source, sqlite_path(target_url), args, out)
@@ -57,6 +61,7 @@ async def _copy_into(source: Store, url: str, args: argparse.Namespace, out: Tex
     that fails leaves the target as it was."""
     target = await _open("--to", url)
     try:
+        await _refuse_if_in_use(target, "--to", url)
         return await _copy(source, target, args, out)
     finally:
         await target.aclose()
@@ -97,11 +102,25 @@ def _swap_in(new: str, path: str) -> None:
 async def _refuse_if_not_empty(url: str, *, replace: bool) -> None:
     target = await _open("--to", url)
     try:
+        await _refuse_if_in_use(target, "--to", url)
         existing = await counts(_tables(target))
     finally:
         await target.aclose()
     if any(existing.values()) and not replace:
         raise StoreError(f"{TargetNotEmpty(existing)}; pass --replace to empty it first")
+
+
+async def _refuse_if_in_use(store: Store, flag: str, url: str) -> None:
+    """A gateway still running on the store would change its rows during the copy (the counts
+    then differ, or the target refuses a row: errors that read like bad data), and --replace
+    would empty a live deployment. Its lease says so."""
+    until = await lease_held_until(_tables(store), time.time())
+    if until is not None:
+        at = datetime.fromtimestamp(until, UTC).strftime("%H:%M:%S UTC")
+        raise StoreError(
+            f"{flag} {_shown(url)} is in use: a gateway process holds a lease on it until {at};"
+            " stop it first (SIGTERM ends its lease at once; a killed process's runs out then)"
+        )
 
 
 def _checked(flag: str, url: str) -> str:

@@ -2,7 +2,14 @@
 
 from ._args import storable_text
 from ._checks import MAX_LIST_LIMIT
-from ._copy import CountMismatch, TableAccess, TargetNotEmpty, copy_store, counts
+from ._copy import (
+    CountMismatch,
+    TableAccess,
+    TargetNotEmpty,
+    copy_store,
+    counts,
+    lease_held_until,
+)
 from ._errors import (
     AttachmentNotFound,
     DeliveryNotFound,
@@ -78,6 +85,7 @@ __all__ = [
     "TargetNotEmpty",
     "copy_store",
     "counts",
+    "lease_held_until",
     "ATTACHMENT_SOURCES",
     "ATTACHMENT_STATES",
     "AgentCount",

@@ -130,6 +130,7 @@ TABLES: tuple[Table, ...] = (
     Table("leases", ("owner", "expires_at"), "owner"),
 )
 HEADS = Table("sessions", ("session_id", "head_id"), "session_id")
+LEASES = next(table for table in TABLES if table.name == "leases")
 
 
 class TableWriter(Protocol):
@@ -170,6 +171,17 @@ class TargetNotEmpty(Exception):
 
 class CountMismatch(Exception):
     """After the copy, a table of the target does not hold what the source did."""
+
+
+async def lease_held_until(store: TableAccess, now: float) -> float | None:
+    """The latest end of a lease still running at ``now``: a gateway process works on the store
+    (or was killed less than a lease ago, and its turns are not taken over yet). None: none."""
+    live: list[float] = []
+    offset = 0
+    while rows := await store.table_page(LEASES, offset, PAGE):
+        live += [float(expires) for _, expires in rows if float(expires) >= now]
+        offset += len(rows)
+    return max(live, default=None)
 
 
 async def counts(store: TableAccess | TableWriter) -> dict[str, int]:

@@ -204,3 +204,38 @@ async def test_copy_store_checks_every_table(tmp_path: Path) -> None:
         copied = await copy_store(source, target)
         assert set(copied) == {table.name for table in TABLES}
         assert copied == await counts(target)
+
+
+@pytest.mark.parametrize("side", ["--from", "--to"])
+async def test_a_store_a_gateway_still_runs_on_is_refused_on_either_side(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], side: str
+) -> None:
+    """A live lease: a gateway works on the store. As the source, its rows changed during the
+    copy (the counts then differed, or the target refused a row: errors that read like bad
+    data); as the target, --replace emptied a running deployment. Refused, nothing written;
+    once the gateway stopped (its lease released), the copy goes."""
+    source_url, target_url = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+    for url in (source_url, target_url):
+        store = await open_store(url)
+        await populate(store)
+        await store.aclose()
+    running = SQLiteStore(tmp_path / ("a.db" if side == "--from" else "b.db"))
+    async with running:
+        await running.renew_lease(600)
+        async with SQLiteStore(tmp_path / "b.db") as target:
+            before = await counts(target)
+        code, _ = await run_async(
+            "migrate-store", "--from", source_url, "--to", target_url, "--replace"
+        )
+        assert code == 1
+        error = capsys.readouterr().err
+        path = tmp_path / ("a.db" if side == "--from" else "b.db")
+        assert error.startswith(f"error: {side} {path} is in use: a gateway process holds a lease")
+        assert "stop it first" in error
+        async with SQLiteStore(tmp_path / "b.db") as target:
+            assert await counts(target) == before  # nothing written
+        await running.release_lease()
+        code, out = await run_async(
+            "migrate-store", "--from", source_url, "--to", target_url, "--replace"
+        )
+    assert code == 0, out
