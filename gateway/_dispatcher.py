@@ -52,6 +52,8 @@ log = logging.getLogger("gateway.dispatcher")
 MAX_ASKED_WAIT = 3600.0  # a model server's Retry-After is honoured up to an hour
 BUSY_RETRY_SECONDS = 0.5  # a session whose turn runs elsewhere is tried again this soon
 BUSY_WARN_SECONDS = 30.0  # a session refused this long is logged (and again each such period)
+TAKEN_SHOWN = 10  # sessions named in the line of a takeover
+
 # A cancel of a turn another process runs waits this long for that process's answer.
 CANCEL_RELAY_SECONDS = 2.0
 CANCEL_UNANSWERED = "cancel_unanswered"  # the error code when it did not come
@@ -143,7 +145,13 @@ class Dispatcher:
         # Live view: a turn is registered in _cancels before it begins, and leaves after it ended.
         taken = await self._store.interrupt_running(running_here=self._cancels.keys())
         if taken:
-            log.warning("took over %d running session(s) with no turn under way", len(taken))
+            shown = ", ".join(taken[:TAKEN_SHOWN]) + (", ..." if len(taken) > TAKEN_SHOWN else "")
+            log.warning(
+                "took over %d running session(s) with no turn under way (a process stopped"
+                " before their turns ended, its lease run out): %s",
+                len(taken),
+                shown,
+            )
             kept = await self._store.cancelled_inbox(taken)  # cancels their old owner accepted
             self._cancelled.update(kept.items() - self._cancelled.items())
         # Cancelled rows no lane reads (its read failed): forgotten if they are no longer pending.

@@ -515,15 +515,18 @@ def failures_recorded(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> as
 
 
 async def test_dispatcher_start_reconciles_running_sessions_and_runs_pending_rows(
-    store: SQLiteStore, db: Path
+    store: SQLiteStore, db: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     harness = Harness(store, ScriptedModel(echo()))
     [sid] = await add_inbox(store, inbound("left over", n=1))
     _set_status(db, sid, "running")  # as a process killed mid-turn leaves it
+    caplog.set_level(logging.WARNING, logger="gateway.dispatcher")
     await harness.dispatcher.start()
     await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
     assert await harness.replies(sid) == ["re: left over"]
     assert rows(db, "SELECT status FROM sessions") == [("idle",)]
+    [line] = [r.getMessage() for r in caplog.records if "took over" in r.getMessage()]
+    assert line.endswith(f": {sid}")  # an operator sees which sessions moved
 
 
 def _set_status(db: Path, sid: str, status: str) -> None:
