@@ -187,7 +187,10 @@ class Sender:
         # A full batch in which every row waits (one chat with many replies queued) may hide
         # sendable rows behind it: look further next time; back to the usual batch after.
         self._limit = min(2 * self._limit, MAX_BATCH) if page and not started else self._batch
-        if page and (started or len(rows) < self._limit):
+        # Another look at once only if a channel can still take a send: with every one full
+        # (a burst) the next send to end wakes the loop, as one pass per wake-up costs least.
+        room = any(flying[channel] < self._max_in_flight for channel in self._adapters)
+        if page and room and (started or len(rows) < self._limit):
             return now
         if later is not None and later > now:
             next_at = later if next_at is None else min(next_at, later)
