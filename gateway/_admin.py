@@ -77,7 +77,7 @@ from ._convert import outbox_row, reply_target, text_message
 from ._export import ExportQuery, SessionExport, build_export, write_zip
 from ._handoff import hand_over
 from ._http import UNSUPPORTED_ENCODING, body_encoding, encoding_message
-from ._keys import AGENT_NAMES, AGENTS, METRICS, SENDER_WAKE, SETTINGS, STORE, AgentInfo
+from ._keys import AGENT_NAMES, AGENTS, DISPATCHER, METRICS, SENDER_WAKE, SETTINGS, STORE, AgentInfo
 from ._media.files import erase_session
 from ._metrics import HANDOFFS
 from ._openapi import openapi_json
@@ -379,6 +379,9 @@ async def delete_session(request: web.Request) -> web.Response:
     root = Path(request.app[SETTINGS].media.root)
     if not await erase_session(request.app[STORE], root, sid):
         raise _unknown_session(sid)
+    dispatcher = request.app.get(DISPATCHER)
+    if dispatcher is not None:
+        dispatcher.session_erased(sid)
     return web.Response(status=204)
 
 

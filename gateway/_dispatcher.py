@@ -277,6 +277,14 @@ class Dispatcher:
             return running.inbox_ids
         return self._cancelled.get(session_id)
 
+    def session_erased(self, session_id: str) -> None:
+        """The session was deleted: its turn running here (if any) stops now instead of asking
+        its model, and showing "typing…" to the erased user, until it ends. It writes
+        nothing, as any turn of a deleted session (the store refuses its commit)."""
+        running = self._cancels.get(session_id)
+        if running is not None:
+            running.stop()
+
     async def cancel(self, session_id: str) -> bool | None:
         """``cancel_turn`` here, else in the process whose lease holds the session's running
         turn (the store relays it, PostgreSQL only): None when that process did not answer

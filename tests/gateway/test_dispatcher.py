@@ -1065,3 +1065,19 @@ async def test_dispatcher_cancel_accepted_before_a_refused_begin_spares_a_later_
     assert users == [("hello", True), ("again", False)]
     assert await harness.replies(sid) == ["re: again"]
     assert (harness.turns("cancelled_by_user"), harness.turns("committed")) == (1, 1)
+
+
+async def test_a_turn_of_a_session_erased_meanwhile_stops_at_once_and_writes_nothing(
+    store: SQLiteStore,
+) -> None:
+    """The operator deleted the session while its model was answering: the turn stops now
+    (it went on asking the model and showing "typing…" to the erased user until it ended)."""
+    hang = Hang()
+    harness = Harness(store, ScriptedModel(hang))
+    sid = await harness.feed("forget me")
+    await asyncio.wait_for(hang.started.wait(), 10)
+    assert await store.delete_session(sid)
+    harness.dispatcher.session_erased(sid)
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)  # the model never answered
+    assert harness.turns("deleted") == 1
+    assert await store.get_session(sid) is None
