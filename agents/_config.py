@@ -160,15 +160,18 @@ def check_agent_names(
     *,
     complete: bool = True,
     listed: str | None = None,
+    keyed: int | None = None,
 ) -> None:
     """Refuse duplicate names, unknown handoff targets and a missing starting agent.
 
     ``listed``: the config key of ``agents`` (``agents.list``), so that an error names the
-    entry (``agents.list[2].name``); None for agents given in Python."""
+    entry (``agents.list[2].name``); None for agents given in Python. ``keyed``: how many of
+    the first agents are that list's entries, when those of ``agents.module`` follow them
+    (their errors name ``agents.module``); None: all of them."""
     seen: set[str] = set()
     for index, (name, _) in enumerate(agents):
         if name in seen:
-            key = f"{listed}[{index}].name" if listed else None
+            key = _entry_key(listed, keyed, index, "name")
             problem = f"agent {name!r} is declared more than once"
             raise AgentConfigError(name, "declared more than once", key=key, problem=problem)
         seen.add(name)
@@ -178,7 +181,10 @@ def check_agent_names(
         for place, target in enumerate(handoffs):
             if target not in seen:
                 problem = f"handoff target {target!r} is not declared"
-                key = f"{listed}[{index}].handoffs[{place}]" if listed else None
+                key = _entry_key(listed, keyed, index, f"handoffs[{place}]")
+                if key == MODULE_KEY:
+                    problem = f"agent {name!r}: {problem}"
+                problem += f" (declared: {', '.join(sorted(seen))})"
                 raise AgentConfigError(name, problem, key=key, problem=problem)
     names = seen
     if starting not in names:
@@ -193,6 +199,19 @@ def check_agent_names(
             key="agents.starting_agent",
             problem=problem,
         )
+
+
+MODULE_KEY = "agents.module"
+
+
+def _entry_key(listed: str | None, keyed: int | None, index: int, field: str) -> str | None:
+    """The config key of entry ``index``'s ``field``: in ``listed``, or ``agents.module``
+    for the agents that module gave (past the first ``keyed``)."""
+    if listed is None:
+        return None
+    if keyed is not None and index >= keyed:
+        return MODULE_KEY
+    return f"{listed}[{index}].{field}"
 
 
 def _agent_problems(agent: AgentConfig) -> list[str]:

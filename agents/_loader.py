@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import aiohttp
 
 from ._agent import Agent
-from ._config import RULES, AgentConfig, AgentsConfig
+from ._config import RULES, AgentConfig, AgentsConfig, check_agent_names
 from ._errors import AgentConfigError
 from ._model import ModelBackend
 from ._openai import OpenAIModel, Sleep
@@ -43,7 +43,16 @@ def build_registry(
         for index, spec in enumerate(config.agents)
     ]
     if config.module:
+        listed = len(agents)
         agents += module_agents(config.module)
+        # Checked together here (the config could not: the module's agents were not known),
+        # so that an error still names the key (agents.list[0].handoffs[1], agents.module).
+        check_agent_names(
+            [(a.name, tuple(a.handoffs)) for a in agents],
+            config.starting_agent,
+            listed="agents.list",
+            keyed=listed,
+        )
     return Registry(agents, config.starting_agent, models=models)
 
 
@@ -117,6 +126,19 @@ def import_tool(agent: str, path: str, *, key: str | None = None) -> Tool:
         raise AgentConfigError(agent, message, key=key, problem=problem) from exc
 
 
+def _import_failure(exc: Exception, module_name: str) -> str:
+    """Why the module did not import, with the hint a missing one needs: the ``gateway``
+    command does not look in the working directory."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.split(".")[0]:
+        return (
+            f"{exc}: put the folder that holds it on PYTHONPATH (the working directory is not"
+            " searched: PYTHONPATH=. gateway ...)"
+        )
+    if isinstance(exc, SyntaxError | ModuleNotFoundError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 def module_agents(module_name: str) -> list[Agent]:
     """The ``AGENTS`` sequence of ``module_name``."""
     moved = moved_path(module_name, module=True)
@@ -126,7 +148,7 @@ def module_agents(module_name: str) -> list[Agent]:
         module = importlib.import_module(module_name)
     except Exception as exc:
         message = f"agents.module {module_name!r} cannot be imported: {exc}"
-        problem = f"cannot import {module_name!r}: {exc}"
+        problem = f"cannot import {module_name!r}: {_import_failure(exc, module_name)}"
         raise AgentConfigError(None, message, key="agents.module", problem=problem) from exc
     found = getattr(module, "AGENTS", None)
     if not isinstance(found, list | tuple) or not all(isinstance(a, Agent) for a in found):

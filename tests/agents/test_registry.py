@@ -247,10 +247,27 @@ def test_registry_from_module_agents_and_list_together() -> None:
 
 def test_registry_module_unknown_handoff_names_agent() -> None:
     parsed = AgentsConfig.model_validate(
-        config({**TRIAGE, "handoffs": ["nobody"]}, module="tests.agents.sample_module")
+        config({**TRIAGE, "handoffs": ["coder", "nobody"]}, module="tests.agents.sample_module")
     )
-    with pytest.raises(AgentConfigError, match="agent 'triage': handoff target 'nobody'"):
+    with pytest.raises(AgentConfigError, match="agent 'triage': handoff target 'nobody'") as err:
         build_registry(parsed)
+    # As the list alone names it: the key at fault, and what is declared.
+    assert (err.value.key, err.value.problem) == (
+        "agents.list[0].handoffs[1]",
+        "handoff target 'nobody' is not declared (declared: coder, triage)",
+    )
+
+
+def test_a_module_that_is_not_on_the_path_is_named_with_the_fix() -> None:
+    parsed = AgentsConfig.model_validate(config(TRIAGE, module="my_agents_xyz"))
+    with pytest.raises(AgentConfigError) as err:
+        build_registry(parsed)
+    assert err.value.key == "agents.module"
+    assert err.value.problem == (
+        "cannot import 'my_agents_xyz': No module named 'my_agents_xyz': put the folder that"
+        " holds it on PYTHONPATH (the working directory is not searched: PYTHONPATH=. gateway"
+        " ...)"
+    )
 
 
 @pytest.mark.parametrize(
