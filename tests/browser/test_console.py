@@ -367,3 +367,81 @@ async def test_a_wrong_token_is_refused_and_no_url_carries_the_token(
     assert not leaked, leaked
     # Every API call (the admin API's and the sandbox's) sent the token in its header instead.
     assert set(bearers) == {"Bearer wrong-token", f"Bearer {gateway.token}"}, set(bearers)
+
+
+# (f) found by an operator's walk: a reconnect, a search in capitals, a repeated key press
+
+
+async def test_the_queue_catches_up_after_a_reconnect_and_a_search_in_any_case_keeps_it(
+    page: Page, gateway: ConsoleGateway
+) -> None:
+    """A handoff made while the live feed was down: the queue showed it only at the next,
+    unrelated change. A search in capitals emptied the queue (the API's q ignores case)."""
+    simulate = {"channel": "whatsapp", "chat_id": "4915110000002"}
+    session = f"whatsapp-{await account(gateway, 'whatsapp')}-4915110000002"
+    other = f"telegram-{await account(gateway, 'telegram')}-{TG_USER}"
+    hello = {"channel": "telegram", "chat_id": TG_USER, "text": "hi"}
+    await gateway.call("POST", "/sandbox/api/simulate", hello)
+    await sign_in(page, gateway)
+    await expect(listed(page, other)).to_have_count(1)
+    released = asyncio.Event()
+
+    async def hold(route: Route) -> None:
+        await released.wait()
+        await route.continue_()
+
+    await page.route("**/api/console/ticket", hold)
+    await page.evaluate("window.__console.live.dropForTest()")
+    await expect(page.get_by_test_id("live-status")).to_have_attribute("data-state", "reconnecting")
+    await gateway.call("POST", "/sandbox/api/simulate", {**simulate, "text": "a person please"})
+
+    async def queued() -> bool:
+        answer = await gateway.call("GET", "/api/queue")
+        assert isinstance(answer, dict)
+        return [s["session_id"] for s in answer["queue"]] == [session]
+
+    await eventually(queued, "the handoff in the API's queue")
+    released.set()
+    await expect(page.get_by_test_id("live-status")).to_have_attribute("data-state", "live")
+    queue = page.get_by_test_id("queue-list").get_by_test_id("queue-item")
+    await expect(queue).to_have_count(1)
+
+    await page.get_by_test_id("filter-q").fill("WHATSAPP")
+    await expect(listed(page, other)).to_have_count(0)  # the search's refresh came
+    await expect(queue).to_have_count(1)
+    await expect(queue.first).to_have_attribute("data-session-id", session)
+
+
+async def test_a_repeated_ctrl_enter_sends_the_operators_reply_once(
+    page: Page, gateway: ConsoleGateway
+) -> None:
+    chat = "4915110000003"
+    session = f"whatsapp-{await account(gateway, 'whatsapp')}-{chat}"
+    simulate = {"channel": "whatsapp", "chat_id": chat, "text": "a person please"}
+    await gateway.call("POST", "/sandbox/api/simulate", simulate)
+    await sign_in(page, gateway)
+    await listed(page, session).click()
+    posted = asyncio.Event()
+    released = asyncio.Event()
+    posts: list[str] = []
+
+    async def hold(route: Route) -> None:  # the first reply is on its way while keys repeat
+        posts.append(route.request.url)
+        posted.set()
+        await released.wait()
+        await route.continue_()
+
+    await page.route("**/reply", hold)
+    box = conversation(page).get_by_test_id("reply-text")
+    await box.fill("Only once, please")
+    await box.press("Control+Enter")
+    await asyncio.wait_for(posted.wait(), 10)
+    for _ in range(2):
+        await box.press("Control+Enter")
+    released.set()
+    await expect(shown(page, "operator", "Only once, please")).to_have_count(1)
+    assert len(posts) == 1  # (the store refused concurrent ones with 409, so count the POSTs)
+    history = await gateway.call("GET", f"/api/sessions/{session}/messages")
+    assert isinstance(history, dict)
+    operator = [m["text"] for m in history["messages"] if m["role"] == "operator"]
+    assert operator == ["Only once, please"]

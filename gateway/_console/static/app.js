@@ -22,6 +22,7 @@ const $ = (id) => byTestId(id);
 const live = new LiveFeed({
   onEvent: (frame) => conversation.applyLive(frame),
   onSessionsChanged: () => sessions.refreshSoon(),
+  onReady: () => sessions.refreshSoon(),
   onState: (state) => {
     const el = $("live-status");
     el.dataset.state = state;

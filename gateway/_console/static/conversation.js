@@ -218,6 +218,10 @@ export class Conversation {
   // Actions: each through the admin API; each error shown in words.
 
   async act(what, call) {
+    // One action at a time: a key press or a rewind link is no disabled button, and a
+    // second Ctrl+Enter sent the reply twice.
+    if (this.acting) return undefined;
+    this.acting = true;
     this.error(null);
     this.note(null);
     const buttons = this.root.querySelectorAll(".actions button");
@@ -231,6 +235,7 @@ export class Conversation {
       this.error(err);
       return undefined;
     } finally {
+      this.acting = false;
       for (const b of buttons) b.disabled = false;
     }
   }

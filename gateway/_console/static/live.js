@@ -10,10 +10,10 @@ export class LiveFeed {
   /**
    * onEvent(frame): a logged event of the watched session ({type, session_id, seq, data});
    * onSessionsChanged(ids); onState("connecting" | "live" | "reconnecting" | "off");
-   * onError(data): an error frame's {code, message}.
+   * onError(data): an error frame's {code, message}; onReady(): (re)connected.
    */
-  constructor({ onEvent, onSessionsChanged, onState, onError }) {
-    this.handlers = { onEvent, onSessionsChanged, onState, onError };
+  constructor({ onEvent, onSessionsChanged, onState, onError, onReady }) {
+    this.handlers = { onEvent, onSessionsChanged, onState, onError, onReady };
     this.ws = null;
     this.ready = false;
     this.running = false;
@@ -86,6 +86,8 @@ export class LiveFeed {
       this.failures = 0;
       this.setState("live");
       this.sendWatch();
+      // What changed while the feed was down was never announced: read the lists again.
+      this.handlers.onReady?.();
     } else if (frame.type === "sessions_changed") {
       this.handlers.onSessionsChanged?.(frame.session_ids || []);
     } else if (frame.type === "error") {

@@ -125,6 +125,9 @@ function matches(session, { channel, agent, status, q }) {
   if (channel && session.channel !== channel) return false;
   if (agent && session.active_agent !== agent) return false;
   if (status && session.status !== status) return false;
-  if (q && !session.chat_id.includes(q) && !session.session_id.includes(q)) return false;
+  // As the API's q: any case.
+  const needle = q ? q.toLowerCase() : "";
+  const found = (text) => text.toLowerCase().includes(needle);
+  if (needle && !found(session.chat_id) && !found(session.session_id)) return false;
   return true;
 }
