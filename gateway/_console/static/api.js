@@ -32,6 +32,7 @@ const WORDS = {
   not_on_branch: "That message is not on the session's current branch.",
   unknown_message: "That message does not belong to this session.",
   unknown_agent: "There is no agent by that name.",
+  agent_not_allowed: "That agent does not serve this session's bot or number (its agents list).",
   unauthorized: "The admin token was refused: sign in again.",
   admin_disabled: "The admin API is turned off on this gateway (admin.token is empty).",
   window_closed: "The 24-hour WhatsApp window is closed: only a template can be sent now.",
