@@ -58,7 +58,9 @@ def config_error(tmp_path: Path, problem: str) -> str:
         ),
         (
             '[agents]\nstarting_agent = "a"\nmodule = "nope.mod"\n',
-            "agents.module: cannot import 'nope.mod': No module named 'nope'",
+            "agents.module: cannot import 'nope.mod': No module named 'nope': put the folder that"
+            " holds it on PYTHONPATH (the working directory is not searched: PYTHONPATH=. gateway"
+            " ...)",
         ),
         (
             '[agents]\nstarting_agent = "a"\nmodule = "json"\n',
@@ -80,7 +82,7 @@ def config_error(tmp_path: Path, problem: str) -> str:
             + RULES_AGENT.format(name="a", tools="")
             + 'handoffs = ["b", "ghost"]\n'
             + RULES_AGENT.format(name="b", tools=""),
-            "agents.list[0].handoffs[1]: handoff target 'ghost' is not declared",
+            "agents.list[0].handoffs[1]: handoff target 'ghost' is not declared (declared: a, b)",
         ),
         (
             '[agents.models.gpt]\nmodel = "gpt-4o"\napi_key_env = "NO_SUCH_KEY_VARIABLE_XYZ"\n'
