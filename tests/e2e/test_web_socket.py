@@ -176,6 +176,36 @@ async def test_ws_cancel_turn_during_a_slow_turn_leaves_no_trace_of_it(
     assert model.calls == 1  # not re-run
 
 
+async def test_deleting_a_session_stops_its_running_turn_at_once(
+    make_gateway: MakeGateway, http: aiohttp.ClientSession, aiohttp_server: AiohttpServer
+) -> None:
+    """``DELETE /api/sessions/{id}`` while its model is answering: the turn ends "deleted"
+    without waiting for the model (turn_timeout 60 s), so no "typing…" goes on to the erased
+    user; nothing is written back."""
+    model = SlowModel()
+    server = await aiohttp_server(model.app(), host="127.0.0.1")
+    gateway = await make_gateway(agents=slow_agents(str(server.make_url("")).rstrip("/")))
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    try:
+        async with connect(http, gateway.url) as client:
+            sid = client.session_id
+            await client.say("forget me", "c1")
+            await model.started.wait()
+            async with http.delete(f"{gateway.url}/api/sessions/{sid}", headers=headers) as gone:
+                assert gone.status == 204
+
+        async def ended_deleted() -> bool:
+            async with http.get(f"{gateway.url}/metrics") as response:
+                text = await response.text()
+            return 'gateway_turns_total{outcome="deleted"} 1.0' in text
+
+        await eventually(ended_deleted, "the turn to end as deleted", seconds=20)
+    finally:
+        model.release.set()
+    assert gateway.query("SELECT count(*) FROM sessions") == [(0,)]
+    assert gateway.query("SELECT count(*) FROM messages") == [(0,)]
+
+
 async def test_ws_two_sockets_on_one_session_see_the_same_events(
     make_gateway: MakeGateway, http: aiohttp.ClientSession
 ) -> None:
