@@ -294,8 +294,11 @@ OPERATIONS: tuple[Operation, ...] = (
             404: NO_SESSION,
             408: "request_timeout: nothing sent for server.read_timeout seconds",
             413: "too_large: over media.max_bytes",
+            409: "too_many_uploads: the session holds media.max_uploads_per_session files",
             415: "unsupported_encoding: a Content-Encoding other than identity",
             503: f"busy: too many uploads are being read; {STORE_DOWN}",
+            507: "insufficient_storage: the file would leave less than media.min_free_bytes"
+            " free on the server's disk",
         },
         auth=False,
         upload="file",

@@ -40,6 +40,7 @@ class _Section(BaseModel):
 
 
 MIB = 1024 * 1024
+GIB = 1024 * MIB
 
 
 class ServerConfig(_Section):
@@ -116,6 +117,10 @@ class SandboxConfig(_Section):
 class MediaConfig(_Section):
     root: str = "data/media"  # one folder per session, relative to the working directory
     max_bytes: int = Field(default=20 * MIB, gt=0)  # per file: uploads and platform downloads
+    # Free space the media root's disk keeps: the store and the other sessions' files need it
+    # more than one more upload does. 0: no floor.
+    min_free_bytes: int = Field(default=GIB, ge=0)
+    max_uploads_per_session: int = Field(default=100, gt=0)  # a web session's uploaded files
     # Platform media are fetched only from these hosts (".example.com": the domain and its
     # subdomains), over https, from public addresses; the configured API base URLs are trusted too.
     allowed_hosts: tuple[str, ...] = (

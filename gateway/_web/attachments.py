@@ -9,6 +9,11 @@ Uploads are bounded like webhook bodies, with slots of their own so that uploads
 webhook's: at most ``server.max_concurrent_reads`` read at once (503 ``busy`` past it), and a
 body that sends nothing for ``server.read_timeout`` seconds is dropped (408): a large file may
 take long, a stalled one may not hold its slot.
+
+The disk is the gateway's to protect, not the reverse proxy's: an upload that would leave less
+than ``media.min_free_bytes`` free on the media root's disk is refused with 507 (checked before
+the body is read and before each chunk is written), and a web session holds at most
+``media.max_uploads_per_session`` uploaded files (409 past it).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from .._api_models import AttachmentAnswer, AttachmentOut
 from .._http import ReadSlots, json_error
 from .._keys import SETTINGS, STORE, WEB_IDS
 from .._media.files import attachment_path, clean_name
+from .._media.space import DiskFloor
 from .ws import WEB_SESSION, short
 
 log = logging.getLogger("gateway.web")
@@ -55,6 +61,7 @@ _CONTENT_TYPE = re.compile(
 
 
 UPLOADS = web.AppKey("upload_reads", ReadSlots)  # server.max_concurrent_reads, uploads only
+UPLOAD_FLOOR = web.AppKey("upload_floor", DiskFloor)  # media.min_free_bytes
 
 
 class TooLarge(Exception):
@@ -63,6 +70,10 @@ class TooLarge(Exception):
 
 class Truncated(Exception):
     """The body ended before the file part's closing boundary."""
+
+
+class NoRoom(Exception):
+    """The next chunk would take the disk under ``media.min_free_bytes``."""
 
 
 async def upload(request: web.Request) -> web.Response:
@@ -93,12 +104,9 @@ async def _upload(request: web.Request) -> web.Response:
     session = await store.get_session(sid) if web_id else None
     if session is None and not (web_id and request.app[WEB_IDS].issued(sid)):
         raise ApiError(404, "unknown_session", "no such web session")
-    media = request.app[SETTINGS].media
-    limit = media.max_bytes
-    if request.content_length is not None and request.content_length > limit + CHUNK:
-        raise _too_large(limit)
+    await _refuse_unfit(request, session)
     attachment_id = uuid.uuid4().hex
-    dest = attachment_path(Path(media.root), sid, attachment_id)
+    dest = attachment_path(Path(request.app[SETTINGS].media.root), sid, attachment_id)
     new_folder = not dest.parent.exists()
     try:
         return await _receive(request, session, dest, attachment_id)
@@ -107,6 +115,17 @@ async def _upload(request: web.Request) -> web.Response:
             with contextlib.suppress(OSError):  # not empty: another upload's file is in it
                 dest.parent.rmdir()
         raise
+
+
+async def _refuse_unfit(request: web.Request, session: Session | None) -> None:
+    """The refusals made before a byte of the body is read: a file announced too large, a
+    session holding as many files as it may, a disk without room for the file above the floor."""
+    media, announced = request.app[SETTINGS].media, request.content_length
+    if announced is not None and announced > media.max_bytes + CHUNK:
+        raise _too_large(media.max_bytes)
+    await _check_upload_count(request.app[STORE], session, media.max_uploads_per_session)
+    if not request.app[UPLOAD_FLOOR].has_room(min(announced or 0, media.max_bytes)):
+        raise _no_room()
 
 
 async def _receive(
@@ -120,9 +139,11 @@ async def _receive(
         async with asyncio.timeout(idle):
             part = await _file_part(request)
         make_private_folders(dest.parent)  # owner-only: users' files (docs/security.md)
-        size = await _save(part, dest, limit, idle)
+        size = await _save(part, dest, limit, idle, request.app[UPLOAD_FLOOR])
     except TooLarge:
         raise _too_large(limit) from None
+    except NoRoom:
+        raise _no_room() from None
     except (Truncated, ValueError, BadHttpMessage):
         message = "the multipart body ends or breaks before the file's closing boundary"
         raise ApiError(400, "invalid_body", message, close=True) from None
@@ -195,10 +216,11 @@ async def _file_part(request: web.Request) -> BodyPartReader:
     raise ApiError(400, "missing_file", "the multipart body has no 'file' field", FIELD)
 
 
-async def _save(part: BodyPartReader, dest: Path, limit: int, idle: float) -> int:
-    """Stream the part to ``dest``; TooLarge past ``limit`` bytes, TimeoutError when no chunk
-    comes for ``idle`` seconds, Truncated when the body ends before the part's boundary (in
-    every case nothing stays on disk)."""
+async def _save(part: BodyPartReader, dest: Path, limit: int, idle: float, floor: DiskFloor) -> int:
+    """Stream the part to ``dest``; TooLarge past ``limit`` bytes, NoRoom when a chunk would
+    take the disk under the floor, TimeoutError when no chunk comes for ``idle`` seconds,
+    Truncated when the body ends before the part's boundary (in every case nothing stays on
+    disk)."""
     temp = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.part")
     size = 0
     try:
@@ -207,6 +229,8 @@ async def _save(part: BodyPartReader, dest: Path, limit: int, idle: float) -> in
                 size += len(chunk)
                 if size > limit:
                     raise TooLarge
+                if not floor.has_room(len(chunk)):
+                    raise NoRoom
                 file.write(chunk)
             if not part.at_eof():  # the stream ended, not the part: a file cut short
                 raise Truncated
@@ -222,6 +246,28 @@ async def _save(part: BodyPartReader, dest: Path, limit: int, idle: float) -> in
 def _content_type(header: str | None) -> str:
     value = (header or "").split(";", 1)[0].strip().lower()
     return value if _CONTENT_TYPE.fullmatch(value) else DEFAULT_TYPE
+
+
+async def _check_upload_count(store: Store, session: Session | None, most: int) -> None:
+    """409 when the session holds ``most`` uploaded files already (one not stored holds none).
+
+    Uploads of the session read at the same moment may each pass: it can end up to
+    ``server.max_concurrent_reads - 1`` files over, never more.
+    """
+    if session is None:
+        return
+    try:
+        files = await store.list_attachments(session.session_id)
+    except SessionNotFound:
+        raise ApiError(404, "unknown_session", "no such web session") from None
+    if sum(file.source == "upload" for file in files) >= most:
+        message = f"a web session may hold {most} uploaded files (media.max_uploads_per_session)"
+        raise ApiError(409, "too_many_uploads", message, close=True)
+
+
+def _no_room() -> ApiError:
+    message = "the server's disk is too full to keep the file; retry later"
+    return ApiError(507, "insufficient_storage", message, close=True)
 
 
 def _too_large(limit: int) -> ApiError:
@@ -256,5 +302,8 @@ async def download(request: web.Request) -> web.StreamResponse:
 def add_attachment_routes(app: web.Application) -> None:
     """Register the upload and the operator's download (before the /api catch-all)."""
     app[UPLOADS] = ReadSlots(app[SETTINGS].server.max_concurrent_reads)
+    media = app[SETTINGS].media
+    refused = "uploads are refused (507 insufficient_storage)"
+    app[UPLOAD_FLOOR] = DiskFloor(Path(media.root), media.min_free_bytes, refused=refused)
     app.router.add_post("/web/sessions/{id}/attachments", upload)
     app.router.add_get("/api/sessions/{id:[^/]*}/attachments/{att_id}", download)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import os
 import re
+import shutil
 import stat
 import unicodedata
 import uuid
@@ -36,6 +38,8 @@ from .ingest_helpers import AUTH, rows, settings
 
 Client = TestClient[web.Request, web.Application]
 MAX_BYTES = 1000
+CRAFTED = 200  # files test_upload_crafted_names_stay_in_the_session_folder uploads to one session
+MIB = 1024 * 1024
 HEX32 = re.compile(r"[0-9a-f]{32}")
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 BOUNDARY = "gateway-test-boundary-5c1b2e"
@@ -57,9 +61,17 @@ class Gateway:
 @pytest.fixture
 async def gw(aiohttp_client: Any, tmp_path: Path) -> Gateway:
     db, media = tmp_path / "gateway.db", tmp_path / "media"
-    app = build_app(settings(db, media={"root": str(media), "max_bytes": MAX_BYTES}))
-    client: Client = await aiohttp_client(app)
+    values = {"root": str(media), "max_bytes": MAX_BYTES, "max_uploads_per_session": CRAFTED}
+    client: Client = await aiohttp_client(build_app(settings(db, media=values)))
     return Gateway(client, db, media, tmp_path)
+
+
+async def gateway_with(aiohttp_client: Any, tmp_path: Path, **media: Any) -> Gateway:
+    """A gateway whose ``[media]`` section has ``media`` on top of a root under ``tmp_path``."""
+    db, root = tmp_path / "gateway.db", tmp_path / "media"
+    app = build_app(settings(db, media={"root": str(root), **media}))
+    client: Client = await aiohttp_client(app)
+    return Gateway(client, db, root, tmp_path)
 
 
 @asynccontextmanager
@@ -456,7 +468,7 @@ def disposition(index: int, name: str) -> str:
 
 async def test_upload_crafted_names_stay_in_the_session_folder(gw: Gateway) -> None:
     names = list(dict.fromkeys(crafted(i) for i in range(400)))[:200]  # unique, in order
-    assert len(names) == 200
+    assert len(names) == CRAFTED
     ids: dict[str, bytes] = {}  # attachment id -> the bytes sent
     async with web_session(gw.client) as socket:
         sid = socket.session_id
@@ -474,7 +486,7 @@ async def test_upload_crafted_names_stay_in_the_session_folder(gw: Gateway) -> N
             assert len(shown) <= 255, name
             assert shown not in (".", ".."), name
             ids[attachment["id"]] = f"file {index}".encode()
-    assert len(ids) == 200
+    assert len(ids) == CRAFTED
     stored = files_under(gw.media)
     assert {p.name for p in stored} == set(ids)
     for path in stored:
@@ -609,3 +621,102 @@ async def test_delete_session_through_the_cli_removes_its_files_and_rows(gw: Gat
     assert code == 0, out.getvalue()
     assert f"deleted session {sid}" in out.getvalue()
     assert_erased(gw, sid, kept, kept_files, before)
+
+
+# 8. the disk: a free-space floor and a bound per session
+
+
+def floor_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "media.min_free_bytes" in r.getMessage()
+    ]
+
+
+async def test_uploads_under_the_free_space_floor_are_507_leave_nothing_and_warn_once(
+    aiohttp_client: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A loop of connects and uploads must not fill the disk the store lives on: with less
+    than media.min_free_bytes free, every upload is refused before it is read; one WARNING
+    line says so, not one per request."""
+    beyond = shutil.disk_usage(tmp_path).free + 1024 * MIB
+    gw = await gateway_with(aiohttp_client, tmp_path, min_free_bytes=beyond)
+    caplog.set_level(logging.INFO, logger="gateway")
+    async with web_session(gw.client) as socket:
+        sid = socket.session_id
+        body = multipart(b"x" * 100, 'filename="a.txt"')
+        for data in (body, chunked(body), body):
+            response = await gw.client.post(url(sid), data=data, headers=MULTIPART)
+            assert await error_of(response, 507) == "insufficient_storage"
+            assert response.headers.get("Connection", "").lower() == "close"
+    assert not gw.media.exists()
+    assert session_counts(gw.db, sid) == dict.fromkeys(SESSION_TABLES, 0)  # not even stored
+    [warning] = floor_warnings(caplog)
+    assert "uploads are refused" in warning
+
+
+async def test_an_upload_announcing_more_than_the_room_above_the_floor_is_507_unread(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """The floor counts the file to come: a Content-Length that would take the disk under it
+    is refused before the body is read, while a small file still fits."""
+    free = shutil.disk_usage(tmp_path).free
+    room = min(1024 * MIB, free // 2)  # what stays writable above the floor
+    gw = await gateway_with(
+        aiohttp_client, tmp_path, min_free_bytes=free - room, max_bytes=8 * room
+    )
+    async with web_session(gw.client) as socket:
+        sid = socket.session_id
+        head = (
+            f"POST {url(sid)} HTTP/1.1\r\nHost: localhost\r\n"
+            f"Content-Type: {MULTIPART['Content-Type']}\r\nContent-Length: {4 * room}\r\n\r\n"
+        )
+        server = gw.client.server
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        writer.write(head.encode() + multipart(b"z" * 1000, 'filename="big.bin"')[:500])
+        await writer.drain()
+        answer = await reader.read()  # the server answers and closes without the body
+        writer.close()
+        status_line, _, rest = answer.partition(b"\r\n")
+        assert status_line == b"HTTP/1.1 507 Insufficient Storage", answer
+        assert b'"insufficient_storage"' in rest
+        assert files_under(gw.media) == []
+        await uploaded(gw.client, sid, b"a small file fits")
+
+
+async def test_an_upload_that_reaches_the_floor_while_streaming_is_507_and_leaves_nothing(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """A body without a Content-Length passes the first check; the file is cut when writing
+    it would take the disk under the floor (32 MiB above today's free space: the file's own
+    bytes get there, other writers on the machine may shift it by less)."""
+    room, size = 32 * MIB, 64 * MIB
+    free = shutil.disk_usage(tmp_path).free
+    gw = await gateway_with(aiohttp_client, tmp_path, min_free_bytes=free - room, max_bytes=size)
+    async with web_session(gw.client) as socket:
+        sid = socket.session_id
+        body = multipart(b"w" * size, 'filename="huge.bin"')
+        response = await gw.client.post(url(sid), data=chunked(body, MIB), headers=MULTIPART)
+        assert await error_of(response, 507) == "insufficient_storage"
+        assert files_under(gw.media) == []  # no file, no .part
+        assert session_counts(gw.db, sid)["attachments"] == 0
+
+
+async def test_a_web_session_holds_at_most_max_uploads_per_session_files(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """One session cannot take the disk either: past media.max_uploads_per_session its
+    uploads are 409 ``too_many_uploads``, before the body is read; other sessions go on."""
+    gw = await gateway_with(aiohttp_client, tmp_path, max_uploads_per_session=3)
+    async with web_session(gw.client) as socket, web_session(gw.client) as other:
+        sid = socket.session_id
+        kept = [await uploaded(gw.client, sid, f"file {i}".encode()) for i in range(3)]
+        more = multipart(b"one more", 'filename="x"')
+        for data in (more, chunked(more)):
+            response = await gw.client.post(url(sid), data=data, headers=MULTIPART)
+            assert await error_of(response, 409) == "too_many_uploads"
+            assert response.headers.get("Connection", "").lower() == "close"
+        assert {p.name for p in files_under(gw.folder(sid))} == set(kept)
+        assert session_counts(gw.db, sid)["attachments"] == 3
+        await uploaded(gw.client, other.session_id, b"another session's first file")
