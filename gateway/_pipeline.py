@@ -147,6 +147,7 @@ def build_pipeline(
         policy=fetch_policy(settings),
         wait_seconds=settings.media.download_wait_seconds,
         metrics=metrics,
+        min_free_bytes=settings.media.min_free_bytes,
     )
     metrics.allow_agents(registry.names)
     dispatcher = Dispatcher(

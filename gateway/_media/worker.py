@@ -5,6 +5,10 @@ The intake records each such file as a ``pending`` attachment in the transaction
 its message; this worker fetches pending rows (also those a crash left behind) and ends each as
 ``ready`` or ``failed``. A turn waits for its message's files at most ``download_wait_seconds``;
 a download still running then is linked when it ends, and the reply does not wait for it.
+
+Below the free-space floor (``media.min_free_bytes``, room kept for a whole ``max_bytes`` file)
+a download is not started: its row stays pending and a later pass, or the next start, fetches
+it. Failing it instead would lose the file for good over what is often a passing shortage.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from .._metrics import Metrics
 from .._wait import wait_event
 from .fetch import FetchPolicy, MediaRefused, fetch_to_file
 from .files import attachment_path, remove_partial_files
+from .space import DiskFloor
 
 log = logging.getLogger("gateway.media")
 
@@ -58,6 +63,7 @@ class MediaWorker:
         policy: FetchPolicy,
         wait_seconds: float,
         metrics: Metrics,
+        min_free_bytes: int = 0,
         max_in_flight: int = 8,
     ) -> None:
         self._store = store
@@ -67,6 +73,8 @@ class MediaWorker:
         self._policy = policy
         self._wait_seconds = wait_seconds
         self._metrics = metrics
+        held = "platform downloads are held back (their rows stay pending)"
+        self._floor = DiskFloor(root, min_free_bytes, refused=held)
         self._slots = asyncio.Semaphore(max_in_flight)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._done: dict[str, asyncio.Event] = {}  # attachment id -> set when it ends
@@ -140,6 +148,9 @@ class MediaWorker:
 
     async def _fetch(self, attachment: Attachment) -> None:
         async with self._slots:
+            if not self._floor.has_room(self._policy.max_bytes):
+                self._release(attachment.id)  # a turn waiting for it goes on without it
+                return
             outcome = await self._download(attachment)
         try:
             await self._store.finish_attachment(
@@ -155,10 +166,14 @@ class MediaWorker:
                 missing_ok=True
             )
         finally:
-            done = self._done.pop(attachment.id, None)
-            if done is not None:
-                done.set()
+            self._release(attachment.id)
         self._metrics.inc(MEDIA, channel=attachment.source, outcome=outcome.state)
+
+    def _release(self, attachment_id: str) -> None:
+        """Wake the turns waiting for this download: it ended, or is held back."""
+        done = self._done.pop(attachment_id, None)
+        if done is not None:
+            done.set()
 
     async def _download(self, attachment: Attachment) -> Outcome:
         """Fetch the file; the keyword arguments of ``finish_attachment``."""

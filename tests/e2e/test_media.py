@@ -7,6 +7,7 @@ The files are served by the fakes (trusted origins: they are the configured API 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -397,4 +398,41 @@ async def test_e2e_a_download_cut_by_sigkill_is_fetched_after_the_restart(
     assert (row.state, row.size, row.content_type) == ("ready", len(JPEG), "image/jpeg")
     assert (tmp_path / "media" / sid / row.id).read_bytes() == JPEG
     assert len(downloads(graph, "/media-bytes/wa-cut")) == 2  # asked again, after the start
+    assert graph.texts(wa) == [HELP]  # the turn is not run again
+
+
+async def test_e2e_below_the_free_space_floor_a_download_stays_pending_and_is_fetched_later(
+    make_gateway: MakeGateway, platforms: Platforms, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """A download that would take the disk under media.min_free_bytes is not started, nor
+    failed: the row stays pending (it used to fail for good on a full disk) and is fetched once
+    there is room, here after a start with the floor off. The reply does not wait for it."""
+    graph = platforms.graph
+    graph.add_media("wa-floor", JPEG, content_type="image/jpeg")
+    beyond = shutil.disk_usage(tmp_path).free + 1024**3
+    settings = media(tmp_path, min_free_bytes=beyond, download_wait_seconds=0.5)
+    gateway = await make_gateway(sections=settings)
+
+    wa = "15550009101"
+    delivery = whatsapp_messages(wa, whatsapp_image("wamid.floor", "wa-floor"))
+    assert await post(http, gateway.url, delivery) == 200
+    await replied(graph, wa)
+    sid = wa_session(wa)
+    assert [r.state for r in rows(gateway, sid)] == ["pending"]
+    assert user_texts(gateway, sid) == [f"[image]\n{PENDING_IMAGE}"]
+    assert downloads(graph, "wa-floor") == []  # neither the media lookup nor the file
+    assert files_on_disk(tmp_path, sid) == []
+    await gateway.stop()
+    held = [line for line in gateway.log(tail=1000).splitlines() if "held back" in line]
+    assert len(held) == 1, held  # one WARNING, not one per pass of the worker
+
+    text = gateway.config_path.read_text(encoding="utf-8")
+    gateway.config_path.write_text(
+        text.replace(f"min_free_bytes = {beyond}", "min_free_bytes = 0"), encoding="utf-8"
+    )
+    await gateway.start()
+    await eventually(lambda: settled(gateway, sid), "the download once there is room")
+    [row] = rows(gateway, sid)
+    assert (row.state, row.size, row.content_type) == ("ready", len(JPEG), "image/jpeg")
+    assert (tmp_path / "media" / sid / row.id).read_bytes() == JPEG
     assert graph.texts(wa) == [HELP]  # the turn is not run again
