@@ -229,12 +229,15 @@ class OutboundMessage(_Model):
     reply_to: str | None = None
     thread_id: str | None = None  # Telegram forum topic to post in
     skip_parts: int = Field(default=0, ge=0)  # parts an earlier try already delivered
+    # Parts this try may send (the chat's rate limit); the rest go in later tries. None: all.
+    max_parts: int | None = Field(default=None, ge=1)
 
 
 class SendResult(_Model):
     """The platform ids of what one OutboundMessage became (several when text was split)."""
 
     message_ids: tuple[str, ...]
+    remaining: int = Field(default=0, ge=0)  # parts left for a later try (``max_parts``)
 
 
 class ParseResult(_Model):

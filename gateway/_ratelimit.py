@@ -34,8 +34,14 @@ class TokenBucket:
         self._refill(now)
         return 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.rate
 
+    def available(self, now: float) -> int:
+        """Whole tokens there now: the messages that may go at once."""
+        self._refill(now)
+        return int(self.tokens + 1e-9)  # float rounding may leave a token a hair short
+
     def take(self, now: float) -> None:
-        """Spend one token (call only when ``wait(now)`` is 0)."""
+        """Spend one token (call only when ``wait(now)`` is 0; a later ``take`` of a message
+        sent beyond the tokens there, a split reply's parts, leaves the bucket in debt)."""
         self._refill(now)
         self.tokens -= 1
 
@@ -91,11 +97,18 @@ class RateLimiter:
         now = self._clock()
         return max((b.wait(now) for b in self._pair(channel, account, chat_id)), default=0.0)
 
-    def take(self, channel: str, account: str, chat_id: str) -> None:
-        """Spend one token of the chat and one of the account."""
+    def available(self, channel: str, account: str, chat_id: str, most: int) -> int:
+        """How many messages may go to this chat now, at most ``most`` (``most`` when the
+        channel is not limited)."""
+        now = self._clock()
+        return min([most, *(b.available(now) for b in self._pair(channel, account, chat_id))])
+
+    def take(self, channel: str, account: str, chat_id: str, count: int = 1) -> None:
+        """Spend ``count`` tokens of the chat and as many of the account."""
         now = self._clock()
         for bucket in self._pair(channel, account, chat_id):
-            bucket.take(now)
+            for _ in range(count):
+                bucket.take(now)
 
     def give_back(self, channel: str, account: str, chat_id: str) -> None:
         """Return the tokens ``take`` spent on a message that did not go after all."""

@@ -7,6 +7,11 @@ share one claim write; a row another process claimed meanwhile is left to it. Th
 answer is recorded with one statement (``outbox_sent``); a crash between the two is the
 documented window in which a reply can go out twice. A timeout after the request left is
 ``uncertain`` and never retried.
+
+A reply the platform needs several messages for (a long text) sends as many parts as the
+chat's rate limit allows at once; the delivered parts are recorded (``outbox_progress``) and
+the rest go in later passes as the limit lets them, so a long answer is paced like many
+replies, not sent in one burst the platform would refuse with 429.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ log = logging.getLogger("gateway.sender")
 CLAIM_SECONDS = 120.0
 
 MAX_BATCH = 1000  # the store's largest page
+MAX_PARTS = 1000  # parts of one reply sent in one try where the channel has no rate limit
 ChatKey = tuple[str, str, str]  # channel, account, chat_id
 Clock = Callable[[], float]
 
@@ -160,7 +166,7 @@ class Sender:
         rows, later = await self._store.outbox_schedule(now, self._limit, skip_channels=full)
         self._rate_waited.intersection_update(row.id for row in rows)
         seen: set[ChatKey] = set()
-        chosen: list[OutboxItem] = []
+        chosen: list[tuple[OutboxItem, int]] = []  # with the parts each may send
         next_at: float | None = None
         flying = Counter(channel for channel, _, _ in self._busy)  # sends may end meanwhile
         for row in rows:
@@ -176,8 +182,8 @@ class Sender:
                 next_at = ready if next_at is None else min(next_at, ready)
                 self._count_rate_wait(row, key)
                 continue
+            chosen.append((row, self.limiter.available(*key, most=MAX_PARTS)))
             self.limiter.take(*key)
-            chosen.append(row)
             flying[row.channel] += 1
         self._start_all(chosen)
         if self._stopping:
@@ -213,15 +219,16 @@ class Sender:
             self._rate_waited.add(row.id)
             self._metrics.inc(RATE_LIMIT_WAITS, channel=row.channel)
 
-    def _start_all(self, chosen: list[OutboxItem]) -> None:
+    def _start_all(self, chosen: list[tuple[OutboxItem, int]]) -> None:
         """Start a send of each chosen row. They share one claim write, which each send awaits:
         the pass does not wait for it, so the next pass can start other chats' sends meanwhile."""
         if not chosen:
             return
-        claim = asyncio.ensure_future(self._claim([row.id for row in chosen]))
+        ids = [row.id for row, _ in chosen]
+        claim = asyncio.ensure_future(self._claim(ids))
         claim.add_done_callback(_retrieve)  # an unexpected error reaches the sends, if any
-        for row in chosen:
-            self._start(row, (row.channel, row.account, row.chat_id), claim)
+        for row, parts in chosen:
+            self._start(row, parts, claim)
 
     async def _claim(self, outbox_ids: list[int]) -> set[int]:
         """The rows this process may send; none if the claim could not be written (they stay
@@ -233,9 +240,10 @@ class Sender:
             log.error("could not claim %d outbox row(s) for sending: %s", len(outbox_ids), exc)
             return set()
 
-    def _start(self, row: OutboxItem, key: ChatKey, claim: asyncio.Future[set[int]]) -> None:
+    def _start(self, row: OutboxItem, parts: int, claim: asyncio.Future[set[int]]) -> None:
+        key: ChatKey = (row.channel, row.account, row.chat_id)
         self._busy.add(key)
-        task = asyncio.create_task(self._send(row, claim), name=f"send {row.id}")
+        task = asyncio.create_task(self._send(row, parts, claim), name=f"send {row.id}")
         self._in_flight[row.id] = task
 
         def done(_: asyncio.Task[None]) -> None:
@@ -247,7 +255,7 @@ class Sender:
 
     # one send
 
-    async def _send(self, row: OutboxItem, claim: asyncio.Future[set[int]]) -> None:
+    async def _send(self, row: OutboxItem, parts: int, claim: asyncio.Future[set[int]]) -> None:
         log_context.sending(row.session_id, row.id)  # this task's lines name the row
         try:
             # Shielded: a send cancelled (at stop) must not cancel the claim the others await.
@@ -264,7 +272,7 @@ class Sender:
                     " recorded (the crash window): the user may see it twice",
                     row.id,
                 )
-            await self._deliver(row)
+            await self._deliver(row, parts)
         except StoreError as exc:
             # The row stays as it was: pending rows are tried again (and may then go twice).
             self._metrics.inc(STORE_ERRORS, component="sender")
@@ -272,13 +280,14 @@ class Sender:
         except Exception:
             log.exception("outbox row %d: unexpected error", row.id)
 
-    async def _deliver(self, row: OutboxItem) -> None:
+    async def _deliver(self, row: OutboxItem, parts: int) -> None:
+        """Send the row's next ``parts`` parts at most (its rate-limit tokens: one is taken)."""
         adapter = self._adapters.get(row.channel)
         if adapter is None:
             await self._failed(row, "failed", f"no channel {row.channel!r} is configured")
             return
         try:
-            message = _message(row)
+            message = _message(row).model_copy(update={"max_parts": parts})
         except ValidationError as exc:
             await self._failed(
                 row, "failed", f"payload is not a message: {exc.error_count()} error(s)"
@@ -288,15 +297,32 @@ class Sender:
             result = await self._timed_send(adapter, message, row.channel)
         except SendError as exc:
             if exc.sent_ids:  # the first parts of a split reply went out: never send them again
-                await self._store.outbox_progress(
-                    row.id,
-                    skip_parts=message.skip_parts + len(exc.sent_ids),
-                    platform_ids=[*row.platform_ids, *exc.sent_ids],
-                )
+                await self._delivered_parts(row, message, exc.sent_ids)
             await self._send_error(row, exc)
             return
+        if result.remaining:  # the rest when the chat's rate limit lets them go
+            await self._delivered_parts(row, message, result.message_ids)
+            return
+        self._spent_parts(row, len(result.message_ids))
         await self._store.outbox_sent(row.id, [*row.platform_ids, *result.message_ids])
         self._metrics.inc(OUTBOX, outcome="sent", channel=row.channel)
+
+    async def _delivered_parts(
+        self, row: OutboxItem, message: OutboundMessage, sent: tuple[str, ...]
+    ) -> None:
+        """Record the parts of a split reply this try delivered: the next try starts after
+        them, so none reaches the user twice."""
+        self._spent_parts(row, len(sent))
+        await self._store.outbox_progress(
+            row.id,
+            skip_parts=message.skip_parts + len(sent),
+            platform_ids=[*row.platform_ids, *sent],
+        )
+
+    def _spent_parts(self, row: OutboxItem, sent: int) -> None:
+        """The rate-limit tokens of the parts sent beyond the first (taken when chosen)."""
+        if sent > 1:
+            self.limiter.take(row.channel, row.account, row.chat_id, sent - 1)
 
     async def _timed_send(
         self, adapter: ChannelAdapter, message: OutboundMessage, channel: str

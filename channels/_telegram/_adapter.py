@@ -198,7 +198,9 @@ class TelegramAdapter:
 
             return send
 
-        return await send_parts([part(c) for c in plan(message)], message.skip_parts)
+        return await send_parts(
+            [part(c) for c in plan(message)], message.skip_parts, message.max_parts
+        )
 
     async def send_typing(
         self,

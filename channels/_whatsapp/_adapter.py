@@ -88,7 +88,9 @@ class WhatsAppAdapter:
 
             return send
 
-        return await send_parts([part(p) for p in build_payloads(message)], message.skip_parts)
+        return await send_parts(
+            [part(p) for p in build_payloads(message)], message.skip_parts, message.max_parts
+        )
 
     async def mark_as_read(self, account: str, message_id: str, typing: bool = False) -> None:
         """Mark an inbound message read (and earlier ones); with ``typing``, show the indicator."""

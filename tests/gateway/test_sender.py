@@ -420,6 +420,39 @@ async def test_sender_never_sends_a_delivered_part_of_a_split_reply_again(
     assert texts(bots) == [first, second, second]  # the first part went out exactly once
 
 
+async def test_a_long_reply_is_paced_part_by_part_like_separate_replies(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    """Six parts at one message a second with a burst of two: two now, then one a second,
+    the delivered parts recorded on the row each time; a reply queued after it follows."""
+    relay = Relay(store, {"telegram": telegram}, telegram_chat_per_second=1, burst=2)
+    chunks = [letter * 4000 for letter in "abcdef"]
+    item = await queue(store, "\n\n".join(chunks))
+    await queue(store, "after")
+    start = relay.clock.now
+    await relay.step()
+    assert texts(bots) == chunks[:2]
+    pending = await row(store, item)
+    assert (pending.state, pending.payload["skip_parts"], len(pending.platform_ids)) == (
+        "pending",
+        2,
+        2,
+    )
+    assert pending.claimed_by is None  # the next try is not taken for a crash-window repeat
+    assert await relay.step() == pytest.approx(start + 1)  # nothing more before then
+    assert len(texts(bots)) == 2
+    for second in range(1, 5):
+        relay.clock.now = start + second
+        await relay.steps(2)
+        assert texts(bots) == chunks[: 2 + second]
+    relay.clock.now = start + 5
+    await relay.steps(2)
+    assert texts(bots) == [*chunks, "after"]
+    sent = await row(store, item)
+    assert (sent.state, len(sent.platform_ids)) == ("sent", 6)
+    assert relay.count("sent") == 2
+
+
 async def test_sender_logs_a_reply_sent_again_after_an_attempt_that_recorded_no_outcome(
     tmp_path: Path,
     store: SQLiteStore,
