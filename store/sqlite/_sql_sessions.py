@@ -102,8 +102,16 @@ def delete_session(conn: sqlite3.Connection, session_id: str) -> bool:
 
 def truncate_wal(conn: sqlite3.Connection) -> bool:
     """Checkpoint the WAL into the database and empty it (so the pages an erasure replaced
-    are gone from it too); False when a reader kept part of it (tried again next time)."""
-    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    are gone from it too); False when a reader kept part of it (tried again next time).
+
+    Without waiting: TRUNCATE waits through the busy timeout for another process's readers,
+    and this connection is the store's only writer, so every webhook's ack would wait too."""
+    (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
     return not busy
 
 

@@ -3,8 +3,12 @@ excepted, as documented), on every backend; on a SQLite file not even the file's
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
+
+import pytest
 
 from webhook_bot_gateway.store import (
     InboxIn,
@@ -14,6 +18,7 @@ from webhook_bot_gateway.store import (
     SQLiteStore,
     Store,
 )
+from webhook_bot_gateway.store.sqlite import _conn
 
 from .conftest import FakeClock, Raw
 from .pipeline import ACCOUNT, CHANNEL, inbox_of, sid
@@ -125,3 +130,30 @@ async def test_erasing_on_a_sqlite_file_leaves_no_copy_in_its_files(
 
         assert files_holding(db_path.parent, [SID, *SECRETS]) == {}
         assert files_holding(db_path.parent, [KEPT]) == {"store.db": [KEPT]}
+
+
+async def test_erasing_while_another_process_reads_the_file_does_not_stall_the_store(
+    db_path: Path,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """SQLite backend: emptying the WAL waits for no reader (a backup job, an open sqlite3
+    shell): the store's one writer would hold every ack behind it. The busy timeout is made
+    an hour here, so a wait for the reader would not end; the next erasure empties the WAL."""
+    monkeypatch.setattr(_conn, "BUSY_TIMEOUT_MS", 3_600_000)
+    async with SQLiteStore(db_path, clock=clock) as store:
+        await _fill(store)
+        reader = sqlite3.connect(db_path)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM messages").fetchone()  # holds its snapshot
+        try:
+            async with asyncio.timeout(60):  # a guard only: without the fix, an hour
+                assert await store.delete_session(SID)
+                await store.append_message(OTHER, "user", "a write while the reader reads")
+        finally:
+            reader.rollback()
+            reader.close()
+        assert "the WAL could not be emptied" in caplog.text
+        assert await store.delete_session(OTHER)
+        assert files_holding(db_path.parent, [SID, *SECRETS]) == {}
