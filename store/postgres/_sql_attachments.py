@@ -88,18 +88,22 @@ async def pending(conn: asyncpg.Connection, limit: int) -> list[Attachment]:
 
 
 async def link(
-    conn: asyncpg.Connection, session_id: str, ids: Sequence[str], message_key: str
+    conn: asyncpg.Connection, session_id: str, ids: Sequence[str], message_key: str, now: float
 ) -> None:
-    """Tie uploaded attachments to the message that referenced them (first message wins)."""
+    """Tie uploaded attachments to the message that referenced them (first message wins), each
+    with an ``attachment`` event, in the message's order (the caller holds the session's lock)."""
     if not ids:
         return
-    await conn.execute(
+    rows = await conn.fetch(
         "UPDATE attachments SET message_key = $1 WHERE id = ANY($2::text[])"
-        " AND session_id = $3 AND message_key IS NULL",
+        f" AND session_id = $3 AND message_key IS NULL RETURNING {ATTACHMENT_COLUMNS}",
         message_key,
         list(ids),
         session_id,
     )
+    linked = sorted((to_attachment(row) for row in rows), key=lambda a: ids.index(a.id))
+    for attachment in linked:
+        await add_event(conn, session_id, "attachment", attachment_event(attachment), now)
 
 
 async def finish(

@@ -181,7 +181,7 @@ async def _arrived(
 ) -> None:
     """A new inbound message: link its uploads, record its platform files, log its event."""
     if arrival.links:
-        await attachments.link(conn, session_id, arrival.links, dedup_key)
+        await attachments.link(conn, session_id, arrival.links, dedup_key, now)
     for values in arrival.attachments:
         await attachments.insert(conn, {**values, "session_id": session_id}, now)
     await add_event(conn, session_id, "message", arrival.detail, now)

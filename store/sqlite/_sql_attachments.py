@@ -65,13 +65,20 @@ def pending(conn: sqlite3.Connection, limit: int) -> list[Attachment]:
     return [to_attachment(row) for row in rows]
 
 
-def link(conn: sqlite3.Connection, session_id: str, ids: Sequence[str], message_key: str) -> None:
-    """Tie uploaded attachments to the message that referenced them (first message wins)."""
-    conn.executemany(
-        "UPDATE attachments SET message_key = ? WHERE id = ? AND session_id = ?"
-        " AND message_key IS NULL",
-        [(message_key, attachment_id, session_id) for attachment_id in ids],
-    )
+def link(
+    conn: sqlite3.Connection, session_id: str, ids: Sequence[str], message_key: str, now: float
+) -> None:
+    """Tie uploaded attachments to the message that referenced them (first message wins), each
+    with an ``attachment`` event: a watcher learns the file's name and type as it would a
+    platform file's."""
+    for attachment_id in ids:
+        row = conn.execute(
+            "UPDATE attachments SET message_key = ? WHERE id = ? AND session_id = ?"
+            f" AND message_key IS NULL RETURNING {ATTACHMENT_COLUMNS}",
+            (message_key, attachment_id, session_id),
+        ).fetchone()
+        if row is not None:
+            add_event(conn, session_id, "attachment", attachment_event(to_attachment(row)), now)
 
 
 def finish(

@@ -66,7 +66,7 @@ def _arrived(
 ) -> None:
     """A new inbound message: link its uploads, record its platform files, log its event."""
     if arrival.links:
-        attachments.link(conn, sid, arrival.links, dedup_key)
+        attachments.link(conn, sid, arrival.links, dedup_key, now)
     for values in arrival.attachments:
         attachments.insert(conn, {**values, "session_id": sid}, now)
     add_event(conn, sid, "message", arrival.detail, now)

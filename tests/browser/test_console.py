@@ -8,14 +8,16 @@ Every wait is one of Playwright's auto-waiting ``expect`` assertions or an event
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 from pathlib import Path
 
+import aiohttp
 from playwright.async_api import Locator, Page, Request, Route, WebSocket, expect
 from pytest_aiohttp import AiohttpServer
 
 from tests.e2e.gateway_proc import eventually
-from tests.e2e.ws_client import SlowModel, slow_agents
+from tests.e2e.ws_client import SlowModel, connect, is_turn_end, slow_agents
 from webhook_bot_gateway.store import SQLiteStore
 
 from .conftest import EXAMPLE_CONFIG, REPO, ConsoleGateway, StartGateway
@@ -28,6 +30,9 @@ TG_USER = "42"  # and Telegram's
 HELP = "Hello! I can help with bills"  # triage's reply
 QUEUED = "A person from our team will answer"  # human's handoff reply
 RUN_ACTIVE = "A turn is running for this session; try again in a moment."
+PIXEL_PNG = base64.b64decode(  # a valid 1x1 PNG
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
 
 
 # The page, as a person uses it
@@ -445,3 +450,48 @@ async def test_a_repeated_ctrl_enter_sends_the_operators_reply_once(
     assert isinstance(history, dict)
     operator = [m["text"] for m in history["messages"] if m["role"] == "operator"]
     assert operator == ["Only once, please"]
+
+
+# (g) a web chat user's uploads
+
+
+async def upload(
+    http: aiohttp.ClientSession,
+    gateway: ConsoleGateway,
+    sid: str,
+    name: str,
+    data: bytes,
+    kind: str,
+) -> str:
+    """Upload as the web chat client does (no admin token); the new attachment's id."""
+    form = aiohttp.FormData()
+    form.add_field("file", data, filename=name, content_type=kind)
+    async with http.post(f"{gateway.url}/web/sessions/{sid}/attachments", data=form) as response:
+        assert response.status == 201, await response.text()
+        attachment_id: str = (await response.json())["attachment"]["id"]
+        return attachment_id
+
+
+async def test_a_web_users_uploads_show_by_name_and_an_image_inline(
+    page: Page, gateway: ConsoleGateway
+) -> None:
+    """Uploads showed as "attachment <id>" with no name and no picture: the console names
+    files from the log's ``attachment`` events, which only platform downloads wrote."""
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http,
+        connect(http, gateway.url) as socket,
+    ):
+        sid = socket.session_id
+        invoice = await upload(http, gateway, sid, "invoice.pdf", b"%PDF-1.4\n", "application/pdf")
+        receipt = await upload(http, gateway, sid, "receipt.png", PIXEL_PNG, "image/png")
+        await socket.say("my receipt and the invoice", "c1", (invoice, receipt))
+        await socket.has(is_turn_end, "the turn's end")
+    await sign_in(page, gateway)
+    await listed(page, sid).click()
+    files = shown(page, "user", "my receipt and the invoice").get_by_test_id("attachment")
+    await expect(files).to_have_count(2)
+    await expect(files.first).to_have_attribute("data-attachment-id", invoice)
+    await expect(files.first).to_have_text("⬇ invoice.pdf (9 bytes)")
+    picture = files.last.locator("img")
+    await expect(picture).to_have_attribute("alt", "receipt.png")
+    await expect(picture).to_have_js_property("naturalWidth", 1)  # fetched with the token, shown

@@ -223,6 +223,32 @@ async def test_message_with_an_attachment_reaches_the_turn_and_its_stored_messag
     assert "[attached text: notes.txt (text/plain, 11 bytes)]" in text
 
 
+async def test_a_referenced_upload_is_shown_to_the_socket_by_name_before_its_message(
+    gw: Gateway,
+) -> None:
+    """Every socket of the session (and the console, from the same log) learns an upload's
+    name and type as it learns a platform file's: from an ``attachment`` event."""
+    async with web_session(gw.client) as socket:
+        attachment_id = await uploaded(gw.client, socket.session_id, b"hello world", "notes.txt")
+        assert (await say(socket, "here is my file", "c1", [attachment_id]))["type"] == "ack"
+        await socket.has(
+            lambda f: f["type"] == "message" and f["data"]["role"] == "user", "user message"
+        )
+        [described, message] = socket.logged()[:2]
+    assert described["type"] == "attachment"
+    assert described["data"] == {
+        "id": attachment_id,
+        "name": "notes.txt",
+        "content_type": "text/plain",
+        "size": 11,
+        "state": "ready",
+        "message_key": web_dedup_key(socket.session_id.removeprefix("web-"), "c1"),
+        "at": described["data"]["at"],
+    }
+    assert (message["type"], message["seq"]) == ("message", described["seq"] + 1)
+    assert message["data"]["attachments"] == [attachment_id]
+
+
 @pytest.mark.parametrize("kind", ["other_session", "made_up", "malformed"])
 async def test_message_with_a_foreign_or_unknown_attachment_gets_an_error_and_no_inbox_row(
     gw: Gateway, kind: str

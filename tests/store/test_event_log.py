@@ -73,7 +73,7 @@ async def test_inbound_message_event_lists_links_and_new_platform_files(
         links=(upload.id,),
     )
     await inbox_of(store, item)
-    [event] = await store.list_events(SID)
+    [event] = [e for e in await store.list_events(SID) if e.kind == "message"]
     assert event.detail == {
         "role": "user",
         "text": "see",
@@ -87,6 +87,55 @@ async def test_inbound_message_event_lists_links_and_new_platform_files(
     assert sorted(rows) == sorted([(upload.id, "ready", "k1"), (fetched.id, "pending", "k1")])
     [pending] = await store.pending_attachments()
     assert pending.media_ref == {"account": ACCOUNT, "media_id": "m1"}
+
+
+async def test_an_upload_joining_a_message_is_logged_before_it_with_its_name_and_type(
+    store: Store,
+) -> None:
+    """Uploads reach watchers as platform files do: an ``attachment`` event names each file,
+    logged ahead of the message that brought it, so a client showing that message knows it."""
+    await store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
+    picture, notes = [
+        await store.create_attachment(SID, name=name, content_type=kind, source="upload", size=n)
+        for name, kind, n in (("cat.png", "image/png", 68), ("notes.txt", "text/plain", 5))
+    ]
+    item = InboxIn(CHANNEL, ACCOUNT, "1", "k1", {"text": "see"}, links=(notes.id, picture.id))
+    await inbox_of(store, item)
+    events = await store.list_events(SID)
+    assert [(e.seq, e.kind) for e in events] == [
+        (1, "attachment"),
+        (2, "attachment"),
+        (3, "message"),
+    ]
+    assert [e.detail for e in events[:2]] == [
+        {
+            "id": notes.id,
+            "name": "notes.txt",
+            "content_type": "text/plain",
+            "size": 5,
+            "state": "ready",
+            "message_key": "k1",
+        },
+        {
+            "id": picture.id,
+            "name": "cat.png",
+            "content_type": "image/png",
+            "size": 68,
+            "state": "ready",
+            "message_key": "k1",
+        },
+    ]
+    assert events[2].detail["attachments"] == [notes.id, picture.id]
+
+
+async def test_an_upload_referenced_again_is_not_logged_again(store: Store) -> None:
+    await store.create_session(CHANNEL, ACCOUNT, "1", AGENT)
+    upload = await store.create_attachment(
+        SID, name="a.pdf", content_type="application/pdf", source="upload", size=3
+    )
+    await inbox_of(store, InboxIn(CHANNEL, ACCOUNT, "1", "k1", {"text": "a"}, links=(upload.id,)))
+    await inbox_of(store, InboxIn(CHANNEL, ACCOUNT, "1", "k2", {"text": "b"}, links=(upload.id,)))
+    assert await kinds(store) == ["attachment", "message", "message"]
 
 
 async def test_a_duplicate_message_logs_nothing(store: Store) -> None:
