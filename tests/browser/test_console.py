@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import re
 from pathlib import Path
 
 import aiohttp
@@ -30,6 +31,7 @@ TG_USER = "42"  # and Telegram's
 HELP = "Hello! I can help with bills"  # triage's reply
 QUEUED = "A person from our team will answer"  # human's handoff reply
 RUN_ACTIVE = "A turn is running for this session; try again in a moment."
+NO_ANSWER = "The gateway did not answer: is it running?"
 PIXEL_PNG = base64.b64decode(  # a valid 1x1 PNG
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 )
@@ -450,6 +452,26 @@ async def test_a_repeated_ctrl_enter_sends_the_operators_reply_once(
     assert isinstance(history, dict)
     operator = [m["text"] for m in history["messages"] if m["role"] == "operator"]
     assert operator == ["Only once, please"]
+
+
+async def test_the_simulators_no_answer_error_goes_once_the_gateway_answers_again(
+    page: Page, gateway: ConsoleGateway
+) -> None:
+    """The simulator's read of what the bot sent failed while the gateway was away; its
+    "did not answer" stayed on screen after the reads succeeded again."""
+    sent = re.compile(r"/sandbox/api/sent\?")
+
+    async def unreachable(route: Route) -> None:
+        await route.abort("connectionrefused")
+
+    await page.route(sent, unreachable)
+    await sign_in(page, gateway)
+    error = page.get_by_test_id("sim-error")
+    await expect(error).to_have_text(NO_ANSWER)
+    await page.unroute(sent, unreachable)
+    await expect(error).to_be_hidden()
+    await say(page, "hello")
+    await expect(bot_said(page, HELP)).to_be_visible()
 
 
 # (g) a web chat user's uploads

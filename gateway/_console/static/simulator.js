@@ -85,21 +85,32 @@ export class Simulator {
 
   async loop(signal) {
     const { channel, account, chat_id } = this.chat();
-    let wait = 0; // the first read answers at once
+    let wait = 0; // the first read answers at once, and the first after a failed one
+    let failure = null; // the words this loop showed for its last failed read
     while (!signal.aborted) {
       try {
         const path = `/sandbox/api/sent${query({ channel, chat_id, after: this.after, wait })}`;
         const { sent } = await api(path, { signal });
         if (signal.aborted) return;
+        this.clearError(failure); // the gateway answers again
+        failure = null;
         for (const call of sent) this.received(call, account);
         wait = WAIT;
       } catch (err) {
         if (signal.aborted || err.name === "AbortError") return;
-        showError(this.el("sim-error"), describeError(err));
+        failure = describeError(err);
+        showError(this.el("sim-error"), failure);
         if (err.status === 401) return;
+        wait = 0;
         await new Promise((resolve) => setTimeout(resolve, 2000));
       }
     }
+  }
+
+  /** Clear the error shown, if it still is `text` (a send's error since then stays). */
+  clearError(text) {
+    const el = this.el("sim-error");
+    if (text && el.textContent === text) showError(el, null);
   }
 
   received(call, account) {
