@@ -154,17 +154,18 @@ class Runner:
         before_commit: BeforeCommit | None = None,
         reply_guard: ReplyGuard | None = None,
     ) -> TurnResult | None:
-        """Answer what the user wrote to a person whose agent is gone: a session whose head is
-        a user message written while a human agent held it (``OUTSIDE_TURNS``), and whose
-        active agent is no longer declared (or no longer serves its account). The resolver's
-        fallback answers those messages now, in a turn without a new message, committed once
+        """Answer what the user wrote to a person no longer there: a session whose head is a
+        user message written while a human agent held it (``OUTSIDE_TURNS``), and whose active
+        agent is no longer declared (or no longer serves its account), or is a bot again (an
+        operator handed the session back unanswered). That agent (the resolver's fallback for
+        a gone one) answers those messages now, in a turn without a new message, committed once
         like ``run_turn``'s. None, with nothing written but the log's ``turn_started`` and
         ``turn_cancelled``, when the session is not such a one (any more)."""
         recent = self._limits.max_turns
         try:
             async with self._store.turn(session_id, recent_turns=recent) as turn:
                 before = turn.session.active_agent
-                if not _waits_for_a_gone_agent(turn, self._registry):
+                if not _waits_for_an_answer(turn, self._registry):
                     raise _NothingToAnswer(session_id)
                 agent = resolve_agent(turn, self._registry)
                 loop = TurnLoop(
@@ -242,14 +243,18 @@ class _NothingToAnswer(Exception):
     """The session does not wait for an agent that is gone: roll the turn back."""
 
 
-def _waits_for_a_gone_agent(turn: Turn, registry: Registry) -> bool:
-    """The head is a user message written for a person, and the agent does not resolve."""
+def _waits_for_an_answer(turn: Turn, registry: Registry) -> bool:
+    """The head is a user message written for a person, and no person holds the session any
+    more: its agent does not resolve (gone), or it is a bot (an operator handed it back)."""
     history = turn.history
     if not history or history[-1].role != "user" or not history[-1].data.get(OUTSIDE_TURNS):
         return False
     session = turn.session
     name = turn.active_agent
-    return registry.get(name) is None or not registry.allows(session.channel, session.account, name)
+    agent = registry.get(name)
+    if agent is None or not registry.allows(session.channel, session.account, name):
+        return True
+    return agent.kind != "human"
 
 
 def _keep_only_the_message(turn: Turn, inbound: UserInput) -> None:

@@ -75,7 +75,7 @@ from ._api_models import (
 )
 from ._convert import outbox_row, reply_target, text_message
 from ._export import ExportQuery, SessionExport, build_export, write_zip
-from ._handoff import hand_over
+from ._handoff import hand_over, left_waiting
 from ._http import UNSUPPORTED_ENCODING, body_encoding, encoding_message
 from ._keys import AGENT_NAMES, AGENTS, DISPATCHER, METRICS, SENDER_WAKE, SETTINGS, STORE, AgentInfo
 from ._media.files import erase_session
@@ -525,9 +525,21 @@ async def handoff(request: web.Request) -> web.Response:
         raise _unknown_session(sid) from None
     if updated.told_outbox:
         request.app[SENDER_WAKE].set()
+    await _answer_if_left_waiting(request, sid, target)
     metrics = request.app[METRICS]
     metrics.inc(HANDOFFS, from_agent=session.active_agent, to_agent=body.agent, reason=OPERATOR)
     return respond(_session(updated.session))
+
+
+async def _answer_if_left_waiting(request: web.Request, sid: str, target: AgentInfo) -> None:
+    """Handed back to a bot with the user's messages to the person unanswered: the bot
+    answers them now, in the background (the user would otherwise wait for their next
+    message). A crash first leaves them to that next message's turn, which sees them."""
+    dispatcher = request.app.get(DISPATCHER)
+    if target.kind == "human" or dispatcher is None:
+        return
+    if await left_waiting(request.app[STORE], sid):
+        dispatcher.answer_waiting_soon(sid)
 
 
 @admin_route

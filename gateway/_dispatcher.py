@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from itertools import takewhile
+from typing import Any
 
 from webhook_bot_gateway.agents import DEAD_LETTER, ModelBackendError, Reply, Runner
 from webhook_bot_gateway.channels import ChannelAdapter
@@ -104,6 +105,7 @@ class Dispatcher:
         self._max_lanes = max_lanes or 8 * config.max_concurrent_turns
         self._slots = asyncio.Semaphore(config.max_concurrent_turns)
         self._lanes: dict[str, asyncio.Task[None]] = {}
+        self._answering: set[asyncio.Task[bool]] = set()  # answer_waiting_soon's turns
         self._again: set[str] = set()  # woken while running: look for rows once more
         # Lanes that hold every pending row of their session (the intake hands them over):
         # their turns start without a read. A lane with no entry reads the store.
@@ -305,15 +307,15 @@ class Dispatcher:
             await asyncio.wait({lane})
 
     async def wait_idle(self) -> None:
-        """Until no lane is left (tests, benchmarks)."""
-        while self._lanes:
-            await asyncio.wait(list(self._lanes.values()))
+        """Until no lane (nor ``answer_waiting_soon`` turn) is left (tests, benchmarks)."""
+        while self._lanes or self._answering:
+            await asyncio.wait([*self._lanes.values(), *self._answering])
 
     async def drain(self, grace: float) -> None:
         """Start no more turns; give running ones ``grace`` seconds, then roll them back."""
         self._stop.set()
         self._poll_now.set()
-        lanes = list(self._lanes.values())
+        lanes: list[asyncio.Task[Any]] = [*self._lanes.values(), *self._answering]
         if not lanes:
             return
         _, late = await asyncio.wait(lanes, timeout=grace)
@@ -497,11 +499,21 @@ class Dispatcher:
         self._on_outbox()
         return None
 
+    def answer_waiting_soon(self, sid: str) -> None:
+        """``answer_waiting`` in a task of its own (an operator handed the session back to a
+        bot: its answer must not hold the API's answer); awaited by ``drain``."""
+        if self._stop.is_set():
+            return  # the user's next message's turn sees the messages
+        task = asyncio.create_task(self.answer_waiting(sid), name=f"answer waiting {sid}")
+        self._answering.add(task)
+        task.add_done_callback(self._answering.discard)
+
     async def answer_waiting(self, sid: str) -> bool:
         """Run ``Runner.answer_waiting`` for ``sid`` in a turn slot (the start does, for the
-        sessions whose user wrote to a person whose agent is no longer declared); whether it
-        committed. A failure is logged: the messages wait for the next start, or the user's
-        next message, whose turn falls back and sees them."""
+        sessions whose user wrote to a person whose agent is no longer declared; an operator's
+        handoff back to a bot does too); whether it committed. A failure is logged: the
+        messages wait for the next start (a gone agent's) or the user's next message, whose
+        turn sees them."""
         async with self._slots:
             self.running_turns += 1
             try:

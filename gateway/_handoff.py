@@ -17,7 +17,14 @@ from dataclasses import dataclass
 
 from webhook_bot_gateway.agents import NOT_SENT
 from webhook_bot_gateway.channels.web import CHANNEL as WEB
-from webhook_bot_gateway.store import NewMessage, Session, SessionNotFound, Store, Turn
+from webhook_bot_gateway.store import (
+    OUTSIDE_TURNS,
+    NewMessage,
+    Session,
+    SessionNotFound,
+    Store,
+    Turn,
+)
 
 from ._api_models import OPERATOR
 from ._convert import outbox_row, reply_target, text_message
@@ -65,6 +72,13 @@ async def hand_over(store: Store, session_id: str, agent: AgentInfo, now: float)
     if session is None:  # erased right after
         raise SessionNotFound(session_id)
     return HandedOver(session, told)
+
+
+async def left_waiting(store: Store, session_id: str) -> bool:
+    """Whether the session's head is a message the user wrote to a person, unanswered: an
+    operator who hands it back to a bot leaves the bot to answer it (``answer_waiting``)."""
+    branch = await store.get_branch(session_id)
+    return bool(branch) and branch[-1].role == "user" and bool(branch[-1].data.get(OUTSIDE_TURNS))
 
 
 def _tell(turn: Turn, agent: AgentInfo, now: float) -> None:

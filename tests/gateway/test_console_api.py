@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from tests.e2e.ws_client import WebClient, is_turn_end
-from webhook_bot_gateway.gateway._keys import STORE
+from webhook_bot_gateway.gateway._keys import DISPATCHER, STORE
 from webhook_bot_gateway.gateway.app import build_app
 
 from .ingest_helpers import ADMIN_TOKEN, AUTH, settings
@@ -222,3 +222,39 @@ async def test_live_feed_refuses_an_after_the_store_cannot_hold_and_stays_open(
     assert (await not_a_change(ws))["seq"] == 4
     await ws.send_json({"type": "unwatch"})
     await ws.close()
+
+
+def is_billings(frame: dict[str, Any]) -> bool:
+    return frame["type"] == "message" and frame["data"].get("agent") == "billing"
+
+
+async def test_handing_back_to_a_bot_answers_what_the_user_wrote_to_the_person(
+    client: Client,
+) -> None:
+    """The user wrote to the human queue and nobody answered: handed back to billing, billing
+    answers that message at once, not at the user's next message."""
+    sid = await web_turn(client, "a person please")
+    async with client.ws_connect(f"/ws?session_id={sid}") as ws:
+        socket = WebClient(ws)
+        await socket.next()
+        await socket.say("my invoice INV-1002 please", "c2")
+        await socket.until(is_turn_end, "turn end")
+        handoff = {"agent": "billing"}
+        url = f"/api/sessions/{sid}/handoff"
+        await json_of(await client.post(url, json=handoff, headers=AUTH), 200)
+        answer = await socket.has(is_billings, "billing's answer")
+    assert "INV-1002: 120.50 EUR" in answer["data"]["text"]
+    queue = (await json_of(await client.get("/api/queue", headers=AUTH), 200))["queue"]
+    assert queue == []
+
+
+async def test_handing_back_after_the_operator_answered_runs_no_turn(client: Client) -> None:
+    sid = await web_turn(client, "a person please")
+    reply = {"text": "Sorted: your invoice is paid."}
+    await json_of(await client.post(f"/api/sessions/{sid}/reply", json=reply, headers=AUTH), 202)
+    before = await client.app[STORE].list_events(sid)
+    url = f"/api/sessions/{sid}/handoff"
+    await json_of(await client.post(url, json={"agent": "triage"}, headers=AUTH), 200)
+    await client.app[DISPATCHER].wait_idle()
+    after = await client.app[STORE].list_events(sid)
+    assert [e.kind for e in after[len(before) :]] == ["agent_changed"]  # no turn_started
