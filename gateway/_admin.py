@@ -611,14 +611,35 @@ async def quarantine(request: web.Request) -> web.Response:
 @admin_route
 async def quarantine_item(request: web.Request) -> web.Response:
     """GET /api/quarantine/{qid}: one quarantined delivery with its body (as UTF-8 text)."""
+    number = _quarantine_id(request)
+    item = await request.app[STORE].get_quarantine(number) if number else None
+    if item is None:
+        raise _unknown_quarantine(request)
+    return respond(QuarantineDetail.of(item))
+
+
+@admin_route
+async def delete_quarantine_item(request: web.Request) -> web.Response:
+    """DELETE /api/quarantine/{qid}: erase one quarantined delivery (docs/data.md)."""
+    number = _quarantine_id(request)
+    if not (number and await request.app[STORE].delete_quarantine(number)):
+        raise _unknown_quarantine(request)
+    return web.Response(status=204)
+
+
+def _quarantine_id(request: web.Request) -> int | None:
+    """The path's quarantine id; None for a number no row can have; 400 for no number."""
     raw = request.match_info["qid"]
     if not (raw.isascii() and raw.isdigit()):
         raise ApiError(400, "invalid_field", "quarantine id must be a number", "id")
     number = int(raw)
-    item = await request.app[STORE].get_quarantine(number) if 0 < number <= MAX_ROW_ID else None
-    if item is None:
-        raise ApiError(404, "unknown_quarantine", f"no quarantined delivery {raw}")
-    return respond(QuarantineDetail.of(item))
+    return number if 0 < number <= MAX_ROW_ID else None
+
+
+def _unknown_quarantine(request: web.Request) -> ApiError:
+    return ApiError(
+        404, "unknown_quarantine", f"no quarantined delivery {request.match_info['qid']}"
+    )
 
 
 @admin_route
@@ -669,5 +690,6 @@ def add_admin_routes(app: web.Application) -> None:
     router.add_get("/api/deadletters", dead_letters)
     router.add_get("/api/quarantine", quarantine)
     router.add_get("/api/quarantine/{qid}", quarantine_item)
+    router.add_delete("/api/quarantine/{qid}", delete_quarantine_item)
     router.add_get("/api/openapi.json", openapi_json)  # no token: it holds no data
     router.add_route("*", r"/api/{tail:[\s\S]*}", unknown_route)  # last; "." misses a newline

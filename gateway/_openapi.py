@@ -277,6 +277,12 @@ OPERATIONS: tuple[Operation, ...] = (
         {200: QuarantineDetail, 400: "invalid_field: not a number", 404: "unknown_quarantine"},
     ),
     Operation(
+        "DELETE",
+        "/api/quarantine/{qid}",
+        "Erase one quarantined delivery (its body held a user's message)",
+        {204: "erased", 400: "invalid_field: not a number", 404: "unknown_quarantine"},
+    ),
+    Operation(
         "GET",
         "/api/openapi.json",
         "This document",

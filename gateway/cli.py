@@ -134,6 +134,17 @@ def _add_quarantine(commands: argparse._SubParsersAction[argparse.ArgumentParser
     listing.add_argument("--pending", action="store_true", help="only rows not replayed yet")
     replay = _add(actions, "replay", "re-parse quarantined deliveries; record those that pass")
     replay.add_argument("id", nargs="?", type=int, help="one row (default: every row not replayed)")
+    _add_quarantine_delete(actions)
+
+
+def _add_quarantine_delete(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    text = "erase quarantined deliveries: one row, or every row whose body names a chat"
+    delete = _add(actions, "delete", text)
+    which = delete.add_mutually_exclusive_group(required=True)
+    which.add_argument("id", nargs="?", type=int, help="the row to erase")
+    chat = "every row of --channel whose body names this chat id (a user's erasure request)"
+    which.add_argument("--chat", metavar="CHAT_ID", help=chat)
+    delete.add_argument("--channel", choices=get_args(Channel), help="the channel of --chat")
 
 
 def _add_telegram(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

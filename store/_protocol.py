@@ -440,6 +440,13 @@ class Store(Protocol):
     async def mark_replayed(self, quarantine_id: int) -> None:
         """Record that a quarantined delivery was replayed (sets ``replayed_at``)."""
 
+    async def delete_quarantine(self, quarantine_id: int) -> bool:
+        """Erase one quarantined delivery; False if there was none."""
+
+    async def delete_chat_quarantine(self, channel: str, chat_id: str) -> int:
+        """Erase the quarantined deliveries of ``channel`` whose body names ``chat_id`` as a
+        whole token (as ``delete_session`` does for its chat), of any account; how many."""
+
     async def purge_finished(self, older_than_seconds: float, chunk_size: int = 1000) -> int:
         """Delete done inbox rows and sent outbox rows older than the cutoff, in chunks."""
 

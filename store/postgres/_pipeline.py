@@ -361,6 +361,19 @@ class PipelineMethods:
         run = partial(quarantine.mark_replayed, quarantine_id=quarantine_id, now=self._now())
         await self._db.write(run)
 
+    async def delete_quarantine(self, quarantine_id: int) -> bool:
+        """Erase one quarantined delivery; False if there was none. Dead row versions stay in
+        the table files until VACUUM reclaims them."""
+        check_int("quarantine_id", quarantine_id, 1)
+        return await self._db.write(partial(quarantine.delete, quarantine_id=quarantine_id))
+
+    async def delete_chat_quarantine(self, channel: str, chat_id: str) -> int:
+        """Erase the quarantined deliveries of ``channel`` that name ``chat_id``; how many."""
+        check_text("channel", channel)
+        check_text("chat_id", chat_id)
+        run = partial(quarantine.delete_naming_chat, channel=channel, chat_id=chat_id)
+        return await self._db.write(run)
+
     async def purge_finished(self, older_than_seconds: float, chunk_size: int = 1000) -> int:
         """Delete done inbox rows and sent outbox rows older than the cutoff, in chunks."""
         cutoff = args.finished_cutoff(older_than_seconds, chunk_size, self._now())

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from .._erasure import names_chat
 from .._errors import QuarantineNotFound
 from .._pipeline_rows import QUARANTINE_COLUMNS, to_quarantine
 from .._pipeline_types import QuarantineItem
@@ -53,3 +54,28 @@ async def mark_replayed(conn: asyncpg.Connection, quarantine_id: int, now: float
     )
     if found is None:
         raise QuarantineNotFound(quarantine_id)
+
+
+async def delete(conn: asyncpg.Connection, quarantine_id: int) -> bool:
+    """Delete one row; False if there was none."""
+    found = await conn.fetchval("DELETE FROM quarantine WHERE id = $1 RETURNING id", quarantine_id)
+    return found is not None
+
+
+async def delete_naming_chat(
+    conn: asyncpg.Connection, channel: str, chat_id: str, account: str | None = None
+) -> int:
+    """Delete the rows of ``channel`` whose body names ``chat_id`` as a whole token; only those
+    of ``account`` (or of no account) if given. Return the count."""
+    by_account = "" if account is None else " AND (account IS NULL OR account = $3)"
+    params: list[object] = [channel, chat_id.encode()]
+    if account is not None:
+        params.append(account)
+    rows = await conn.fetch(
+        f"SELECT id, body FROM quarantine WHERE channel = $1{by_account}"
+        " AND position($2::bytea in body) > 0",
+        *params,
+    )
+    ids = [row[0] for row in rows if names_chat(bytes(row[1]), chat_id)]
+    await conn.execute("DELETE FROM quarantine WHERE id = ANY($1::bigint[])", ids)
+    return len(ids)

@@ -25,7 +25,6 @@ from typing import Any
 import asyncpg
 
 from .._args import Filters
-from .._erasure import names_chat
 from .._errors import MessageNotFound, RunActive, SessionNotFound
 from .._rows import (
     EVENT_COLUMNS,
@@ -39,6 +38,7 @@ from .._rows import (
 )
 from .._types import Message, Session, SessionEvent
 from ._db import holds_lock, noted_events, noted_locked, returned
+from ._sql_quarantine import delete_naming_chat
 
 __all__ = [
     "Filters",
@@ -171,15 +171,7 @@ async def delete_session(conn: asyncpg.Connection, session_id: str) -> bool:
     if row is None:
         return False
     channel, account, chat_id = row
-    rows = await conn.fetch(
-        "SELECT id, body FROM quarantine WHERE channel = $1 AND (account IS NULL OR account = $2)"
-        " AND position($3::bytea in body) > 0",
-        channel,
-        account,
-        chat_id.encode(),
-    )
-    ids = [row[0] for row in rows if names_chat(bytes(row[1]), chat_id)]
-    await conn.execute("DELETE FROM quarantine WHERE id = ANY($1::bigint[])", ids)
+    await delete_naming_chat(conn, channel, chat_id, account)
     return True
 
 

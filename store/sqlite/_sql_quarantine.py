@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
+from .._erasure import names_chat
 from .._errors import QuarantineNotFound
 from .._pipeline_rows import QUARANTINE_COLUMNS, to_quarantine
 from .._pipeline_types import QuarantineItem
@@ -47,3 +48,25 @@ def mark_replayed(conn: sqlite3.Connection, quarantine_id: int, now: float) -> N
     )
     if cursor.rowcount == 0:
         raise QuarantineNotFound(quarantine_id)
+
+
+def delete(conn: sqlite3.Connection, quarantine_id: int) -> bool:
+    """Delete one row; False if there was none."""
+    cursor = conn.execute("DELETE FROM quarantine WHERE id = ?", (quarantine_id,))
+    return cursor.rowcount > 0
+
+
+def delete_naming_chat(
+    conn: sqlite3.Connection, channel: str, chat_id: str, account: str | None = None
+) -> int:
+    """Delete the rows of ``channel`` whose body names ``chat_id`` as a whole token; only those
+    of ``account`` (or of no account) if given. Return the count."""
+    by_account = "" if account is None else " AND (account IS NULL OR account = :account)"
+    rows = conn.execute(
+        f"SELECT id, body FROM quarantine WHERE channel = :channel{by_account}"
+        " AND instr(body, :chat) > 0",
+        {"channel": channel, "account": account, "chat": chat_id.encode()},
+    ).fetchall()
+    ids = [(row[0],) for row in rows if names_chat(bytes(row[1]), chat_id)]
+    conn.executemany("DELETE FROM quarantine WHERE id = ?", ids)
+    return len(ids)

@@ -10,7 +10,6 @@ from collections.abc import Collection
 from typing import Any
 
 from .._args import Filters
-from .._erasure import names_chat
 from .._errors import MessageNotFound, RunActive, SessionNotFound
 from .._rows import (
     EVENT_COLUMNS,
@@ -23,6 +22,7 @@ from .._rows import (
     to_session,
 )
 from .._types import Message, Session, SessionEvent
+from ._sql_quarantine import delete_naming_chat
 
 _BRANCH = f"""
 WITH RECURSIVE branch (id, depth) AS (
@@ -90,13 +90,7 @@ def delete_session(conn: sqlite3.Connection, session_id: str) -> bool:
     if session is None:
         return False
     conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
-    rows = conn.execute(
-        "SELECT id, body FROM quarantine WHERE channel = ? AND (account IS NULL OR account = ?)"
-        " AND instr(body, ?) > 0",
-        (session.channel, session.account, session.chat_id.encode()),
-    ).fetchall()
-    ids = [(row[0],) for row in rows if names_chat(bytes(row[1]), session.chat_id)]
-    conn.executemany("DELETE FROM quarantine WHERE id = ?", ids)
+    delete_naming_chat(conn, session.channel, session.chat_id, session.account)
     return True
 
 

@@ -20,6 +20,7 @@ from .._checks import (
     check_int,
     check_seconds,
     check_secret_name,
+    check_text,
     session_values,
 )
 from .._errors import SessionExistsError, StoreError
@@ -28,6 +29,7 @@ from .._lifecycle import OpenClose
 from .._retention import HistoryPurged, purge_all
 from .._types import AgentCount, Message, Role, Session, SessionEvent, SessionStatus, Waiting
 from . import _sql_dedup as dedup
+from . import _sql_quarantine as quarantine
 from . import _sql_retention as retention
 from . import _sql_sessions as sql
 from . import _sql_waiting as waiting
@@ -150,9 +152,32 @@ class SQLiteStore(PipelineMethods, AttachmentMethods, TableMethods, OpenClose):
         emptied afterwards, so no copy of it stays in the files either."""
         validate_session_id(session_id)
         deleted = await self._db.write(partial(sql.delete_session, session_id=session_id))
-        if deleted and not await self._db.call(sql.truncate_wal):
-            log.warning("after erasing a session the WAL could not be emptied (a reader held it)")
+        if deleted:
+            await self._empty_wal_after_erasing("a session")
         return deleted
+
+    async def delete_quarantine(self, quarantine_id: int) -> bool:
+        """Erase one quarantined delivery; False if there was none. As with ``delete_session``,
+        no copy of it stays in the files."""
+        check_int("quarantine_id", quarantine_id, 1)
+        deleted = await self._db.write(partial(quarantine.delete, quarantine_id=quarantine_id))
+        if deleted:
+            await self._empty_wal_after_erasing("a quarantined delivery")
+        return deleted
+
+    async def delete_chat_quarantine(self, channel: str, chat_id: str) -> int:
+        """Erase the quarantined deliveries of ``channel`` that name ``chat_id``; how many."""
+        check_text("channel", channel)
+        check_text("chat_id", chat_id)
+        run = partial(quarantine.delete_naming_chat, channel=channel, chat_id=chat_id)
+        deleted = await self._db.write(run)
+        if deleted:
+            await self._empty_wal_after_erasing("quarantined deliveries")
+        return deleted
+
+    async def _empty_wal_after_erasing(self, what: str) -> None:
+        if not await self._db.call(sql.truncate_wal):
+            log.warning("after erasing %s the WAL could not be emptied (a reader held it)", what)
 
     async def list_sessions(
         self,

@@ -33,6 +33,7 @@ ROUTES = [
     ("GET", "/api/deadletters"),
     ("GET", "/api/quarantine"),
     ("GET", "/api/quarantine/1"),
+    ("DELETE", "/api/quarantine/1"),
     ("GET", "/api/nothing-here"),
 ]
 
@@ -388,6 +389,20 @@ async def test_admin_quarantine_lists_rows_and_shows_one_with_its_body(client: C
     missing = await client.get("/api/quarantine/999", headers=AUTH)
     assert (await error_of(missing, 404))["code"] == "unknown_quarantine"
     bad = await client.get("/api/quarantine/abc", headers=AUTH)
+    assert (await error_of(bad, 400))["code"] == "invalid_field"
+
+
+async def test_admin_delete_quarantine_erases_one_row(client: Client) -> None:
+    """A chat with no session: its quarantined body is erased by id (docs/data.md)."""
+    kept = [QuarantineIn("whatsapp", None, body, "body is not JSON") for body in (b"<a", b"<b")]
+    first, second = [r.quarantine_id for r in await store_of(client).ingest(kept)]
+    erased = await client.delete(f"/api/quarantine/{first}", headers=AUTH)
+    assert (erased.status, await erased.read()) == (204, b"")
+    listed = (await (await client.get("/api/quarantine", headers=AUTH)).json())["quarantine"]
+    assert [q["id"] for q in listed] == [second]
+    again = await client.delete(f"/api/quarantine/{first}", headers=AUTH)
+    assert (await error_of(again, 404))["code"] == "unknown_quarantine"
+    bad = await client.delete("/api/quarantine/abc", headers=AUTH)
     assert (await error_of(bad, 400))["code"] == "invalid_field"
 
 

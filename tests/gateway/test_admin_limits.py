@@ -208,10 +208,12 @@ async def test_event_numbers_outside_the_range_are_a_400(client: Client, query: 
     ("qid", "status"),
     [("0", 404), ("00", 404), ("9" * 23, 404), (str(BIG), 404), ("-1", 400), ("1.0", 400)],
 )
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
 async def test_quarantine_ids_outside_the_store_are_a_json_refusal(
-    client: Client, qid: str, status: int
+    client: Client, method: str, qid: str, status: int
 ) -> None:
-    error = await error_of(await client.get(f"/api/quarantine/{qid}", headers=AUTH), status)
+    response = await client.request(method, f"/api/quarantine/{qid}", headers=AUTH)
+    error = await error_of(response, status)
     assert error["code"] == ("unknown_quarantine" if status == 404 else "invalid_field")
 
 

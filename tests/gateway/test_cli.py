@@ -181,6 +181,7 @@ def test_sessions_show_lists_the_branch_and_delete_erases(tmp_path: Path) -> Non
             "error: no session 'telegram-support-404'",
         ),
         (["quarantine", "replay", "999"], "error: no quarantined delivery 999"),
+        (["quarantine", "delete", "999"], "error: no quarantined delivery 999"),
     ],
 )
 def test_an_unknown_id_is_an_error_on_stderr_and_nothing_on_stdout(

@@ -22,6 +22,7 @@ READ_CONFIG = [
     ["quarantine"],
     ["quarantine", "list"],
     ["quarantine", "replay"],
+    ["quarantine", "delete"],
     ["telegram"],
     ["telegram", "set-webhook"],
 ]

@@ -241,6 +241,50 @@ def test_quarantine_cli_lists_and_replays(tmp_path: Path, db_path: Path) -> None
     assert out.getvalue() == "nothing to replay\n"
 
 
+def test_quarantine_cli_deletes_one_row_or_the_rows_naming_a_chat(
+    tmp_path: Path, db_path: Path
+) -> None:
+    """A support desk erasing a user who has no session: by row id, or by the chat's id."""
+    chat = "4915550001234"
+    bodies = [f'{{"wa_id": "{chat}", "n": {n}}}'.encode() for n in range(3)]
+
+    async def seed() -> None:
+        async with SQLiteStore(db_path) as store:
+            await store.ingest([QuarantineIn("whatsapp", None, body, "bad") for body in bodies])
+
+    asyncio.run(seed())
+    config = str(write_config(tmp_path, db_path))
+    out = io.StringIO()
+    assert main(["--config", config, "quarantine", "delete", "1"], out=out) == 0
+    assert out.getvalue() == "deleted quarantined delivery 1\n"
+    out = io.StringIO()
+    command = ["quarantine", "delete", "--chat", chat, "--channel", "whatsapp"]
+    assert main(["--config", config, *command], out=out) == 0
+    assert out.getvalue() == f"deleted 2 quarantined deliveries naming whatsapp chat {chat}\n"
+    assert rows(db_path, "SELECT count(*) FROM quarantine") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("command", "error"),
+    [
+        (["--chat", "42"], "error: --chat needs --channel (telegram, whatsapp or web)\n"),
+        (["1", "--channel", "telegram"], "error: --channel goes with --chat CHAT_ID\n"),
+        (["--chat", "", "--channel", "telegram"], "error: --chat must not be empty\n"),
+    ],
+)
+def test_quarantine_cli_delete_refuses_a_chat_without_its_channel(
+    tmp_path: Path,
+    db_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+    error: str,
+) -> None:
+    config = str(write_config(tmp_path, db_path))
+    assert main(["--config", config, "quarantine", "delete", *command]) == 1
+    assert capsys.readouterr().err == error
+    assert not db_path.exists()  # refused before the store was opened (or created)
+
+
 async def test_replay_turns_a_quarantined_delivery_into_a_turn_of_the_running_gateway(
     aiohttp_client: Any, config: Settings, db_path: Path
 ) -> None:

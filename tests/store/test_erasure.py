@@ -157,3 +157,20 @@ async def test_erasing_while_another_process_reads_the_file_does_not_stall_the_s
         assert "the WAL could not be emptied" in caplog.text
         assert await store.delete_session(OTHER)
         assert files_holding(db_path.parent, [SID, *SECRETS]) == {}
+
+
+async def test_erasing_a_quarantined_body_on_a_sqlite_file_leaves_no_copy_in_its_files(
+    db_path: Path, clock: FakeClock
+) -> None:
+    """SQLite backend: a chat with no session, its body erased by id, as a session is."""
+    body = f'{{"wa_id": "{CHAT}", "text": "{SECRETS[0]}"}}'.encode()
+    async with SQLiteStore(db_path, clock=clock) as store:
+        [result] = await store.ingest([QuarantineIn(CHANNEL, None, body, "bad")])
+    assert files_holding(db_path.parent, [SECRETS[0]]) == {"store.db": [SECRETS[0]]}
+    async with SQLiteStore(db_path, clock=clock) as store:
+        await store.ingest([QuarantineIn(CHANNEL, None, b"a write after the restart", "bad")])
+        assert result.quarantine_id is not None
+
+        assert await store.delete_quarantine(result.quarantine_id)
+
+        assert files_holding(db_path.parent, [SECRETS[0]]) == {}

@@ -81,6 +81,37 @@ async def test_replay_records_the_parsed_events(store: Store) -> None:
     assert [r.dedup_key for r in await store.pending_inbox(sid("a"))] == ["k1", "k2"]
 
 
+async def test_delete_quarantine_erases_that_row_only(store: Store) -> None:
+    first, second = await quarantine(store, b"one", b"two")
+    assert await store.delete_quarantine(first)
+    assert await store.get_quarantine(first) is None
+    assert [q.id for q in await store.list_quarantine()] == [second]
+    assert not await store.delete_quarantine(first)  # gone: nothing more to erase
+
+
+async def test_delete_chat_quarantine_erases_the_bodies_naming_the_chat_of_any_account(
+    store: Store,
+) -> None:
+    """A chat with no session: the bodies are found by its id, as erasing its session would."""
+    chat = "4915550001234"
+    named = [f'{{"from": "{chat}", "n": {n}}}'.encode() for n in range(2)]
+    await store.ingest(
+        [
+            QuarantineIn(CHANNEL, None, named[0], "bad"),
+            QuarantineIn(CHANNEL, "another-account", named[1], "bad"),
+            QuarantineIn(CHANNEL, None, f'{{"from": "{chat}5"}}'.encode(), "bad"),  # longer id
+            QuarantineIn("telegram", None, named[0], "bad"),  # another channel's chat
+        ]
+    )
+    assert await store.delete_chat_quarantine(CHANNEL, chat) == 2
+    left = await store.list_quarantine()
+    assert [(q.channel, q.body) for q in left] == [
+        ("telegram", named[0]),
+        (CHANNEL, f'{{"from": "{chat}5"}}'.encode()),
+    ]
+    assert await store.delete_chat_quarantine(CHANNEL, chat) == 0
+
+
 @pytest.mark.parametrize(
     ("call", "field"),
     [
@@ -91,6 +122,11 @@ async def test_replay_records_the_parsed_events(store: Store) -> None:
         (lambda s: s.get_quarantine(0), "quarantine_id"),
         (lambda s: s.get_quarantine("1"), "quarantine_id"),
         (lambda s: s.mark_replayed(-3), "quarantine_id"),
+        (lambda s: s.delete_quarantine(0), "quarantine_id"),
+        (lambda s: s.delete_quarantine("1"), "quarantine_id"),
+        (lambda s: s.delete_chat_quarantine("", "42"), "channel"),
+        (lambda s: s.delete_chat_quarantine(CHANNEL, ""), "chat_id"),
+        (lambda s: s.delete_chat_quarantine(CHANNEL, "4\x002"), "chat_id"),
     ],
 )
 async def test_quarantine_calls_reject_bad_arguments(
