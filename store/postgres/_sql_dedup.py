@@ -40,3 +40,21 @@ async def purge_chunk(conn: asyncpg.Connection, cutoff: float, chunk_size: int) 
     """Delete up to ``chunk_size`` rows seen before ``cutoff``, oldest first; return the count."""
     status = await conn.execute(_PURGE, cutoff, chunk_size)
     return int(status.rsplit(" ", 1)[-1])
+
+
+async def forget(conn: asyncpg.Connection, prefixes: Sequence[str]) -> None:
+    """Delete the keys that begin with one of ``prefixes``.
+
+    A LIKE, not a range of the primary key: under the database's collation the key's order need
+    not be the order of its bytes. Erasures and retention passes are rare enough for its scan.
+    """
+    if prefixes:
+        patterns = [_escaped(prefix) + "%" for prefix in prefixes]
+        await conn.execute(
+            "DELETE FROM processed_messages WHERE key LIKE ANY($1::text[])", patterns
+        )
+
+
+def _escaped(text: str) -> str:
+    """``text`` matched literally by LIKE (whose escape character is a backslash)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncpg
 
+from .._erasure import client_key_prefixes
 from .._retention import chosen
 from ._db import noted_locked
+from ._sql_dedup import forget as forget_keys
 
 _NOT_RUNNING = "(SELECT status FROM sessions AS s WHERE s.session_id = t.session_id) <> 'running'"
 
@@ -122,11 +124,13 @@ EMPTY = (
 
 
 async def empty_sessions_chunk(conn: asyncpg.Connection, cutoff: float, chunk_size: int) -> int:
-    """Delete up to ``chunk_size`` sessions left with nothing (their last event goes with them)."""
-    status = await conn.execute(
+    """Delete up to ``chunk_size`` sessions left with nothing (their last event goes with them),
+    and a web chat's dedup keys with its session (store/_erasure.py)."""
+    chats = await conn.fetch(
         "DELETE FROM sessions WHERE session_id IN (SELECT session_id FROM sessions AS s"
-        f" WHERE {EMPTY} LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        f" WHERE {EMPTY} LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING channel, chat_id",
         cutoff,
         chunk_size,
     )
-    return int(status.split()[-1])
+    await forget_keys(conn, client_key_prefixes((row[0], row[1]) for row in chats))
+    return len(chats)

@@ -25,6 +25,7 @@ from typing import Any
 import asyncpg
 
 from .._args import Filters
+from .._erasure import client_key_prefixes
 from .._errors import MessageNotFound, RunActive, SessionNotFound
 from .._rows import (
     EVENT_COLUMNS,
@@ -38,6 +39,7 @@ from .._rows import (
 )
 from .._types import Message, Session, SessionEvent
 from ._db import holds_lock, noted_events, noted_locked, returned
+from ._sql_dedup import forget as forget_keys
 from ._sql_quarantine import delete_naming_chat
 
 __all__ = [
@@ -162,8 +164,8 @@ async def update_session(
 
 async def delete_session(conn: asyncpg.Connection, session_id: str) -> bool:
     """Erase a session: its row, with everything that cascades from it (messages, events,
-    attachments, inbox, outbox), and the quarantined bodies that name its chat; False if
-    there was none."""
+    attachments, inbox, outbox), the quarantined bodies that name its chat, and a web chat's
+    dedup keys (store/_erasure.py); False if there was none."""
     row = await conn.fetchrow(
         "DELETE FROM sessions WHERE session_id = $1 RETURNING channel, account, chat_id",
         session_id,
@@ -172,6 +174,7 @@ async def delete_session(conn: asyncpg.Connection, session_id: str) -> bool:
         return False
     channel, account, chat_id = row
     await delete_naming_chat(conn, channel, chat_id, account)
+    await forget_keys(conn, client_key_prefixes([(channel, chat_id)]))
     return True
 
 

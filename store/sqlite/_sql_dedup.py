@@ -45,3 +45,16 @@ def purge_chunk(conn: sqlite3.Connection, cutoff: float, chunk_size: int) -> int
         (cutoff, chunk_size),
     )
     return cursor.rowcount
+
+
+def forget(conn: sqlite3.Connection, prefixes: Sequence[str]) -> int:
+    """Delete the keys that begin with one of ``prefixes``; return the count. Each is a range
+    of the primary key (its BINARY order is the order of the bytes)."""
+    deleted = 0
+    for prefix in prefixes:
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)  # the first string past every match
+        cursor = conn.execute(
+            "DELETE FROM processed_messages WHERE key >= ? AND key < ?", (prefix, end)
+        )
+        deleted += cursor.rowcount
+    return deleted

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import sqlite3
 
+from .._erasure import client_key_prefixes
 from .._retention import chosen
+from ._sql_dedup import forget as forget_keys
 
 _NOT_RUNNING = "(SELECT status FROM sessions AS s WHERE s.session_id = t.session_id) <> 'running'"
 
@@ -88,10 +90,12 @@ EMPTY = (
 
 
 def empty_sessions_chunk(conn: sqlite3.Connection, cutoff: float, chunk_size: int) -> int:
-    """Delete up to ``chunk_size`` sessions left with nothing (their last event goes with them)."""
-    cursor = conn.execute(
+    """Delete up to ``chunk_size`` sessions left with nothing (their last event goes with them),
+    and a web chat's dedup keys with its session (store/_erasure.py)."""
+    chats = conn.execute(
         "DELETE FROM sessions WHERE session_id IN (SELECT session_id FROM sessions AS s"
-        f" WHERE {EMPTY} LIMIT :limit)",
+        f" WHERE {EMPTY} LIMIT :limit) RETURNING channel, chat_id",
         {"cutoff": cutoff, "limit": chunk_size},
-    )
-    return cursor.rowcount
+    ).fetchall()
+    forget_keys(conn, client_key_prefixes((channel, chat_id) for channel, chat_id in chats))
+    return len(chats)

@@ -10,6 +10,7 @@ from collections.abc import Collection
 from typing import Any
 
 from .._args import Filters
+from .._erasure import client_key_prefixes
 from .._errors import MessageNotFound, RunActive, SessionNotFound
 from .._rows import (
     EVENT_COLUMNS,
@@ -22,6 +23,7 @@ from .._rows import (
     to_session,
 )
 from .._types import Message, Session, SessionEvent
+from ._sql_dedup import forget as forget_keys
 from ._sql_quarantine import delete_naming_chat
 
 _BRANCH = f"""
@@ -84,13 +86,14 @@ def update_session(
 
 def delete_session(conn: sqlite3.Connection, session_id: str) -> bool:
     """Erase a session: its row, with everything that cascades from it (messages, events,
-    attachments, inbox, outbox), and the quarantined bodies that name its chat; False if
-    there was none."""
+    attachments, inbox, outbox), the quarantined bodies that name its chat, and a web chat's
+    dedup keys (store/_erasure.py); False if there was none."""
     session = select_session(conn, session_id)
     if session is None:
         return False
     conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
     delete_naming_chat(conn, session.channel, session.chat_id, session.account)
+    forget_keys(conn, client_key_prefixes([(session.channel, session.chat_id)]))
     return True
 
 

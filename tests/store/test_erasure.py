@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from webhook_bot_gateway.channels.web import web_dedup_key
 from webhook_bot_gateway.store import (
     InboxIn,
     NewMessage,
@@ -102,6 +103,28 @@ async def test_erasing_a_session_leaves_no_row_naming_it_or_holding_its_texts(
     assert set(after[KEPT]) >= {"messages", "inbox", "quarantine"}  # the other chat is intact
     assert await raw.count(DEDUP) == 3  # the keys stay: a redelivery is not taken as new
     assert not await store.delete_session(SID)
+
+
+# A web chat id with LIKE's wildcard in it: ``_`` must match only itself (the decoy's ``X``).
+WEB_CHAT = "0f8fe7a2_c6b8"
+
+
+async def test_erasing_a_web_session_forgets_its_client_ids_and_only_those(store: Store) -> None:
+    """The web client, not a platform, resends, and a session begun anew under the same id
+    uses "c1" again: its message must not be taken for a duplicate (docs/data.md)."""
+    web = await store.create_session("web", "", WEB_CHAT, "triage")
+    mine = web_dedup_key(WEB_CHAT, "c1")
+    others = [
+        web_dedup_key(WEB_CHAT + "-2", "c1"),  # a longer chat id
+        web_dedup_key(WEB_CHAT.replace("_", "X"), "c1"),
+        web_dedup_key("x" + WEB_CHAT, "c1"),
+        "whatsapp:wamid.1",
+    ]
+    assert await store.claim([mine, *others]) == {mine, *others}
+
+    assert await store.delete_session(web.session_id)
+
+    assert await store.claim([mine, *others]) == {mine}  # new again; the others still live
 
 
 def files_holding(folder: Path, texts: Iterable[str]) -> dict[str, list[str]]:

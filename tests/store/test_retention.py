@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from webhook_bot_gateway.channels.web import web_dedup_key
 from webhook_bot_gateway.store import NewMessage, OutboxIn, QuarantineIn, Store
 
 from .conftest import FakeClock, Raw
@@ -63,6 +64,23 @@ async def test_a_session_left_empty_is_deleted_and_a_recent_one_is_not(
     assert await store.get_session(SID) is None
     assert await store.get_session(OTHER) is not None
     assert (purged.counts["messages"], purged.counts["sessions"]) == (1, 1)
+
+
+async def test_a_web_session_deleted_takes_its_client_ids_with_it(
+    store: Store, clock: FakeClock
+) -> None:
+    """Its user, back with the same session id, sends "c1" again: a new message (docs/data.md).
+    A retention shorter than the dedup TTL: the keys are still live when the session goes."""
+    web = await store.create_session("web", "", "0f8fe7a2c6b8", AGENT)
+    await store.append_message(web.session_id, "user", "old text")
+    keys = [web_dedup_key("0f8fe7a2c6b8", "c1"), "whatsapp:wamid.1"]
+    assert await store.claim(keys) == set(keys)
+    clock.advance(2 * DAY)
+
+    purged = await store.purge_history(DAY)
+
+    assert purged.counts["sessions"] == 1
+    assert await store.claim(keys) == {keys[0]}
 
 
 async def test_a_session_with_only_old_history_but_pending_work_stays_without_a_head(
