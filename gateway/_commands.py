@@ -127,7 +127,20 @@ async def purge(settings: Settings, args: argparse.Namespace, out: TextIO) -> in
         counts = ", ".join(f"{table} {n}" for table, n in history.counts.items())
         days = settings.store.retention_days
         print(f"retention ({days} days): {counts}, files {len(history.attachments)}", file=out)
-    return 0
+    return _files_left_status(purger.files_left)
+
+
+def _files_left_status(left: tuple[Path, ...]) -> int:
+    """0, or 1 after one stderr line naming the files of purged rows that are still on disk."""
+    if not left:
+        return 0
+    paths = ", ".join(str(path) for path in left)
+    print(
+        f"error: {len(left)} file(s) of deleted rows could not be removed: {paths};"
+        " remove them by hand",
+        file=sys.stderr,
+    )
+    return 1
 
 
 async def sessions(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:

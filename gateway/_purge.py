@@ -54,6 +54,7 @@ class Purger:
         self._keep = keep_seconds  # done inbox and sent outbox rows are kept this long
         self._retention = retention
         self._next_retention = 0.0  # monotonic time: the first pass runs at once
+        self._files_left: tuple[tuple[str, str], ...] = ()  # (session, attachment): tried again
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
@@ -67,6 +68,15 @@ class Purger:
 
     def stop(self) -> None:
         self._stop.set()
+
+    @property
+    def files_left(self) -> tuple[Path, ...]:
+        """The files of purged attachment rows that could not be removed (tried again at each
+        retention pass of this purger): they are no longer named by any row."""
+        if self._retention is None:
+            return ()
+        root = self._retention.media_root
+        return tuple(attachment_path(root, sid, aid) for sid, aid in self._files_left)
 
     async def purge_once(self) -> tuple[int, int]:
         """One purge; returns (dedup rows, finished rows) deleted. Store errors are logged."""
@@ -82,7 +92,9 @@ class Purger:
 
     async def retain_once(self) -> HistoryPurged | None:
         """One retention pass: rows first, then the files of the attachment rows that went (no
-        row ever names a file that is gone). None without a retention, or on a store error."""
+        row ever names a file that is gone), and those an earlier pass could not remove. A file
+        that cannot be removed is logged and kept in ``files_left``; the pass goes on. None
+        without a retention, or on a store error."""
         if self._retention is None:
             return None
         try:
@@ -90,20 +102,46 @@ class Purger:
         except StoreError as exc:
             log.warning("retention failed, will try again tomorrow: %s", exc)
             return None
-        await asyncio.to_thread(remove_files, self._retention.media_root, purged.attachments)
-        if purged.total:
+        files = (*self._files_left, *purged.attachments)
+        self._files_left = await asyncio.to_thread(remove_files, self._retention.media_root, files)
+        if purged.total or self._files_left:
             counts = ", ".join(f"{table} {n}" for table, n in purged.counts.items() if n)
-            files = len(purged.attachments)
-            log.info("retention deleted rows older than the cutoff: %s; files %d", counts, files)
+            log.info(
+                "retention deleted rows older than the cutoff: %s; files %d, not removed %d",
+                counts or "none",
+                len(purged.attachments),
+                len(self._files_left),
+            )
         return purged
 
 
-def remove_files(root: Path, attachments: tuple[tuple[str, str], ...]) -> None:
-    """Delete these attachments' files, and their sessions' folders once empty."""
-    for session_id, attachment_id in attachments:
-        attachment_path(root, session_id, attachment_id).unlink(missing_ok=True)
+def remove_files(
+    root: Path, attachments: tuple[tuple[str, str], ...]
+) -> tuple[tuple[str, str], ...]:
+    """Delete these attachments' files, and their sessions' folders once empty; return the
+    (session, attachment) pairs whose file could not be removed, each logged."""
+    left = tuple(pair for pair in attachments if not _removed(root, *pair))
     for session_id in {sid for sid, _ in attachments}:
         try:
             session_dir(root, session_id).rmdir()
         except OSError:  # not empty (newer files), or already gone
             pass
+    return left
+
+
+def _removed(root: Path, session_id: str, attachment_id: str) -> bool:
+    """Unlink one attachment's file (gone already counts as removed); False, with a WARNING
+    naming the attachment (never the user's file name), when the file system refuses."""
+    try:
+        attachment_path(root, session_id, attachment_id).unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning(
+            "retention: the file of attachment %s (session %s) could not be removed: %s;"
+            " its row is gone, the file stays until a later pass of this process or an operator"
+            " removes it",
+            attachment_id,
+            session_id,
+            exc.strerror or type(exc).__name__,
+        )
+        return False
+    return True

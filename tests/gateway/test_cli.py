@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from webhook_bot_gateway.gateway._media.files import attachment_path
 from webhook_bot_gateway.gateway._summary import mask_url
 from webhook_bot_gateway.gateway.cli import main
 from webhook_bot_gateway.store import SQLiteStore
@@ -278,6 +279,29 @@ def test_purge_applies_store_retention_days_to_old_history(tmp_path: Path) -> No
     assert "sessions 1" in out
     with sqlite3.connect(tmp_path / "gw.db") as db:
         assert db.execute("SELECT text FROM messages").fetchall() == [("new text",)]
+
+
+def test_purge_names_a_file_it_could_not_remove_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows go first; a file that then cannot go is named on stderr for an operator."""
+    media = tmp_path / "media"
+
+    async def write() -> Path:
+        async with SQLiteStore(tmp_path / "gw.db", clock=FakeClock(time.time() - 10 * 86400)) as s:
+            sid = (await s.create_session("telegram", "support", "41", "triage")).session_id
+            made = await s.create_attachment(sid, name="a.pdf", content_type="x/y", source="upload")
+        stuck = attachment_path(media, sid, made.id)
+        (stuck / "inside").mkdir(parents=True)  # a folder in its place: unlink fails, root or not
+        return stuck
+
+    stuck = asyncio.run(write())
+    extra = f'retention_days = 7\n[media]\nroot = "{media}"\n'
+    code, out = cli("purge", "--config", str(config_with_store(tmp_path, extra)))
+    assert code == 1
+    assert "files 1" in out
+    err = capsys.readouterr().err
+    assert f"1 file(s) of deleted rows could not be removed: {stuck}; remove them by hand" in err
 
 
 def test_telegram_set_webhook_names_an_unknown_bot(

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import shutil
 from pathlib import Path
+
+import pytest
 
 from webhook_bot_gateway.gateway._media.files import attachment_path
 from webhook_bot_gateway.gateway._purge import Purger, Retention
@@ -111,6 +115,60 @@ async def test_purger_run_applies_retention_at_start(tmp_path: Path) -> None:
         finally:
             purger.stop()
             await asyncio.wait_for(task, 5)
+
+
+def _block(path: Path) -> None:
+    """Make ``path`` impossible to unlink, for root too: a folder with a file in it takes its
+    place (unlink then fails with IsADirectoryError, as it fails on an immutable file)."""
+    path.unlink()
+    path.mkdir()
+    (path / "inside").write_bytes(b"x")
+
+
+def _unblock(path: Path) -> None:
+    shutil.rmtree(path)
+    path.write_bytes(b"old file")
+
+
+async def test_retention_logs_a_file_it_cannot_remove_and_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db, root = tmp_path / "gateway.db", tmp_path / "media"
+    clock = FakeClock()
+    async with SQLiteStore(db, clock=clock) as store:
+        sid = (await store.create_session("telegram", "support", "42", "triage")).session_id
+        stuck, other = await _file(store, root, sid, b"one"), await _file(store, root, sid, b"two")
+        _block(attachment_path(root, sid, stuck))
+        clock.now += 10 * DAY
+        purger = Purger(store, interval=HOUR, keep_seconds=HOUR, retention=Retention(7 * DAY, root))
+        with caplog.at_level(logging.WARNING, logger="gateway.purge"):
+            purged = await purger.retain_once()  # raised IsADirectoryError: the task died
+        assert await purger.purge_once() == (0, 0)  # and the dedup purge goes on
+    assert purged is not None
+    assert set(purged.attachments) == {(sid, stuck), (sid, other)}
+    assert not attachment_path(root, sid, other).exists()
+    assert purger.files_left == (attachment_path(root, sid, stuck),)
+    assert rows(db, "SELECT count(*) FROM attachments") == [(0,)]  # rows first, as always
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert stuck in warning.getMessage()
+    assert "a.pdf" not in warning.getMessage()
+
+
+async def test_a_file_one_retention_pass_left_is_removed_by_the_next(tmp_path: Path) -> None:
+    db, root = tmp_path / "gateway.db", tmp_path / "media"
+    clock = FakeClock()
+    async with SQLiteStore(db, clock=clock) as store:
+        sid = (await store.create_session("telegram", "support", "42", "triage")).session_id
+        stuck = await _file(store, root, sid, b"one")
+        path = attachment_path(root, sid, stuck)
+        _block(path)
+        clock.now += 10 * DAY
+        purger = Purger(store, interval=HOUR, keep_seconds=HOUR, retention=Retention(7 * DAY, root))
+        await purger.retain_once()
+        _unblock(path)
+        await purger.retain_once()
+    assert not path.exists()
+    assert purger.files_left == ()
 
 
 async def _file(store: SQLiteStore, root: Path, sid: str, content: bytes) -> str:
