@@ -377,8 +377,8 @@ async def delete_session(request: web.Request) -> web.Response:
     """DELETE /api/sessions/{id}: erase it; a running turn then writes nothing back."""
     sid = session_id(request)
     root = Path(request.app[SETTINGS].media.root)
-    if not await erase_session(request.app[STORE], root, sid):
-        raise _unknown_session(sid)
+    if await erase_session(request.app[STORE], root, sid) is None:
+        raise _unknown_session(sid)  # a folder left behind is logged: the rows are gone, 204
     dispatcher = request.app.get(DISPATCHER)
     if dispatcher is not None:
         dispatcher.session_erased(sid)

@@ -177,10 +177,19 @@ async def _show_session(store: Store, session_id: str, out: TextIO) -> int:
 
 
 async def _delete_session(store: Store, root: Path, session_id: str, out: TextIO) -> int:
-    if not await erase_session(store, root, session_id):
+    erased = await erase_session(store, root, session_id)
+    if erased is None:
         raise SessionNotFound(session_id)
     print(f"deleted session {session_id}", file=out)
-    return 0
+    left = erased.folder_left
+    if left is None:
+        return 0
+    print(
+        f"error: the session's rows are deleted, but its folder {left.path} could not be"
+        f" removed wholly ({left.files} file(s) left: {left.reason}); remove it by hand",
+        file=sys.stderr,
+    )
+    return 1
 
 
 async def telegram_command(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:

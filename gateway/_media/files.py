@@ -7,12 +7,16 @@ original name is kept only as cleaned metadata.
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import unicodedata
+from dataclasses import dataclass
 from pathlib import Path
 
 from webhook_bot_gateway.store import Store, validate_session_id
+
+log = logging.getLogger("gateway.media")
 
 MAX_NAME = 255
 _HEX = frozenset("0123456789abcdef")
@@ -31,9 +35,35 @@ def attachment_path(root: Path, session_id: str, attachment_id: str) -> Path:
     return session_dir(root, session_id) / attachment_id
 
 
-def remove_session_files(root: Path, session_id: str) -> None:
-    """Delete the session's folder and everything in it (nothing if there is none)."""
-    shutil.rmtree(session_dir(root, session_id), ignore_errors=True)
+@dataclass(frozen=True)
+class FolderLeft:
+    """A session's folder that could not be removed wholly: what stays of it, and why."""
+
+    path: Path
+    files: int
+    reason: str
+
+
+def remove_session_files(root: Path, session_id: str) -> FolderLeft | None:
+    """Delete the session's folder and everything in it (nothing if there is none); when the
+    file system refuses part of it, everything else still goes and the rest is returned."""
+    folder = session_dir(root, session_id)
+    try:
+        shutil.rmtree(folder)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+    else:
+        return None
+    shutil.rmtree(folder, ignore_errors=True)  # whatever else can go
+    if not folder.exists():
+        return None  # gone meanwhile, or never there
+    return FolderLeft(folder, _files_in(folder), reason)
+
+
+def _files_in(path: Path) -> int:
+    if not path.is_dir():
+        return 1
+    return sum(1 for found in path.rglob("*") if not found.is_dir())
 
 
 def remove_partial_files(root: Path) -> int:
@@ -48,13 +78,29 @@ def remove_partial_files(root: Path) -> int:
     return removed
 
 
-async def erase_session(store: Store, root: Path, session_id: str) -> bool:
+@dataclass(frozen=True)
+class Erased:
+    """A session erased: its rows are gone; ``folder_left`` is what stayed of its files."""
+
+    folder_left: FolderLeft | None = None
+
+
+async def erase_session(store: Store, root: Path, session_id: str) -> Erased | None:
     """Delete a session: its rows (messages, events, attachments...) in one transaction, then
-    its folder. Rows first: no row ever points at a file that is gone. False if none."""
+    its folder. Rows first: no row ever points at a file that is gone. None if there is none;
+    a folder that could not be removed wholly is logged (a WARNING) and returned."""
     if not await store.delete_session(session_id):
-        return False
-    remove_session_files(root, session_id)
-    return True
+        return None
+    left = remove_session_files(root, session_id)
+    if left is not None:
+        log.warning(
+            "erased session %s, but its folder under media.root could not be removed wholly:"
+            " %d file(s) left (%s); remove the folder by hand",
+            session_id,
+            left.files,
+            left.reason,
+        )
+    return Erased(left)
 
 
 def clean_name(name: str | None, fallback: str) -> str:

@@ -649,6 +649,50 @@ async def test_delete_session_through_the_cli_removes_its_files_and_rows(gw: Gat
     assert_erased(gw, sid, kept, kept_files, before)
 
 
+def block_folder(folder: Path) -> None:
+    """Leave in the session folder's place what no rmtree removes, for root too: a file."""
+    shutil.rmtree(folder)
+    folder.write_bytes(b"stuck")
+
+
+async def test_a_session_folder_left_by_an_api_delete_is_a_warning_naming_the_session(
+    gw: Gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    sid, kept, kept_files = await two_sessions(gw)
+    before = session_counts(gw.db, kept)
+    block_folder(gw.folder(sid))
+    with caplog.at_level(logging.WARNING, logger="gateway.media"):
+        response = await gw.client.delete(f"/api/sessions/{sid}", headers=AUTH)
+    assert response.status == 204  # the rows are gone: a retry would be 404
+    assert session_counts(gw.db, sid) == dict.fromkeys(SESSION_TABLES, 0)
+    assert session_counts(gw.db, kept) == before
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"erased session {sid[:12]}" in warning  # shortened: a web id is a credential
+    assert sid not in warning
+    assert "1 file(s) left" in warning
+    assert "notes.txt" not in warning
+
+
+async def test_a_session_folder_left_by_a_cli_delete_is_named_on_stderr_with_exit_1(
+    gw: Gateway, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sid, _, _ = await two_sessions(gw)
+    block_folder(gw.folder(sid))
+    await gw.client.close()
+    config = gw.tmp / "config.toml"
+    config.write_text(
+        f'[store]\nurl = "sqlite:///{gw.db}"\n[media]\nroot = "{gw.media}"\n', encoding="utf-8"
+    )
+    out = io.StringIO()
+    code = await asyncio.to_thread(main, ["--config", str(config), "sessions", "delete", sid], out)
+    assert code == 1
+    assert f"deleted session {sid}" in out.getvalue()
+    err = capsys.readouterr().err
+    assert f"its folder {gw.folder(sid)} could not be removed wholly" in err
+    assert "remove it by hand" in err
+    assert session_counts(gw.db, sid) == dict.fromkeys(SESSION_TABLES, 0)
+
+
 # 8. the disk: a free-space floor and a bound per session
 
 
