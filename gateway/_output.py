@@ -46,7 +46,12 @@ class _GuardedOutput(io.TextIOBase):
         if self._target is None:
             raise OutputError(None, closed_stream_error())
         try:
-            return self._target.write(text)
+            target = self._target
+            if not (isinstance(target, io.TextIOWrapper) and _is_raw(target)):
+                return target.write(text)
+            target.flush()
+            write_all(target.buffer, text.encode(target.encoding, target.errors or "strict"))
+            return len(text)
         except OSError as exc:
             raise OutputError(self._target, exc) from exc
 
@@ -61,6 +66,24 @@ class _GuardedOutput(io.TextIOBase):
             self._target.flush()
         except OSError as exc:
             raise OutputError(self._target, exc) from exc
+
+
+def _is_raw(target: io.TextIOWrapper) -> bool:
+    """A text stream with no buffer under it (``PYTHONUNBUFFERED``, ``python -u``). Its
+    ``TextIOWrapper`` makes one write(2) per text and ignores a short count: a pipe closed in
+    the middle of a large text makes write(2) return what it wrote so far, the rest is
+    dropped, and no error ever comes. Such a stream is written with ``write_all``."""
+    return isinstance(target.buffer, io.RawIOBase)
+
+
+def write_all(raw: IO[bytes], data: bytes) -> None:
+    """Write every byte, retrying after a short write (the retry raises what stopped it)."""
+    view = memoryview(data)
+    while view:
+        written = raw.write(view)
+        if not written:  # None (would block) or 0: no progress, never loop on it
+            raise OSError(errno.EIO, "the output took no bytes")
+        view = view[written:]
 
 
 def guarded(target: IO[str] | None) -> TextIO:

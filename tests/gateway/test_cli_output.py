@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from webhook_bot_gateway.gateway.cli import main
+from webhook_bot_gateway.store import SQLiteStore
 
 from .test_cli import config_with_store
 
@@ -142,3 +143,39 @@ def test_a_session_deleted_with_stdout_closed_stays_deleted(tmp_path: Path) -> N
     result = run_with_stdout_closed(["sessions", "delete", session_id, "--config", str(config)])
     assert (result.returncode, result.stderr) == (1, CLOSED)
     assert main(["sessions", "show", session_id, "--config", str(config)], out=io.StringIO()) == 1
+
+
+async def seed_large_session(db: Path) -> str:
+    """A session whose export is about 1 MB: far more than a pipe holds (64 KiB)."""
+    session_id = await seed_session(db)
+    async with SQLiteStore(db) as store:
+        await store.append_message(session_id, "user", "x" * 1_000_000)
+    return session_id
+
+
+@BUFFERING
+def test_a_pipe_closed_in_the_middle_of_a_large_write_ends_with_141(
+    tmp_path: Path, unbuffered: bool
+) -> None:
+    """``gateway sessions export ID | head -c 10``: the reader goes while one write(2) of the
+    document is under way, which then returns short, not an error."""
+    config = config_with_store(tmp_path)
+    session_id = asyncio.run(seed_large_session(tmp_path / "gw.db"))
+    command = [*GATEWAY, "sessions", "export", session_id, "--config", str(config)]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment(unbuffered),
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    assert len(process.stdout.read(10)) == 10  # the document's write(2) has begun, and waits
+    process.stdout.close()  # as `head -c 10` once it has its bytes
+    try:
+        assert process.wait(timeout=60) == 141
+        assert process.stderr.read() == b""
+    finally:
+        process.kill()
+        process.stderr.close()
