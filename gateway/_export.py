@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,8 +21,10 @@ from pydantic import Field
 
 from webhook_bot_gateway.store import Attachment, Message, SessionNotFound, Store
 
-from ._api_models import EventOut, SessionOut, Timestamp, _Input, _Output
+from ._api_models import EventOut, SessionDetail, Timestamp, _Input, _Output
 from ._media.files import attachment_path
+
+log = logging.getLogger("gateway.export")
 
 JSON_NAME = "session.json"
 FILES = "files"
@@ -70,7 +73,7 @@ class SessionExport(_Output):
     format: Literal["gateway.session-export"] = "gateway.session-export"
     version: Literal[1] = 1
     exported_at: Timestamp
-    session: SessionOut
+    session: SessionDetail = Field(description="as GET /api/sessions/{id} gives it")
     messages: list[ExportedMessage] = Field(
         description="every message of every branch, in id order; parent_id links them and"
         " session.head_id names the tip of the current branch"
@@ -94,12 +97,13 @@ async def build_export(store: Store, session_id: str) -> SessionExport | None:
     try:
         messages = await store.all_messages(session_id)
         events = await store.list_events(session_id)
+        outbox = await store.list_outbox(session_id)  # its parked replies are counted
     except SessionNotFound:  # erased meanwhile
         return None
     attachments = await store.list_attachments(session_id)
     return SessionExport(
         exported_at=datetime.now(UTC),
-        session=SessionOut.model_validate(session, from_attributes=True),
+        session=SessionDetail.of(session, outbox),
         messages=[_message(m) for m in messages],
         events=[EventOut.model_validate(e, from_attributes=True) for e in events],
         attachments=[_attachment(a) for a in attachments],
@@ -124,15 +128,30 @@ def write_zip(document: SessionExport, root: Path, out: IO[bytes]) -> None:
     """Write the zip form to ``out``: the files that are stored, and the JSON naming them."""
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         listed = []
+        session_id = document.session.session_id
         for attachment in document.attachments:
-            path = attachment_path(root, document.session.session_id, attachment.id)
-            if attachment.state == "ready" and path.is_file():
+            path = attachment_path(root, session_id, attachment.id)
+            if attachment.state == "ready" and _stored(path, session_id, attachment.id):
                 name = f"{FILES}/{attachment.id}"
                 archive.write(path, name)
                 attachment = attachment.model_copy(update={"file": name})
             listed.append(attachment)
         with_files = document.model_copy(update={"attachments": listed})
         archive.writestr(JSON_NAME, export_json(with_files))
+
+
+def _stored(path: Path, session_id: str, attachment_id: str) -> bool:
+    """Whether a ready attachment's file is there; a WARNING (the attachment's id, never the
+    user's file name) when it is not: the zip then says ``file: null`` for a file it should hold."""
+    if path.is_file():
+        return True
+    log.warning(
+        "export of session %s: the file of ready attachment %s is missing under media.root;"
+        " exported with file null",
+        session_id,
+        attachment_id,
+    )
+    return False
 
 
 async def export_command(store: Store, root: Path, args: argparse.Namespace, out: TextIO) -> int:

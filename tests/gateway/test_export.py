@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from webhook_bot_gateway.gateway._keys import STORE
 from webhook_bot_gateway.gateway._media.files import attachment_path
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.gateway.cli import main
-from webhook_bot_gateway.store import SQLiteStore, Store
+from webhook_bot_gateway.store import OutboxIn, SQLiteStore, Store
 
 from .ingest_helpers import AUTH, settings
 
@@ -103,6 +104,41 @@ async def test_zip_export_holds_the_json_and_the_stored_files(
     validate(document)
     assert [a["file"] for a in document["attachments"]] == [name]
     assert len(document["messages"]) == len(held["parents"])
+
+
+async def test_export_session_is_what_the_session_route_gives(
+    client: Client, tmp_path: Path
+) -> None:
+    """docs/data.md: the export's ``session`` is as GET /api/sessions/{id} gives it, the count
+    of replies parked for a user who blocked the bot included."""
+    store = client.app[STORE]
+    await fill(store, tmp_path / "media")
+    await store.enqueue_outbox(OutboxIn(SID, "telegram", "support", "42", {"text": "later"}))
+    assert await store.park_outbox(SID) == 1
+
+    shown = await (await client.get(f"/api/sessions/{SID}", headers=AUTH)).json()
+    exported = await (await client.get(f"/api/sessions/{SID}/export", headers=AUTH)).json()
+
+    assert exported["session"] == shown
+    assert exported["session"]["parked_replies"] == 1
+
+
+async def test_zip_export_of_a_missing_file_warns_naming_the_attachment(
+    client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    held = await fill(client.app[STORE], tmp_path / "media")
+    attachment_path(tmp_path / "media", SID, held["attachment"]).unlink()
+
+    with caplog.at_level(logging.WARNING, logger="gateway.export"):
+        response = await client.get(f"/api/sessions/{SID}/export?files=zip", headers=AUTH)
+
+    assert response.status == 200
+    archive = zipfile.ZipFile(io.BytesIO(await response.read()))
+    assert archive.namelist() == ["session.json"]
+    assert [a["file"] for a in json.loads(archive.read("session.json"))["attachments"]] == [None]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert held["attachment"] in warning
+    assert "bill.pdf" not in warning
 
 
 @pytest.mark.parametrize(
