@@ -26,7 +26,7 @@ from ._admin_token import check_token_file_can_be_made
 from ._api_models import MessageOut, SessionDetail, SessionOut, SessionsPage
 from ._export import export_command
 from ._logging import REDACTED, configured_secrets, secrets_pattern
-from ._media.files import erase_session
+from ._media.files import erase_session, require_media_root
 from ._purge import DAY, Purger, retention_of
 from ._sandbox import sandbox_warnings
 from ._store_open import naming_store_url, open_configured_store
@@ -118,6 +118,7 @@ async def check_config(settings: Settings, path: Path, out: TextIO) -> int:
 async def purge(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
     """Expired dedup rows now; with ``store.retention_days``, one retention pass too."""
     retention = retention_of(settings)
+    root_missing = retention is not None and not retention.media_root.is_dir()
     async with opened_store(settings) as store:
         removed = await store.purge()
         purger = Purger(store, interval=DAY, keep_seconds=DAY, retention=retention)
@@ -127,7 +128,23 @@ async def purge(settings: Settings, args: argparse.Namespace, out: TextIO) -> in
         counts = ", ".join(f"{table} {n}" for table, n in history.counts.items())
         days = settings.store.retention_days
         print(f"retention ({days} days): {counts}, files {len(history.attachments)}", file=out)
+        if root_missing and history.attachments:
+            return _no_media_root_status(Path(settings.media.root), len(history.attachments))
     return _files_left_status(purger.files_left)
+
+
+def _no_media_root_status(root: Path, files: int) -> int:
+    """1 after one stderr line: attachment rows went, but their files were looked for in a media
+    root that is no folder here (a relative media.root read from another working directory)."""
+    print(
+        f"error: {files} attachment row(s) deleted, but media.root is no folder here"
+        f" ({root.absolute()}; a relative media.root is read from the working directory):"
+        " their files, named by attachment id, stay in the media root gateway serve uses;"
+        " remove them by hand, and run purge where gateway serve runs or give media.root"
+        " as an absolute path",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _files_left_status(left: tuple[Path, ...]) -> int:
@@ -177,6 +194,8 @@ async def _show_session(store: Store, session_id: str, out: TextIO) -> int:
 
 
 async def _delete_session(store: Store, root: Path, session_id: str, out: TextIO) -> int:
+    attachments = await store.list_attachments(session_id)
+    require_media_root(root, session_id, sum(1 for a in attachments if a.state == "ready"))
     erased = await erase_session(store, root, session_id)
     if erased is None:
         raise SessionNotFound(session_id)

@@ -22,7 +22,7 @@ from pydantic import Field
 from webhook_bot_gateway.store import Attachment, Message, SessionNotFound, Store
 
 from ._api_models import EventOut, SessionDetail, Timestamp, _Input, _Output
-from ._media.files import attachment_path
+from ._media.files import attachment_path, require_media_root
 
 log = logging.getLogger("gateway.export")
 
@@ -164,6 +164,8 @@ async def export_command(store: Store, root: Path, args: argparse.Namespace, out
     if document is None:
         raise SessionNotFound(args.session_id)  # `error: no session 'ID'`, on stderr
     if target is not None:
+        stored = sum(1 for a in document.attachments if a.state == "ready")
+        require_media_root(root, args.session_id, stored)
         _write_zip_file(document, root, target)
     out.write(export_json(document).decode() + "\n")
     return 0

@@ -66,6 +66,20 @@ def _files_in(path: Path) -> int:
     return sum(1 for found in path.rglob("*") if not found.is_dir())
 
 
+def require_media_root(root: Path, session_id: str, files: int) -> None:
+    """ValueError, before anything is changed, when the session has stored files and the media
+    root is no folder here: a relative ``media.root`` is read from the working directory, and
+    an offline command run from another one would find none of the files (a delete would erase
+    the rows and leave the files, an export would leave them out)."""
+    if files and not root.is_dir():
+        raise ValueError(
+            f"media.root: no folder {root.absolute()} (a relative media.root is read from the"
+            f" working directory, here {Path.cwd()}), where session {session_id}'s {files}"
+            " stored file(s) should be: run the command in the folder gateway serve runs in,"
+            " or give media.root as an absolute path"
+        )
+
+
 def remove_partial_files(root: Path) -> int:
     """Delete the ``.part`` files of downloads and uploads cut by a stop or a crash.
 

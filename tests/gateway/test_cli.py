@@ -304,6 +304,61 @@ def test_purge_names_a_file_it_could_not_remove_and_exits_1(
     assert f"1 file(s) of deleted rows could not be removed: {stuck}; remove them by hand" in err
 
 
+async def _session_with_a_file(tmp_path: Path, days_old: float = 0) -> Path:
+    """Session telegram-support-41 with one stored file under ``tmp_path/data/media``, as
+    ``gateway serve`` run in ``tmp_path`` with the default relative media.root leaves it."""
+    clock = FakeClock(time.time() - days_old * 86400)
+    async with SQLiteStore(tmp_path / "gw.db", clock=clock) as store:
+        sid = (await store.create_session("telegram", "support", "41", "triage")).session_id
+        made = await store.create_attachment(sid, name="a.pdf", content_type="x/y", source="upload")
+    path = attachment_path(tmp_path / "data" / "media", sid, made.id)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"the file")
+    return path
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["sessions", "delete", "telegram-support-41"], ["sessions", "export", "telegram-support-41"]],
+)
+def test_a_file_command_run_away_from_a_relative_media_root_refuses_and_changes_nothing(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: list[str],
+) -> None:
+    """`cd / && gateway --config /abs/config.toml sessions delete ID`: the store is found by
+    its absolute url, but data/media is read from / where there is none."""
+    stored = asyncio.run(_session_with_a_file(tmp_path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    if command[1] == "export":
+        command = [*command, "--files", str(elsewhere / "out.zip")]
+    code, out = cli(*command, "--config", str(config_with_store(tmp_path)))
+    assert (code, out) == (1, "")
+    err = capsys.readouterr().err
+    assert f"error: media.root: no folder {elsewhere / 'data' / 'media'} " in err
+    assert "give media.root as an absolute path" in err
+    assert stored.read_bytes() == b"the file"
+    assert list(elsewhere.iterdir()) == []  # no zip
+    with sqlite3.connect(tmp_path / "gw.db") as db:
+        assert db.execute("SELECT count(*) FROM attachments").fetchall() == [(1,)]
+
+
+def test_purge_run_away_from_a_relative_media_root_says_the_files_stayed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stored = asyncio.run(_session_with_a_file(tmp_path, days_old=10))
+    monkeypatch.chdir(tmp_path / "data")  # data/media is not here
+    code, out = cli("purge", "--config", str(config_with_store(tmp_path, "retention_days = 7\n")))
+    assert code == 1
+    assert "files 1" in out
+    err = capsys.readouterr().err
+    assert "error: 1 attachment row(s) deleted, but media.root is no folder here" in err
+    assert stored.exists()
+
+
 def test_telegram_set_webhook_names_an_unknown_bot(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
