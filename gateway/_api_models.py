@@ -37,6 +37,11 @@ MAX_ROW_ID = 2**63 - 1  # the largest id (and offset) SQLite and PostgreSQL can 
 MAX_JSON_DEPTH = 32  # arrays and objects within each other in a body; none needs half of it
 SESSION_ID_PATTERN = r"^[A-Za-z0-9_-]{1,128}$"  # store.validate_session_id
 NUL = "\x00"  # no input string may hold it (_Input)
+# A page of every listing, here and in the CLI's `sessions list` and `quarantine list`, which
+# read the store directly (its own bound, store.MAX_LIST_LIMIT, is wider): one range for both.
+DEFAULT_PAGE = 50
+MAX_PAGE = 500
+MAX_SEARCH = 128  # characters of `q` (GET /api/sessions) and of `sessions list --search`
 
 Status = Literal["idle", "running", "interrupted"]  # store.SESSION_STATUSES
 Channel = Literal["telegram", "whatsapp", "web"]  # channels.ADAPTERS
@@ -115,7 +120,7 @@ QueryBool = Annotated[bool, BeforeValidator(_true_or_false)]
 
 
 class PageQuery(_Input):
-    limit: QueryInt = Field(default=50, ge=1, le=500)
+    limit: QueryInt = Field(default=DEFAULT_PAGE, ge=1, le=MAX_PAGE)
     offset: QueryInt = Field(default=0, ge=0, le=MAX_ROW_ID)
 
 
@@ -128,13 +133,16 @@ class SessionsQuery(PageQuery):
     status: Status | None = None
     agent: str | None = None
     q: str | None = Field(
-        default=None, max_length=128, description="a substring of the chat id or the session id"
+        default=None,
+        max_length=MAX_SEARCH,
+        description="a substring of the chat id or the session id, case-insensitive"
+        " (on SQLite for ASCII letters only)",
     )
 
 
 class EventsQuery(_Input):
     after: QueryInt = Field(default=0, ge=0, le=MAX_ROW_ID, description="events with a larger seq")
-    limit: QueryInt = Field(default=100, ge=1, le=500)
+    limit: QueryInt = Field(default=100, ge=1, le=MAX_PAGE)
 
 
 def not_blank(text: str) -> str:

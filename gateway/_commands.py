@@ -174,7 +174,13 @@ async def sessions(settings: Settings, args: argparse.Namespace, out: TextIO) ->
 
 
 async def _list_sessions(store: Store, args: argparse.Namespace, out: TextIO) -> int:
-    filters = {"channel": args.channel, "status": args.status, "agent": args.agent}
+    """``GET /api/sessions``'s answer, from the same store calls with the same arguments."""
+    filters = {
+        "channel": args.channel,
+        "status": args.status,
+        "agent": args.agent,
+        "search": args.q,
+    }
     found = await store.list_sessions(args.limit, args.offset, **filters)
     total = await store.count_sessions(**filters)
     sessions = [SessionOut.model_validate(s, from_attributes=True) for s in found]

@@ -11,11 +11,19 @@ from typing import TYPE_CHECKING, Any, TextIO, get_args
 
 from webhook_bot_gateway.agents import AgentError
 from webhook_bot_gateway.channels import ChannelError
-from webhook_bot_gateway.store import MAX_LIST_LIMIT, InvalidSessionId, StoreError
+from webhook_bot_gateway.store import QuarantineNotFound, StoreError
 
 from . import _commands, _quarantine
 from ._admin_token import admin_token_source
-from ._api_models import MAX_ROW_ID, Channel
+from ._api_models import (
+    DEFAULT_PAGE,
+    MAX_PAGE,
+    MAX_ROW_ID,
+    MAX_SEARCH,
+    NUL,
+    Channel,
+    Status,
+)
 from ._logging import configure_logging
 from ._migrate import migrate_store
 from ._output import (
@@ -103,8 +111,11 @@ def _add_sessions(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     listing = _add(actions, "list", "list sessions, newest first")
     _add_paging(listing)
     listing.add_argument("--channel", choices=get_args(Channel))
-    listing.add_argument("--status", choices=["idle", "running", "interrupted"])
+    listing.add_argument("--status", choices=get_args(Status))
     listing.add_argument("--agent")
+    text = "only sessions whose chat id or session id holds TEXT, in any case (the API's q;"
+    text += f" at most {MAX_SEARCH} characters)"
+    listing.add_argument("--search", "--q", dest="q", metavar="TEXT", help=text)
     _add_one_session(actions, "show", "show one session and its current branch")
     _add_one_session(actions, "delete", "delete a session and its history")
     text = "print everything held of a session as JSON (docs/data.md)"
@@ -121,8 +132,8 @@ def _add_one_session(
 
 
 def _add_paging(listing: argparse.ArgumentParser) -> None:
-    rows = f"rows to print, 1-{MAX_LIST_LIMIT} (default: 50)"
-    listing.add_argument("--limit", type=int, default=50, metavar="N", help=rows)
+    rows = f"rows to print, 1-{MAX_PAGE} (default: {DEFAULT_PAGE})"
+    listing.add_argument("--limit", type=int, default=DEFAULT_PAGE, metavar="N", help=rows)
     listing.add_argument("--offset", type=int, default=0, metavar="N", help="rows to skip first")
 
 
@@ -155,30 +166,45 @@ def _add_telegram(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     hook.add_argument("--url", required=True, help="public https URL of /webhooks/telegram/NAME")
 
 
-# The numbers a command may take and their ranges: ids and offsets as large as the store can
-# hold (SQLite and PostgreSQL integers are 64-bit: a larger one failed in the driver with a
-# traceback), a page at most the store's MAX_LIST_LIMIT rows.
-NUMBERS = {
-    "limit": ("--limit", 1, MAX_LIST_LIMIT),
-    "offset": ("--offset", 0, MAX_ROW_ID),
-    "id": ("id", 1, MAX_ROW_ID),
-}
+# The numbers a listing takes and their ranges, those of the admin API's query (PageQuery): a
+# page of 1..MAX_PAGE rows, an offset as large as the store can hold (SQLite and PostgreSQL
+# integers are 64-bit: a larger one failed in the driver with a traceback).
+NUMBERS = {"limit": ("--limit", 1, MAX_PAGE), "offset": ("--offset", 0, MAX_ROW_ID)}
+TEXTS = {"agent": "--agent", "q": "--search"}  # the API refuses a NUL in any of its values
 
 
-def check_numbers(args: argparse.Namespace) -> None:
-    """ValueError (``error: ...``, exit 1) for a number outside its range, before any store is
-    opened or created."""
+def check_arguments(args: argparse.Namespace) -> None:
+    """ValueError or QuarantineNotFound (``error: ...``, exit 1) for an argument the admin API
+    would refuse, in its words where the API has them, before any store is opened or created."""
+    _check_numbers(args)
+    _check_texts(args)
+    row = getattr(args, "id", None)
+    if row is not None and not 0 < row <= MAX_ROW_ID:  # the API's 404 for an id no row can have
+        raise QuarantineNotFound(row)
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
     for name, (shown, low, high) in NUMBERS.items():
         value = getattr(args, name, None)
         if value is not None and not low <= value <= high:
             raise ValueError(f"{shown} must be between {low} and {high}, got {value}")
 
 
-def numbers_checked(handler: Handler) -> Handler:
-    """``handler``, run only once ``check_numbers`` passed."""
+def _check_texts(args: argparse.Namespace) -> None:
+    for name, shown in TEXTS.items():
+        text = getattr(args, name, None)
+        if text is not None and NUL in text:  # only main(argv) can pass one: argv holds none
+            raise ValueError(f"{shown} must not hold a NUL character")
+    search = getattr(args, "q", None)
+    if search is not None and len(search) > MAX_SEARCH:
+        raise ValueError(f"--search must be at most {MAX_SEARCH} characters, got {len(search)}")
+
+
+def arguments_checked(handler: Handler) -> Handler:
+    """``handler``, run only once ``check_arguments`` passed."""
 
     async def checked(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
-        check_numbers(args)
+        check_arguments(args)
         return await handler(settings, args, out)
 
     return checked
@@ -186,8 +212,8 @@ def numbers_checked(handler: Handler) -> Handler:
 
 HANDLERS: dict[str, Handler] = {
     "purge": _commands.purge,
-    "quarantine": numbers_checked(_quarantine.command),
-    "sessions": numbers_checked(_commands.sessions),
+    "quarantine": arguments_checked(_quarantine.command),
+    "sessions": arguments_checked(_commands.sessions),
     "telegram": _commands.telegram_command,
 }
 
@@ -218,7 +244,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         discard_rest(exc)
         if is_broken_pipe(exc):
             return BROKEN_PIPE_STATUS
-        print(f"error: cannot write the output: {exc}", file=sys.stderr)
+        fail(f"cannot write the output: {exc}")
         return 1
 
 
@@ -241,14 +267,16 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             serve(settings, admin_token_source(_admin_value(raw), settings, os.environ))
             return 0
         return asyncio.run(HANDLERS[args.command](settings, args, out))
-    except ConfigError as exc:
-        where = "" if exc.key == str(path) else f" in {path}"  # a file error names the file
-        print(f"config error{where}: {exc}", file=sys.stderr)
-    except InvalidSessionId as exc:
-        print(f"invalid session id: {exc}", file=sys.stderr)
-    except (StoreError, ChannelError, AgentError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except ConfigError as exc:  # `error: FILE: KEY: problem`; a file's own error names it once
+        fail(str(exc) if exc.key == str(path) else f"{path}: {exc}")
+    except (StoreError, ChannelError, AgentError, ValueError) as exc:  # InvalidSessionId too
+        fail(str(exc))
     except KeyboardInterrupt:  # Ctrl-C in an offline command: its transaction rolled back
-        print("interrupted", file=sys.stderr)
+        fail("interrupted")
         return 130
     return 1
+
+
+def fail(message: str) -> None:
+    """A failure's one line on stderr: every command's is ``error: ...``."""
+    print(f"error: {message}", file=sys.stderr)

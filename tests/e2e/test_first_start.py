@@ -56,7 +56,7 @@ async def test_a_start_on_a_taken_port_makes_no_token_and_the_next_start_prints_
         out, err = await failed_start(gateway)
     assert out == ""  # no banner
     assert err.splitlines() == [
-        f"config error in {gateway.config_path}: server.port: cannot listen on"
+        f"error: {gateway.config_path}: server.port: cannot listen on"
         f" 127.0.0.1:{port}: Address already in use"
     ]
     assert not (tmp_path / "data").exists()  # no token file, no store

@@ -68,8 +68,7 @@ async def test_serve_on_a_taken_port_exits_1_naming_server_port_and_touches_noth
     assert process.returncode == 1
     errors = err.decode().strip().splitlines()
     assert errors == [
-        f"config error in {config}: server.port: cannot listen on "
-        f"127.0.0.1:{port}: Address already in use"
+        f"error: {config}: server.port: cannot listen on 127.0.0.1:{port}: Address already in use"
     ], err.decode()
     assert "Traceback" not in out.decode() + err.decode()
     assert calls == []  # no getMe, nothing else sent anywhere

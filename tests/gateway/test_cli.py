@@ -231,7 +231,7 @@ def test_missing_config_file_is_named_once(tmp_path: Path) -> None:
     absent = tmp_path / "absent.toml"
     result = run_cli("check-config", "--config", str(absent))
     assert result.returncode == 1
-    assert result.stderr.strip() == f"config error: {absent}: config file not found"
+    assert result.stderr.strip() == f"error: {absent}: config file not found"
 
 
 def test_sessions_show_of_a_malformed_id_creates_no_database(
@@ -248,7 +248,8 @@ def test_sessions_show_rejects_a_malformed_id(
 ) -> None:
     code, _ = cli("sessions", "show", "bad id!", "--config", str(config_with_store(tmp_path)))
     assert code == 1
-    assert "invalid session id" in capsys.readouterr().err
+    expected = "session id 'bad id!' may hold only letters, digits, '_' and '-'"
+    assert capsys.readouterr().err == f"error: {expected}\n"
 
 
 def test_purge_reports_how_many_rows_went(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ def check_config(
 
 
 def config_error(tmp_path: Path, problem: str) -> str:
-    return f"config error in {tmp_path / 'c.toml'}: {problem}\n"
+    return f"error: {tmp_path / 'c.toml'}: {problem}\n"
 
 
 @pytest.mark.parametrize(
@@ -203,7 +203,7 @@ def test_serve_names_the_key_of_a_tool_it_cannot_import(tmp_path: Path) -> None:
     path.write_text(store + agents, encoding="utf-8")
     result = run_cli("serve", "--config", str(path), cwd=tmp_path)
     assert result.returncode == 1
-    expected = f"config error in {path}: agents.list[0].tools[0]: cannot import 'nope.x.f': "
+    expected = f"error: {path}: agents.list[0].tools[0]: cannot import 'nope.x.f': "
     assert result.stderr.splitlines()[-1] == expected + "No module named 'nope'"
     assert "Traceback" not in result.stderr
     assert '"level": "ERROR"' not in result.stderr

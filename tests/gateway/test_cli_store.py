@@ -214,7 +214,7 @@ def test_check_config_refuses_a_malformed_postgresql_url_naming_store_url(
         code, out = cli(*command, "--config", str(config))
         err = capsys.readouterr().err
         assert (code, out) == (1, "")
-        assert err.startswith(f"config error in {config}: store.url: the PostgreSQL url")
+        assert err.startswith(f"error: {config}: store.url: the PostgreSQL url")
         assert problem in err
         assert "s3cret" not in err
         assert len(err.splitlines()) == 1

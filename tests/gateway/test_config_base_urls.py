@@ -133,7 +133,7 @@ def test_check_config_of_a_bad_base_url_exits_1_with_one_line_naming_the_key() -
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"config error in {EXAMPLE}: telegram.api_base_url: must start")
+    assert lines[0].startswith(f"error: {EXAMPLE}: telegram.api_base_url: must start")
 
 
 def test_serve_with_the_sandbox_url_and_the_sandbox_off_exits_1_before_binding(
@@ -146,7 +146,7 @@ def test_serve_with_the_sandbox_url_and_the_sandbox_off_exits_1_before_binding(
     result = run_cli("serve", "--config", str(config), env=environ | {"GATEWAY_PORT": "1"})
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        f"config error in {config}: telegram.api_base_url: points at this gateway itself (a path"
+        f"error: {config}: telegram.api_base_url: points at this gateway itself (a path"
         " such as /sandbox/telegram: the sandbox's fake API), but sandbox.enabled is false, so"
         " nothing answers there and every call would fail. Set the platform's API"
         " (https://api.telegram.org), or enable the sandbox"

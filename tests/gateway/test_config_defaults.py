@@ -113,7 +113,7 @@ def test_serve_that_could_not_make_the_token_file_fails_before_it_starts(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (
-        f"config error in {EXAMPLE}: admin.token_file: cannot create data/admin-token: data is"
+        f"error: {EXAMPLE}: admin.token_file: cannot create data/admin-token: data is"
         " not a folder this user can write\n"
     )
     assert not (workdir / "gateway.db").exists()
@@ -127,7 +127,7 @@ def test_check_config_refuses_a_token_file_serve_could_not_make(
     monkeypatch.delenv("GATEWAY_ADMIN_TOKEN", raising=False)
     assert main(["check-config", "--config", str(EXAMPLE)], out=io.StringIO()) == 1
     assert capsys.readouterr().err == (
-        f"config error in {EXAMPLE}: admin.token_file: cannot create data/admin-token: data is"
+        f"error: {EXAMPLE}: admin.token_file: cannot create data/admin-token: data is"
         " not a folder this user can write\n"
     )
     assert sorted(p.name for p in workdir.iterdir()) == ["data"]  # nothing written
@@ -149,7 +149,7 @@ def test_serve_that_cannot_create_in_a_folder_root_may_write_fails_before_it_sta
     assert main(["serve", "--config", str(config)], out=io.StringIO()) == 1
     captured = capsys.readouterr()
     assert captured.err.startswith(
-        f"config error in {config}: admin.token_file: cannot create /proc/gateway-admin-token: "
+        f"error: {config}: admin.token_file: cannot create /proc/gateway-admin-token: "
     )
     assert captured.err.count("\n") == 1
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -271,7 +271,7 @@ async def test_an_interrupted_copy_leaves_the_postgresql_target_as_it_was(
             await blocker.close()
         if sig == signal.SIGINT:  # one line, as shells expect of Ctrl-C: no traceback
             assert process.returncode == 130, output.decode()
-            assert output.splitlines()[-1] == b"interrupted"
+            assert output.splitlines()[-1] == b"error: interrupted"
             assert b"Traceback" not in output
         else:
             assert process.returncode == -signal.SIGKILL
