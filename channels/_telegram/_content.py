@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import mimetypes
 from dataclasses import dataclass
+from functools import cache
+from pathlib import PurePosixPath
 from typing import Protocol
 
 from telegram import Contact as TelegramContact
@@ -102,13 +105,34 @@ def _media_content(message: Message) -> Content | None:
 
 
 def _media(file: _File, caption: str | None, mime_type: str | None = None) -> Media:
+    """The file as ``Media``: its type as Telegram gave it, else as its name's extension says
+    (Telegram may leave ``mime_type`` out, its file server never names one), else ``mime_type``."""
+    file_name = getattr(file, "file_name", None)
     return Media(
         id=file.file_id,
         size=file.file_size,
-        mime_type=getattr(file, "mime_type", None) or mime_type,
-        file_name=getattr(file, "file_name", None),
+        mime_type=getattr(file, "mime_type", None) or type_of_name(file_name) or mime_type,
+        file_name=file_name,
         caption=caption,
     )
+
+
+def type_of_name(file_name: str | None) -> str | None:
+    """The MIME type the last extension of ``file_name`` stands for (``report.PDF`` ->
+    ``application/pdf``); None for no name, no extension or one not in the table.
+
+    The table is Python's own strict one, the same on every machine: ``mimetypes.guess_type``
+    would also read ``/etc/mime.types``, take a name such as ``data:text/html,x`` as a URL
+    whose type it names, and type ``x.tar.gz`` as a tar file, though its bytes are gzip."""
+    if not file_name:
+        return None
+    suffix = PurePosixPath(file_name.replace("\\", "/")).suffix.lower()
+    return _strict_types().get(suffix) if suffix else None
+
+
+@cache
+def _strict_types() -> dict[str, str]:
+    return mimetypes.MimeTypes().types_map[True]  # built-in table only; no file is read into it
 
 
 def _contact(card: TelegramContact) -> Contact:

@@ -23,6 +23,7 @@ from webhook_bot_gateway.channels import (
     MembershipEvent,
     UnknownAccount,
 )
+from webhook_bot_gateway.channels._telegram._content import type_of_name
 from webhook_bot_gateway.channels.telegram import TelegramAdapter
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -72,6 +73,19 @@ EXPECTED: dict[str, dict[str, Any] | None] = {
             "file_name": "invoice-5531.pdf",
             "size": 536392,
             "caption": "Here is the invoice",
+            "url": None,
+        },
+    },
+    "34_document_without_mime_type.json": {
+        **ALICE,
+        "kind": "document",
+        "message_id": "2090",
+        "media": {
+            "id": "BQACAgIAAxkBAAIIKmd0AAFhnomimeQgAAp7cMRuY7xhLAAEAAwIAA3kAAzYE",
+            "mime_type": "application/pdf",  # Telegram named none: from the name's extension
+            "file_name": "report.pdf",
+            "size": 48213,
+            "caption": None,
             "url": None,
         },
     },
@@ -515,3 +529,69 @@ def test_parse_a_video_note_is_an_mp4_video(adapter: TelegramAdapter) -> None:
     assert event.kind == "video"
     assert event.media is not None
     assert (event.media.id, event.media.mime_type) == ("vn-1", "video/mp4")
+
+
+def test_parse_a_files_own_mime_type_wins_over_its_name(adapter: TelegramAdapter) -> None:
+    """The name is only read when Telegram sent no mime_type."""
+    document = {
+        "file_id": "d-1",
+        "file_unique_id": "d1",
+        "file_name": "scan.pdf",
+        "mime_type": "image/png",
+    }
+    event = parse_one(adapter, message=message(document=document))
+    assert event.media is not None
+    assert event.media.mime_type == "image/png"
+
+
+@pytest.mark.parametrize(
+    ("field", "file", "expected"),
+    [
+        ("audio", {"duration": 1, "file_name": "hold.MP3"}, "audio/mpeg"),
+        ("video", {"duration": 1, "width": 1, "height": 1, "file_name": "clip.mp4"}, "video/mp4"),
+        ("document", {"file_name": "notes.txt"}, "text/plain"),
+    ],
+)
+def test_parse_a_file_without_mime_type_is_typed_by_its_name(
+    adapter: TelegramAdapter, field: str, file: dict[str, Any], expected: str
+) -> None:
+    body = {"file_id": "f-1", "file_unique_id": "f1", **file}
+    event = parse_one(adapter, message=message(**{field: body}))
+    assert event.media is not None
+    assert event.media.mime_type == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("report.pdf", "application/pdf"),
+        ("REPORT.PDF", "application/pdf"),
+        ("a.b.c.jpg", "image/jpeg"),
+        ("C:\\Users\\alice\\scan.pdf", "application/pdf"),
+        ("../../etc/scan.pdf", "application/pdf"),
+        ("x" * 5000 + ".pdf", "application/pdf"),
+        (None, None),
+        ("", None),
+        ("README", None),  # no extension
+        (".pdf", None),  # a hidden file named "pdf", no extension
+        ("report.", None),
+        ("folder/", None),
+        ("report.pdf ", None),  # the extension is "pdf ", in no table
+        ("report.unknownext", None),
+        ("archive.tar.gz", None),  # gzip bytes: guess_type would say tar
+        ("backup.tgz", None),
+        ("data:text/html,x", None),  # guess_type would read it as a data: URL of text/html
+        ("https://example.com/a.html?x=report", None),  # the suffix is ".html?x=report"
+    ],
+)
+def test_type_of_name_reads_only_the_last_extension(name: str | None, expected: str | None) -> None:
+    assert type_of_name(name) == expected
+
+
+def test_parse_a_document_with_an_odd_name_and_no_type_stays_untyped(
+    adapter: TelegramAdapter,
+) -> None:
+    document = {"file_id": "d-2", "file_unique_id": "d2", "file_name": "data:text/html,x"}
+    event = parse_one(adapter, message=message(document=document))
+    assert event.media is not None
+    assert (event.media.mime_type, event.media.file_name) == (None, "data:text/html,x")

@@ -177,6 +177,33 @@ async def test_e2e_images_and_documents_are_downloaded_and_linked_to_the_turn(
     assert {h.headers.get("Authorization") for h in graph.hits} == {BEARER}
 
 
+async def test_e2e_a_telegram_document_without_mime_type_is_typed_by_its_name(
+    make_gateway: MakeGateway, platforms: Platforms, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """Telegram may leave a document's mime_type out, and its file server names no type."""
+    telegram = platforms.telegram
+    telegram.add_media("tg-pdf", PDF, file_path="documents/file_3.pdf")
+    telegram.add_media("tg-odd", PDF, file_path="documents/file_4")
+    gateway = await make_gateway(sections=media(tmp_path, download_wait_seconds=5))
+
+    pdf = telegram_document(5201, 5003, "tg-pdf", "report.pdf", None, len(PDF))
+    odd = telegram_document(5202, 5003, "tg-odd", "report", None, len(PDF))
+    for delivery in (pdf, odd):
+        assert await post(http, gateway.url, delivery) == 200
+
+    await replied(telegram, "5003", 2)
+    sid = tg_session(5003)
+    await eventually(lambda: settled(gateway, sid, 2), f"both files of {sid}")
+    assert sorted((r.name, r.content_type, r.state) for r in rows(gateway, sid)) == [
+        ("report", "application/octet-stream", "ready"),
+        ("report.pdf", "application/pdf", "ready"),
+    ]
+    assert user_texts(gateway, sid) == [
+        "[document]\n[attached application: report.pdf (application/pdf, 700 bytes)]",
+        "[document]\n[attached application: report (application/octet-stream, 700 bytes)]",
+    ]
+
+
 REFUSED_URLS = [
     ("http://127.0.0.1:{sink}/x", "not_https"),
     ("https://127.0.0.1:{sink}/x", "host_not_allowed"),

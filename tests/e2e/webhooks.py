@@ -89,11 +89,12 @@ def telegram_document(
     chat_id: int,
     file_id: str,
     file_name: str,
-    mime_type: str,
+    mime_type: str | None,
     file_size: int,
     caption: str | None = None,
 ) -> Delivery:
-    """A document message (a file sent without compression)."""
+    """A document message (a file sent without compression); ``mime_type`` None leaves the
+    field out, as Telegram may."""
     document = {
         "file_id": file_id,
         "file_unique_id": f"u{file_id}",
@@ -101,6 +102,8 @@ def telegram_document(
         "mime_type": mime_type,
         "file_size": file_size,
     }
+    if mime_type is None:
+        del document["mime_type"]
     fields: dict[str, Any] = {"document": document}
     if caption is not None:
         fields["caption"] = caption
