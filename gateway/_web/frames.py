@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NoReturn
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
@@ -53,7 +53,7 @@ class MessageFrame(_Frame):
 
 class CancelFrame(_Frame):
     type: Literal["cancel_turn"]
-    data: dict[str, Any] = Field(default_factory=dict)
+    data: dict[str, Any] | None = None  # takes no data: an object or null is ignored
 
 
 class FrameError(Exception):
@@ -66,12 +66,22 @@ class FrameError(Exception):
         self.client_id = client_id
 
 
+class _NotJsonValue(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity``: Python's json reads them, JSON has none."""
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise _NotJsonValue(f"the frame is not JSON: {name} is not a JSON value")
+
+
 def parse_frame(text: str) -> MessageFrame | CancelFrame:
     """A client frame; FrameError naming what is wrong."""
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, parse_constant=_refuse_constant)
     except RecursionError:  # json's C scanner gives up deeper than the interpreter's stack
         raise _too_deep() from None
+    except _NotJsonValue as exc:
+        raise FrameError("invalid_json", str(exc)) from None
     except ValueError:
         raise FrameError("invalid_json", "the frame is not JSON") from None
     if nested_deeper_than(raw, MAX_JSON_DEPTH):

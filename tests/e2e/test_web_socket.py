@@ -251,6 +251,13 @@ BAD_FRAMES = [
         "frame_too_large",
     ),
     ('{"type": "cancel_turn"}', "no_turn_running"),
+    ('{"type": "cancel_turn", "data": null}', "no_turn_running"),  # taken: no data, like none
+    ('{"type": "cancel_turn", "data": {"x": NaN}}', "invalid_json"),  # Python reads NaN
+    ('{"type": "cancel_turn", "data": {"x": Infinity}}', "invalid_json"),
+    (
+        '{"type": "message", "data": {"text": "x", "client_id": "c", "n": -Infinity}}',
+        "invalid_json",
+    ),
     ("[" * 400 + "]" * 400, "json_too_deep"),
     ('{"type": "cancel_turn", "data": {"a": ' + "[" * 40 + "]" * 40 + "}}", "json_too_deep"),
     ('{"type": "message", "data": {"text": "\\ud800", "client_id": "c"}}', "invalid_frame"),

@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from webhook_bot_gateway.gateway._web.frames import FrameError, MessageFrame, parse_frame
+from webhook_bot_gateway.gateway._web.frames import (
+    CancelFrame,
+    FrameError,
+    MessageFrame,
+    parse_frame,
+)
 
 
 def test_a_frame_nested_past_the_json_scanners_stack_is_json_too_deep() -> None:
@@ -53,3 +58,55 @@ def test_an_attachment_listed_twice_in_a_message_is_attached_once() -> None:
     frame = parse_frame(json.dumps({"type": "message", "data": data}))
     assert isinstance(frame, MessageFrame)
     assert frame.data.attachments == ("b", "a", "c")
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        '{"type": "cancel_turn"}',
+        '{"type": "cancel_turn", "data": null}',
+        '{"type": "cancel_turn", "data": {}}',
+        '{"type": "cancel_turn", "data": {"reason": "changed my mind"}}',
+    ],
+    ids=["absent", "null", "empty", "ignored"],
+)
+def test_a_cancel_frame_takes_no_data_absent_null_or_an_object(frame: str) -> None:
+    assert isinstance(parse_frame(frame), CancelFrame)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        '{"type": "cancel_turn", "data": 5}',
+        '{"type": "cancel_turn", "data": []}',
+        '{"type": "cancel_turn", "data": "now"}',
+        '{"type": "message", "data": null}',  # a message takes data
+    ],
+)
+def test_a_data_that_is_neither_an_object_nor_a_cancels_null_is_an_invalid_frame(
+    frame: str,
+) -> None:
+    with pytest.raises(FrameError) as refused:
+        parse_frame(frame)
+    assert refused.value.code == "invalid_frame"
+    assert refused.value.message.startswith("data: ")
+
+
+@pytest.mark.parametrize(
+    ("frame", "constant"),
+    [
+        ('{"type": "cancel_turn", "data": {"x": NaN}}', "NaN"),
+        ('{"type": "cancel_turn", "data": {"x": [Infinity]}}', "Infinity"),
+        (
+            '{"type": "message", "data": {"text": "x", "client_id": "c", "n": -Infinity}}',
+            "-Infinity",
+        ),
+        ("NaN", "NaN"),
+    ],
+)
+def test_nan_and_infinity_are_not_json(frame: str, constant: str) -> None:
+    """Python's json reads them (json.loads("NaN") is nan); a frame holding one is invalid_json."""
+    with pytest.raises(FrameError) as refused:
+        parse_frame(frame)
+    message = f"the frame is not JSON: {constant} is not a JSON value"
+    assert (refused.value.code, refused.value.message) == ("invalid_json", message)
