@@ -296,7 +296,7 @@ OPERATIONS: tuple[Operation, ...] = (
         {
             201: AttachmentAnswer,
             400: f"{BAD_ID}; invalid_body: not readable multipart/form-data, or cut short"
-            "; missing_file",
+            '; missing_file: no file part, or an empty one with filename="" (none chosen)',
             404: NO_SESSION,
             408: "request_timeout: nothing sent for server.read_timeout seconds",
             413: "too_large: over media.max_bytes",

@@ -60,6 +60,14 @@ _CONTENT_TYPE = re.compile(
 )
 
 
+NOT_MULTIPART = (
+    "send multipart/form-data with the file in its 'file' part (a URL-encoded form, such as an"
+    ' HTML form without enctype="multipart/form-data", carries no file)'
+)
+
+NO_FILE_CHOSEN = "the 'file' part is empty and names no file (filename=\"\"): none was chosen"
+
+
 UPLOADS = web.AppKey("upload_reads", ReadSlots)  # server.max_concurrent_reads, uploads only
 UPLOAD_FLOOR = web.AppKey("upload_floor", DiskFloor)  # media.min_free_bytes
 
@@ -157,6 +165,9 @@ async def _receive(
         ) from None
     except FileNotFoundError:  # the session's folder went while the file was written
         raise await _folder_gone(store, sid, session) from None
+    if size == 0 and part.filename == "":  # a browser's file input with no file chosen
+        _remove(dest)
+        raise ApiError(400, "missing_file", NO_FILE_CHOSEN, FIELD)
     name = clean_name(part.filename, "file")
     content_type = _content_type(part.headers.get("Content-Type"))
     try:
@@ -204,7 +215,7 @@ def _remove(saved: Path) -> None:
 
 async def _file_part(request: web.Request) -> BodyPartReader:
     if not request.content_type.startswith("multipart/"):
-        raise ApiError(400, "invalid_body", "send multipart/form-data with a 'file' field")
+        raise ApiError(400, "invalid_body", NOT_MULTIPART)
     try:
         reader = await request.multipart()
         while (part := await reader.next()) is not None:

@@ -165,3 +165,27 @@ async def test_e2e_an_upload_cut_off_leaves_no_file_and_no_traceback(
     await eventually(lambda: not folder.exists(), "the new session's folder removed")
     assert gateway.query("SELECT count(*) FROM attachments") == [(0,)]
     assert "Traceback" not in gateway.log(tail=10_000)
+
+
+async def test_e2e_an_upload_with_no_file_chosen_is_missing_file_and_keeps_nothing(
+    make_gateway: MakeGateway, http: aiohttp.ClientSession
+) -> None:
+    """What a browser's form sends when its file input has nothing chosen."""
+    gateway = await make_gateway()
+    async with connect(http, gateway.url) as client:
+        sid = client.session_id
+    body = (
+        b'--XX\r\nContent-Disposition: form-data; name="file"; filename=""\r\n'
+        b"Content-Type: application/octet-stream\r\n\r\n\r\n--XX--\r\n"
+    )
+    headers = {"Content-Type": "multipart/form-data; boundary=XX"}
+    upload = f"{gateway.url}/web/sessions/{sid}/attachments"
+    async with http.post(upload, data=body, headers=headers) as response:
+        assert response.status == 400
+        assert (await response.json())["error"]["code"] == "missing_file"
+    async with http.post(upload, data={"file": "report.pdf"}) as response:  # no enctype
+        assert response.status == 400
+        assert (await response.json())["error"]["code"] == "invalid_body"
+    assert not (gateway.directory / "data" / "media" / sid).exists()
+    assert gateway.query("SELECT count(*) FROM sessions WHERE session_id = ?", sid) == [(0,)]
+    assert "Traceback" not in gateway.log(tail=10_000)

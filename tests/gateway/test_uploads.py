@@ -549,6 +549,13 @@ async def test_upload_refusals(gw: Gateway) -> None:
             url(sid), data=b"file=x", headers={"Content-Type": "text/plain"}
         )
         assert await error_of(response, 400) == "invalid_body"
+        # an HTML form without enctype="multipart/form-data" sends only the file's name
+        response = await gw.client.post(url(sid), data={"file": "report.pdf"})
+        assert response.request_info.headers["Content-Type"].startswith("application/x-www")
+        assert response.status == 400
+        error = (await response.json())["error"]
+        assert error["code"] == "invalid_body"
+        assert 'enctype="multipart/form-data"' in error["message"]
         other = aiohttp.FormData()
         other.add_field("document", b"x", filename="a.txt")
         assert await error_of(await gw.client.post(url(sid), data=other), 400) == "missing_file"
@@ -559,6 +566,37 @@ async def test_upload_refusals(gw: Gateway) -> None:
         assert (await response.json())["attachment"]["name"] == "file"
     assert not gw.folder(missing).exists()
     assert not gw.folder(telegram.session_id).exists()
+
+
+async def test_an_upload_with_no_file_chosen_is_missing_file_and_stores_nothing(
+    gw: Gateway,
+) -> None:
+    """A browser's form whose file input has nothing chosen sends the part with filename=""
+    and no bytes (HTML's form data set: a File with an empty name): no file, where a
+    stored empty file named "file" was taken before."""
+    async with web_session(gw.client) as socket:
+        sid = socket.session_id
+        body = multipart(b"", 'filename=""', "application/octet-stream")
+        response = await gw.client.post(url(sid), data=body, headers=MULTIPART)
+        assert response.status == 400
+        error = (await response.json())["error"]
+        assert (error["code"], error["field"]) == ("missing_file", "file")
+        assert "none was chosen" in error["message"]
+        assert session_counts(gw.db, sid) == dict.fromkeys(SESSION_TABLES, 0)
+        assert not gw.folder(sid).exists()
+        # Bytes make it a file, whatever its name: without one (RFC 7578 says a filename
+        # SHOULD be sent, not MUST), an empty one, or one of slashes only, it is "file"
+        for disposition in ('filename=""', "size=3", 'filename="//"'):
+            body = multipart(b"abc", disposition)
+            response = await gw.client.post(url(sid), data=body, headers=MULTIPART)
+            assert response.status == 201, await response.text()
+            assert (await response.json())["attachment"]["name"] == "file"
+        # and a named empty file is a file
+        body = multipart(b"", 'filename="empty.txt"')
+        response = await gw.client.post(url(sid), data=body, headers=MULTIPART)
+        assert response.status == 201, await response.text()
+        assert (await response.json())["attachment"]["size"] == 0
+    assert len(files_under(gw.folder(sid))) == 4
 
 
 @pytest.mark.parametrize(
