@@ -162,18 +162,23 @@ def check_agent_names(
     listed: str | None = None,
     keyed: int | None = None,
 ) -> None:
-    """Refuse duplicate names, unknown handoff targets and a missing starting agent.
+    """Refuse duplicate names, handoffs to oneself, unknown handoff targets and a missing
+    starting agent.
 
     ``listed``: the config key of ``agents`` (``agents.list``), so that an error names the
     entry (``agents.list[2].name``); None for agents given in Python. ``keyed``: how many of
     the first agents are that list's entries, when those of ``agents.module`` follow them
     (their errors name ``agents.module``); None: all of them."""
     seen: set[str] = set()
-    for index, (name, _) in enumerate(agents):
-        if name in seen:
+    for index, (name, handoffs) in enumerate(agents):
+        if name in seen:  # first: a copied entry not renamed may hand off to the name it kept
             key = _entry_key(listed, keyed, index, "name")
             problem = f"agent {name!r} is declared more than once"
             raise AgentConfigError(name, "declared more than once", key=key, problem=problem)
+        if name in handoffs:
+            key = _entry_key(listed, keyed, index, f"handoffs[{handoffs.index(name)}]")
+            problem = f"agent {name!r} cannot hand off to itself"
+            raise AgentConfigError(name, "cannot hand off to itself", key=key, problem=problem)
         seen.add(name)
     if not complete:
         return
@@ -227,6 +232,4 @@ def _agent_problems(agent: AgentConfig) -> list[str]:
             problems.append(f"rules[{index}]: {exc}")
         if rule.handoff and rule.handoff not in agent.handoffs:
             problems.append(f"rule hands off to {rule.handoff!r}, which is not in its handoffs")
-    if agent.name in agent.handoffs:
-        problems.append("cannot hand off to itself")
     return problems

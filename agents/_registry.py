@@ -120,8 +120,6 @@ def _account_agents(
 def _check_agent(agent: Agent, models: Mapping[str, ModelBackend]) -> None:
     if not re.fullmatch(AGENT_NAME, agent.name):
         raise AgentConfigError(agent.name, f"name must match {AGENT_NAME}")
-    if agent.name in agent.handoffs:
-        raise AgentConfigError(agent.name, "cannot hand off to itself")
     if agent.kind == "human" and (agent.model is not None or agent.tools):
         raise AgentConfigError(agent.name, "a human agent has no model or tools")
     if agent.kind == "bot" and agent.model is None:

@@ -11,6 +11,7 @@ from .errors import ConfigError
 _REFERENCE = re.compile(r"\$\{([^}]*)\}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SHELL_STYLE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")  # a whole value such as $TOKEN
+_KEY_PART = re.compile(r"\[(\d+)\]|([^.\[\]]+)")  # one step of a key_path: [0] or a name
 _UNCLOSED = "malformed reference: a '${' with no closing '}'"
 _NESTED = "malformed reference: a '${' inside another reference (references do not nest)"
 _NOT_A_NAME = (
@@ -60,6 +61,43 @@ def key_path(parts: tuple[str | int, ...]) -> str:
         else:
             text += f".{part}" if text else part
     return text or "(top level)"
+
+
+def origin(raw: object, key: str, environ: Mapping[str, str]) -> str:
+    """Where the value at ``key`` (a ``key_path``) came from, for an error's end, when ``raw``,
+    the TOML document before substitution, refers to the environment there: `` (the value comes
+    from ${GATEWAY_PORT})``; "" otherwise. Names variables, never a value (it may be a secret)."""
+    text = _value_at(raw, key)
+    names = list(dict.fromkeys(references(text))) if isinstance(text, str) else []
+    if not names:
+        return ""
+    read = [f"${{{name}}}" for name in names if name in environ]
+    unset = [name for name in names if name not in environ]
+    if unset:  # substitution took their defaults, written in the file
+        defaults = "the defaults of" if len(unset) > 1 else "the default of"
+        read.append(f"{defaults} {_and([f'${{{name}}}' for name in unset])}")
+    note = f"the value comes from {_and(read)}"
+    if unset:
+        note += f", as {_and(unset)} {'are' if len(unset) > 1 else 'is'} not set"
+    return f" ({note})"
+
+
+def _value_at(raw: object, key: str) -> object:
+    """The value at ``key`` (a ``key_path``) in ``raw``, or None where there is none."""
+    value = raw
+    for index, name in _KEY_PART.findall(key):
+        if name and isinstance(value, dict):
+            value = value.get(name)
+        elif index and isinstance(value, list) and int(index) < len(value):
+            value = value[int(index)]
+        else:
+            return None
+    return value
+
+
+def _and(words: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def substitute(value: Any, environ: Mapping[str, str], path: tuple[str | int, ...] = ()) -> Any:

@@ -28,7 +28,7 @@ from ._accounts import check_account_agents, declared_in_config
 from ._admin_token import check_admin_token, read_token_file, refuse_public_secrets
 from ._base_urls import check_base_urls
 from ._config_numbers import boolean_for_number
-from ._env import key_path, substitute
+from ._env import key_path, origin, substitute
 from .errors import ConfigError
 
 DEFAULT_CONFIG = "config.toml"
@@ -231,14 +231,26 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def parse_settings(raw: dict[str, object], environ: Mapping[str, str]) -> Settings:
-    """Validate an already parsed TOML document."""
+    """Validate an already parsed TOML document. An error at a value read from the environment
+    names the variables (``(the value comes from ${GATEWAY_PORT})``), never the value."""
     data = substitute(raw, environ)
     if (found := boolean_for_number(Settings, data)) is not None:
         raise ConfigError(key_path(found), "must be a number, not true or false")
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
-        raise _first_error(exc) from None
+        raise _first_error(exc, raw, environ) from None
+    try:
+        return _checked(settings)
+    except ConfigError as exc:
+        note = origin(raw, exc.key, environ)
+        if not note:
+            raise
+        raise ConfigError(exc.key, exc.problem + note) from None
+
+
+def _checked(settings: Settings) -> Settings:
+    """The checks that need the whole validated file; the settings with local URLs made whole."""
     refuse_public_secrets(settings)  # demo secrets and short admin tokens where strangers reach
     declared = declared_in_config(settings)
     if declared is not None:  # with agents.module, checked once the registry is built
@@ -302,7 +314,9 @@ def loopback_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _first_error(exc: ValidationError) -> ConfigError:
+def _first_error(
+    exc: ValidationError, raw: dict[str, object], environ: Mapping[str, str]
+) -> ConfigError:
     errors = exc.errors(include_url=False, include_input=False)
     first = errors[0]
     location = tuple(part for part in first["loc"] if isinstance(part, str | int))
@@ -310,13 +324,30 @@ def _first_error(exc: ValidationError) -> ConfigError:
     cause = first.get("ctx", {}).get("error")
     if isinstance(cause, AgentConfigError) and cause.key:  # [agents] knows the key better
         key, problem = cause.key, cause.problem
+    if first["type"] != "extra_forbidden":  # an unknown key's value is not the problem
+        problem += origin(raw, key, environ)
     if len(errors) > 1:
         problem += f" (and {len(errors) - 1} more error(s))"
     return ConfigError(key, problem)
 
 
+# pydantic's "Input should be a valid tuple" and the like, in the words of a TOML file.
+_PLAIN_WORDS = {
+    "must be a whole number": ("int_type", "int_parsing", "int_from_float"),
+    "must be a number": ("float_type", "float_parsing"),
+    "must be true or false": ("bool_type", "bool_parsing"),
+    "must be a string": ("string_type",),
+    "must be a list": ("list_type", "tuple_type", "set_type", "frozen_set_type"),
+    "must be a table": ("dict_type", "model_type"),
+}
+_PLAIN = {kind: words for words, kinds in _PLAIN_WORDS.items() for kind in kinds}
+
+
 def _problem(error: ErrorDetails) -> str:
-    """pydantic's message, without the "Value error, " its validators' errors get."""
+    """Plain words for an unknown key and a value of the wrong type, else pydantic's message
+    without the "Value error, " its validators' errors get."""
     if error["type"] == "extra_forbidden":
         return "unknown key"
+    if error["type"] in _PLAIN:
+        return _PLAIN[error["type"]]
     return error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")

@@ -73,6 +73,15 @@ def test_config_defaults_without_agents_stay_valid() -> None:
         ),
         (config({**TRIAGE, "handoffs": ["triage"]}), "agent 'triage': cannot hand off to itself"),
         (
+            config({**TRIAGE, "handoffs": ["triage"]}, module="x"),
+            "agent 'triage': cannot hand off to itself",
+        ),
+        (
+            # a copy not renamed hands off to the name it kept: the name is the mistake
+            config({**TRIAGE, "handoffs": ["billing"]}, {**TRIAGE, "handoffs": ["triage"]}),
+            "agent 'triage': declared more than once",
+        ),
+        (
             config({**TRIAGE, "rules": [{"match": "(", "reply": "x"}]}),
             "agent 'triage': rules[0]: bad pattern '('",
         ),
@@ -303,6 +312,12 @@ def test_registry_missing_api_key_variable_names_it() -> None:
     [
         ([Agent("a", model=ScriptedModel())], "b", "agent 'b': named by starting_agent"),
         ([Agent("a", model=ScriptedModel())] * 2, "a", "agent 'a': declared more than once"),
+        ([Agent("a", handoffs=["a"], model=ScriptedModel())], "a", "agent 'a': cannot hand off"),
+        (
+            [Agent("a", model=ScriptedModel()), Agent("a", handoffs=["a"], model=ScriptedModel())],
+            "a",
+            "agent 'a': declared more than once",
+        ),
         ([Agent("a", handoffs=["z"], model=ScriptedModel())], "a", "agent 'a': handoff target"),
         ([Agent("a")], "a", "agent 'a': needs a model"),
         ([Agent("a", model="gpt")], "a", "agent 'a': model 'gpt' is not declared"),

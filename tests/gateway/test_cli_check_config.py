@@ -142,6 +142,25 @@ def config_error(tmp_path: Path, problem: str) -> str:
             '[agents.models.gpt]\nmodel = "gpt-4o"\ntimeout = true\n',
             "agents.models.gpt.timeout: must be a number, not true or false",
         ),
+        (
+            '[agents]\nstarting_agent = "a"\n'
+            + RULES_AGENT.format(name="a", tools="")
+            + 'handoffs = "b"\n',
+            "agents.list[0].handoffs: must be a list",
+        ),
+        (
+            '[agents]\nstarting_agent = "a"\n'
+            + RULES_AGENT.format(name="a", tools="")
+            + 'handoffs = ["a"]\n',
+            "agents.list[0].handoffs[0]: agent 'a' cannot hand off to itself",
+        ),
+        (  # a copy of the first entry that was not renamed: the name is the mistake
+            '[agents]\nstarting_agent = "a"\n'
+            + RULES_AGENT.format(name="a", tools="")
+            + RULES_AGENT.format(name="a", tools="")
+            + 'handoffs = ["a"]\n',
+            "agents.list[1].name: agent 'a' is declared more than once",
+        ),
     ],
     ids=[
         "empty-file",
@@ -167,6 +186,9 @@ def config_error(tmp_path: Path, problem: str) -> str:
         "boolean-for-a-number",
         "boolean-for-a-channel-number",
         "boolean-for-a-model-number",
+        "handoffs-not-a-list",
+        "handoff-to-itself",
+        "duplicate-name-handing-off-to-itself",
     ],
 )
 def test_check_config_fails_naming_the_key_and_never_says_ok(
@@ -208,6 +230,21 @@ def test_serve_names_the_key_of_a_tool_it_cannot_import(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     assert '"level": "ERROR"' not in result.stderr
     assert not (tmp_path / "gw.db").exists()
+
+
+@pytest.mark.parametrize("command", ["check-config", "serve"])
+def test_a_bad_value_from_the_environment_names_the_variable_never_the_value(
+    tmp_path: Path, command: str
+) -> None:
+    """config.example.toml's port = "${GATEWAY_PORT:-8080}", as a real process: pydantic's
+    "Input should be a valid integer" said neither where the value came from nor what it is."""
+    result = run_cli(command, "--config", str(EXAMPLE), env={"GATEWAY_PORT": "80a"}, cwd=tmp_path)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"config error in {EXAMPLE}: server.port: must be a whole number (the value comes from"
+        " ${GATEWAY_PORT})\n"
+    )
+    assert list(tmp_path.iterdir()) == []  # serve stopped before the store or the token file
 
 
 def test_serve_prints_a_config_error_without_pydantics_prefix(

@@ -195,8 +195,107 @@ def test_unknown_section_is_rejected(tmp_path: Path) -> None:
     assert error_of(tmp_path, "[serverr]\n").key == "serverr"
 
 
-def test_wrong_type_names_the_key(tmp_path: Path) -> None:
-    assert error_of(tmp_path, "[server]\nport = 'eighty'\n").key == "server.port"
+AGENT_A = "[agents]\nstarting_agent = 'a'\n[[agents.list]]\nname = 'a'\nmodel = 'rules'\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[server]\nport = 'eighty'\n", "server.port: must be a whole number"),
+        ("[server]\nport = 80.5\n", "server.port: must be a whole number"),
+        ("[server]\nread_timeout = 'soon'\n", "server.read_timeout: must be a number"),
+        ("[server]\nread_timeout = [1]\n", "server.read_timeout: must be a number"),
+        ("[server]\nhost = 5\n", "server.host: must be a string"),
+        ("[media]\nallowed_hosts = 'x.example'\n", "media.allowed_hosts: must be a list"),
+        (AGENT_A + "handoffs = 'billing'\n", "agents.list[0].handoffs: must be a list"),
+        ("server = 5\n", "server: must be a table"),
+        ("[agents]\nmodels = 'gpt'\n", "agents.models: must be a table"),
+        ("[agents]\nlist = [5]\n", "agents.list[0]: must be a table"),
+        # other types keep pydantic's words
+        ("[server]\nport = 70000\n", "server.port: Input should be less than or equal to 65535"),
+        (
+            "[whatsapp]\n[[whatsapp.numbers]]\n",
+            "whatsapp.numbers[0].phone_number_id: Field required",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_named_in_plain_words(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    error = error_of(tmp_path, text)
+    assert str(error).removesuffix(" (and 1 more error(s))") == message
+
+
+def test_a_bad_value_from_the_environment_names_the_variable_not_the_value(
+    tmp_path: Path,
+) -> None:
+    text = '[server]\nport = "${GATEWAY_PORT}"\n'
+    error = error_of(tmp_path, text, {"GATEWAY_PORT": "80a-SECRET"})
+    assert str(error) == (
+        "server.port: must be a whole number (the value comes from ${GATEWAY_PORT})"
+    )
+    assert "80a" not in str(error)
+
+
+@pytest.mark.parametrize(
+    ("text", "environ", "message"),
+    [
+        (
+            '[server]\nport = "${GATEWAY_PORT:-80a}"\n',
+            {},
+            "server.port: must be a whole number (the value comes from the default of"
+            " ${GATEWAY_PORT}, as GATEWAY_PORT is not set)",
+        ),
+        (
+            '[dispatcher]\napology = "${A}${B:-}${A}"\n',
+            {"A": " "},
+            'dispatcher.apology: must hold text, or be "" for none (the value comes from ${A}'
+            " and the default of ${B}, as B is not set)",
+        ),
+        (
+            '[server]\nport = "${P}"\nread_timeout = "${T}"\n',
+            {"P": "x", "T": "y"},
+            "server.port: must be a whole number (the value comes from ${P}) (and 1 more error(s))",
+        ),
+        (  # [agents] names the key itself
+            AGENT_A + 'handoffs = ["${HANDOFF}"]\n[[agents.list.rules]]\nreply = "hi"\n',
+            {"HANDOFF": "a"},
+            "agents.list[0].handoffs[0]: agent 'a' cannot hand off to itself (the value comes"
+            " from ${HANDOFF})",
+        ),
+        (  # a check of the whole file, after validation
+            '[server]\nhost = "0.0.0.0"\n[admin]\ntoken = "${GATEWAY_ADMIN_TOKEN}"\n',
+            {"GATEWAY_ADMIN_TOKEN": "short-SECRET"},
+            "admin.token: is shorter than 16 characters, and server.host '0.0.0.0' is not a"
+            " loopback address: anyone who reaches the server could guess it; use a long"
+            " random one (python3 -c 'import secrets; print(secrets.token_urlsafe(32))') (the"
+            " value comes from ${GATEWAY_ADMIN_TOKEN})",
+        ),
+        # the value is not what is wrong with an unknown key
+        ('[server]\nhots = "${HOST}"\n', {"HOST": "x"}, "server.hots: unknown key"),
+        # a value written in the file names no variable
+        (
+            '[server]\nport = "80a"\n',
+            {"GATEWAY_PORT": "8080"},
+            "server.port: must be a whole number",
+        ),
+    ],
+    ids=[
+        "default",
+        "several",
+        "more-errors",
+        "agents-key",
+        "whole-file-check",
+        "unknown",
+        "literal",
+    ],
+)
+def test_an_error_at_a_reference_says_where_the_value_came_from(
+    tmp_path: Path, text: str, environ: dict[str, str], message: str
+) -> None:
+    error = error_of(tmp_path, text, environ)
+    assert str(error) == message
+    assert "SECRET" not in str(error)
 
 
 @pytest.mark.parametrize("value", ["inf", "-inf", "nan", "+inf"])

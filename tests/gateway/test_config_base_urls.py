@@ -149,5 +149,6 @@ def test_serve_with_the_sandbox_url_and_the_sandbox_off_exits_1_before_binding(
         f"error: {config}: telegram.api_base_url: points at this gateway itself (a path"
         " such as /sandbox/telegram: the sandbox's fake API), but sandbox.enabled is false, so"
         " nothing answers there and every call would fail. Set the platform's API"
-        " (https://api.telegram.org), or enable the sandbox"
+        " (https://api.telegram.org), or enable the sandbox (the value comes from the default"
+        " of ${TELEGRAM_API_BASE_URL}, as TELEGRAM_API_BASE_URL is not set)"
     ]
