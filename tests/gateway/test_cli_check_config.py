@@ -241,7 +241,7 @@ def test_a_bad_value_from_the_environment_names_the_variable_never_the_value(
     result = run_cli(command, "--config", str(EXAMPLE), env={"GATEWAY_PORT": "80a"}, cwd=tmp_path)
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr == (
-        f"config error in {EXAMPLE}: server.port: must be a whole number (the value comes from"
+        f"error: {EXAMPLE}: server.port: must be a whole number (the value comes from"
         " ${GATEWAY_PORT})\n"
     )
     assert list(tmp_path.iterdir()) == []  # serve stopped before the store or the token file
