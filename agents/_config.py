@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
-from ._agent import DEFAULT_HUMAN_REPLY
+from ._agent import DEFAULT_HUMAN_REPLY, Agent
 from ._config_bool import ConfigBool
 from ._errors import AgentConfigError
 from ._handoff_history import HandoffHistory
@@ -81,21 +88,27 @@ class OpenAIModelConfig(_Section):
         return self.max_concurrency or self.max_connections
 
 
-class AgentConfig(_Section):
-    """``[[agents.list]]``: one agent."""
+class AgentFields(_Section):
+    """The fields an agent has however it is declared, ``[[agents.list]]`` or
+    ``agents.module``: both are validated by this model."""
 
     name: str = Field(pattern=AGENT_NAME)
     kind: Literal["bot", "human"] = "bot"
     instructions: str = ""
     description: str = ""
-    model: str | None = None  # "rules" or a name under [agents.models]
     handoffs: tuple[str, ...] = ()
+    handoff_reply: UserText = DEFAULT_HUMAN_REPLY  # human agents: told the user on handoff
+    handoff_history: HandoffHistory = "full"  # what it sees of earlier agents' tool calls
+
+
+class AgentConfig(AgentFields):
+    """``[[agents.list]]``: one agent."""
+
+    model: str | None = None  # "rules" or a name under [agents.models]
     tools: tuple[
         str, ...
     ] = ()  # dotted import paths: "webhook_bot_gateway.agents.demo.lookup_invoice"
     rules: tuple[RuleConfig, ...] = ()
-    handoff_reply: UserText = DEFAULT_HUMAN_REPLY  # human agents: told the user on handoff
-    handoff_history: HandoffHistory = "full"  # what it sees of earlier agents' tool calls
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -217,6 +230,23 @@ def _entry_key(listed: str | None, keyed: int | None, index: int, field: str) ->
     if keyed is not None and index >= keyed:
         return MODULE_KEY
     return f"{listed}[{index}].{field}"
+
+
+def check_agent_fields(agent: Agent) -> None:
+    """Validate an agent given in Python as ``AgentFields`` validates a ``[[agents.list]]``
+    entry (a ``kind`` or ``handoff_history`` outside its choices, a blank ``handoff_reply``)."""
+    fields = {name: getattr(agent, name) for name in AgentFields.model_fields}
+    try:
+        AgentFields.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        problem = first["msg"].removeprefix("Value error, ")
+        raise AgentConfigError(agent.name, f"{_field_path(first['loc'])}: {problem}") from None
+
+
+def _field_path(location: tuple[int | str, ...]) -> str:
+    """``("handoffs", 1)`` as ``handoffs[1]``."""
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in location)[1:]
 
 
 def _agent_problems(agent: AgentConfig) -> list[str]:

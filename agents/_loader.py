@@ -5,17 +5,18 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import traceback
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import aiohttp
 
 from ._agent import Agent
-from ._config import RULES, AgentConfig, AgentsConfig, check_agent_names
+from ._config import MODULE_KEY, RULES, AgentConfig, AgentsConfig, check_agent_names
 from ._errors import AgentConfigError
 from ._model import ModelBackend
 from ._openai import OpenAIModel, Sleep
-from ._registry import Registry
+from ._registry import Registry, check_agent
 from ._rules import RulesModel, argument_problem
 from ._tools import Tool, make_tool
 
@@ -44,7 +45,10 @@ def build_registry(
     ]
     if config.module:
         listed = len(agents)
-        agents += module_agents(config.module)
+        found = module_agents(config.module)
+        for agent in found:
+            _check_module_agent(agent, models)
+        agents += found
         # Checked together here (the config could not: the module's agents were not known),
         # so that an error still names the key (agents.list[0].handoffs[1], agents.module).
         check_agent_names(
@@ -135,8 +139,25 @@ def _import_failure(exc: Exception, module_name: str) -> str:
             " searched: PYTHONPATH=. gateway ...)"
         )
     if isinstance(exc, SyntaxError | ModuleNotFoundError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
+        return str(exc)  # Python's own words: a module's name, a file and a line
+    # The message is the module's own and may hold a secret (a database url): not shown.
+    return f"{type(exc).__name__} raised at {_raised_at(exc, module_name)}"
+
+
+def _raised_at(exc: Exception, module_name: str) -> str:
+    """``file:line`` of the last traceback frame in the module's own file, else the last."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = _source_file(module_name)
+    frame = next((f for f in reversed(frames) if f.filename == own), frames[-1])
+    return f"{frame.filename}:{frame.lineno}"
+
+
+def _source_file(module_name: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except Exception:  # a parent package whose import fails again
+        return None
+    return spec.origin if spec else None
 
 
 def module_agents(module_name: str) -> list[Agent]:
@@ -147,13 +168,24 @@ def module_agents(module_name: str) -> list[Agent]:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        message = f"agents.module {module_name!r} cannot be imported: {exc}"
-        problem = f"cannot import {module_name!r}: {_import_failure(exc, module_name)}"
-        raise AgentConfigError(None, message, key="agents.module", problem=problem) from exc
+        failure = _import_failure(exc, module_name)
+        message = f"agents.module {module_name!r} cannot be imported: {failure}"
+        problem = f"cannot import {module_name!r}: {failure}"
+        raise AgentConfigError(None, message, key=MODULE_KEY, problem=problem) from exc
     found = getattr(module, "AGENTS", None)
     if not isinstance(found, list | tuple) or not all(isinstance(a, Agent) for a in found):
         _module_error(module_name, "must define AGENTS, a list of Agent objects")
     return list(found)
+
+
+def _check_module_agent(agent: Agent, models: Mapping[str, ModelBackend]) -> None:
+    """One of the module's ``AGENTS`` checked as the registry checks it, the error naming the
+    config key that brought it (``agents.module``), as a ``[[agents.list]]`` entry's does."""
+    try:
+        check_agent(agent, models)
+    except AgentConfigError as exc:
+        exc.key = MODULE_KEY  # its problem, the message, already names the agent
+        raise
 
 
 def _module_error(module_name: str, problem: str) -> NoReturn:

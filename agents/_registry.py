@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._agent import Agent, handoff_spec
-from ._config import AGENT_NAME, RULES, check_agent_names
+from ._config import RULES, check_agent_fields, check_agent_names
 from ._errors import AgentConfigError
 from ._model import ModelBackend, ToolSpec
 from ._rules import RulesModel, argument_problem
+from ._tools import Tool
 
 
 class Registry:
@@ -29,7 +29,7 @@ class Registry:
         self._agents = {agent.name: agent for agent in listed}
         self._models = dict(models or {})
         for agent in listed:
-            _check_agent(agent, self._models)
+            check_agent(agent, self._models)
         self.starting_agent = self._agents[starting_agent]
         self._account_agents: dict[tuple[str, str], Agent] = {}
         self._allowed: dict[tuple[str, str], frozenset[str]] = {}
@@ -117,9 +117,11 @@ def _account_agents(
     return chosen
 
 
-def _check_agent(agent: Agent, models: Mapping[str, ModelBackend]) -> None:
-    if not re.fullmatch(AGENT_NAME, agent.name):
-        raise AgentConfigError(agent.name, f"name must match {AGENT_NAME}")
+def check_agent(agent: Agent, models: Mapping[str, ModelBackend]) -> None:
+    """Refuse an agent that cannot run: its fields as ``[[agents.list]]`` checks them, its
+    tools, and its model among ``models``."""
+    check_agent_fields(agent)
+    _check_tools(agent)
     if agent.kind == "human" and (agent.model is not None or agent.tools):
         raise AgentConfigError(agent.name, "a human agent has no model or tools")
     if agent.kind == "bot" and agent.model is None:
@@ -131,6 +133,16 @@ def _check_agent(agent: Agent, models: Mapping[str, ModelBackend]) -> None:
         raise AgentConfigError(agent.name, "two tools share a name")
     if isinstance(agent.model, RulesModel):
         _check_rules(agent, agent.model)
+
+
+def _check_tools(agent: Agent) -> None:
+    for index, entry in enumerate(agent.tools):
+        if isinstance(entry, Tool):
+            continue
+        problem = f"tools[{index}] is a {type(entry).__name__}, not a function decorated with @tool"
+        if isinstance(entry, str):  # the form [[agents.list]] takes
+            problem += " (a dotted path names a tool only in [[agents.list]]: import the function)"
+        raise AgentConfigError(agent.name, problem)
 
 
 def _check_rules(agent: Agent, model: RulesModel) -> None:

@@ -322,7 +322,27 @@ def test_registry_missing_api_key_variable_names_it() -> None:
         ([Agent("a")], "a", "agent 'a': needs a model"),
         ([Agent("a", model="gpt")], "a", "agent 'a': model 'gpt' is not declared"),
         ([Agent("h", kind="human", model=ScriptedModel())], "h", "agent 'h': a human agent"),
-        ([Agent("a b", model=ScriptedModel())], "a b", "agent 'a b': name must match"),
+        ([Agent("a b", model=ScriptedModel())], "a b", "agent 'a b': name: String should match"),
+        (
+            [Agent("a", kind="robot", model=ScriptedModel())],  # type: ignore[arg-type]
+            "a",
+            "agent 'a': kind: Input should be 'bot' or 'human'",
+        ),
+        (
+            [Agent("a", model=ScriptedModel(), handoff_history="summery")],  # type: ignore[arg-type]
+            "a",
+            "agent 'a': handoff_history: Input should be 'full', 'messages' or 'summary'",
+        ),
+        (
+            [Agent("a", tools=["pkg.mod.fn"], model=ScriptedModel())],  # type: ignore[list-item]
+            "a",
+            "agent 'a': tools\\[0\\] is a str, not a function decorated with @tool",
+        ),
+        (
+            [Agent("a", tools=[print], model=ScriptedModel())],  # type: ignore[list-item]
+            "a",
+            "agent 'a': tools\\[0\\] is a builtin_function_or_method, not a function decorated",
+        ),
     ],
 )
 def test_registry_rejects_python_agents(agents: list[Agent], starting: str, message: str) -> None:

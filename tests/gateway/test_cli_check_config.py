@@ -318,3 +318,116 @@ def test_check_config_refuses_a_mistyped_reference_it_took_as_the_token(
     )
     assert (code, out) == (1, "")
     assert err == config_error(tmp_path, f"whatsapp.numbers[0].access_token: {problem}")
+
+
+MODULE_AGENTS = """from webhook_bot_gateway.agents import Agent, RulesModel, tool
+
+@tool
+def t_ok(text: str) -> str:
+    \"\"\"Say it back.\"\"\"
+    return text
+
+AGENTS = [Agent("a", kind="human"), {agent}]
+"""
+
+
+def module_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> str:
+    """A config whose ``agents.module`` is ``name``, a module of ``source`` in ``tmp_path``."""
+    (tmp_path / f"{name}.py").write_text(source, encoding="utf-8")
+    monkeypatch.syspath_prepend(tmp_path)
+    return f'[agents]\nstarting_agent = "a"\nmodule = "{name}"\n'
+
+
+@pytest.mark.parametrize(
+    ("agent", "problem"),
+    [
+        (
+            'Agent("x1", tools=["mod_str_tool.t_ok"], model=RulesModel([]))',
+            "agent 'x1': tools[0] is a str, not a function decorated with @tool (a dotted path"
+            " names a tool only in [[agents.list]]: import the function)",
+        ),
+        (
+            'Agent("x1", tools=[t_ok, print], model=RulesModel([]))',
+            "agent 'x1': tools[1] is a builtin_function_or_method, not a function decorated"
+            " with @tool",
+        ),
+        (
+            'Agent("x1", kind="robot")',
+            "agent 'x1': kind: Input should be 'bot' or 'human'",
+        ),
+        (
+            'Agent("x1", model=RulesModel([]), handoff_history="summery")',
+            "agent 'x1': handoff_history: Input should be 'full', 'messages' or 'summary'",
+        ),
+        (
+            'Agent("x1", kind="human", handoff_reply="  ")',
+            "agent 'x1': handoff_reply: must hold text, or be \"\" for none",
+        ),
+        ('Agent("x1", model="nope")', "agent 'x1': model 'nope' is not declared"),
+        (
+            'Agent("x1", kind="human", model=RulesModel([]))',
+            "agent 'x1': a human agent has no model or tools",
+        ),
+        (
+            'Agent("x 1", model=RulesModel([]))',
+            "agent 'x 1': name: String should match pattern '^[A-Za-z0-9_-]{1,52}$'",
+        ),
+    ],
+    ids=[
+        "tool-as-dotted-path",
+        "tool-not-decorated",
+        "unknown-kind",
+        "unknown-handoff-history",
+        "blank-handoff-reply",
+        "undeclared-model",
+        "human-with-model",
+        "bad-name",
+    ],
+)
+def test_check_config_refuses_a_module_agent_as_a_list_entry_naming_agents_module(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
+    agent: str,
+    problem: str,
+) -> None:
+    """The module's agents are validated as ``[[agents.list]]`` entries are: one error line
+    naming the key, not a traceback, and no "OK" for a value the list would refuse."""
+    name = "mod_" + request.node.callspec.id.replace("-", "_")
+    text = module_config(tmp_path, monkeypatch, name, MODULE_AGENTS.format(agent=agent))
+    code, out, err = check_config(tmp_path, text, capsys)
+    assert (code, out) == (1, "")
+    assert err == config_error(tmp_path, f"agents.module: {problem}")
+
+
+def test_check_config_names_where_a_module_raised_never_its_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The exception's message is the module's own and may hold a secret."""
+    source = 'x = 1\nraise RuntimeError("boom with postgres://u:pw@h/db")\n'
+    text = module_config(tmp_path, monkeypatch, "mod_raises", source)
+    code, out, err = check_config(tmp_path, text, capsys)
+    assert (code, out) == (1, "")
+    raised_at = f"{tmp_path / 'mod_raises.py'}:2"
+    expected = f"agents.module: cannot import 'mod_raises': RuntimeError raised at {raised_at}"
+    assert err == config_error(tmp_path, expected)
+    assert "pw@h" not in err
+
+
+def test_serve_refuses_a_module_agent_whose_tool_is_a_dotted_path(tmp_path: Path) -> None:
+    """As a real process (``python -m`` finds the module in the working directory): one
+    line, no traceback, before the store is opened."""
+    agent = 'Agent("x1", tools=["my_agents.t_ok"], model=RulesModel([]))'
+    (tmp_path / "my_agents.py").write_text(MODULE_AGENTS.format(agent=agent), encoding="utf-8")
+    path = tmp_path / "c.toml"
+    store = f'[server]\nport = 0\n[store]\nurl = "sqlite:///{tmp_path}/gw.db"\n'
+    path.write_text(store + '[agents]\nstarting_agent = "a"\nmodule = "my_agents"\n')
+    result = run_cli("serve", "--config", str(path), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"error: {path}: agents.module: agent 'x1': tools[0] is a str, not a function decorated"
+        " with @tool (a dotted path names a tool only in [[agents.list]]: import the function)"
+    )
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "gw.db").exists()
