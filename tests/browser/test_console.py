@@ -517,3 +517,22 @@ async def test_a_web_users_uploads_show_by_name_and_an_image_inline(
     picture = files.last.locator("img")
     await expect(picture).to_have_attribute("alt", "receipt.png")
     await expect(picture).to_have_js_property("naturalWidth", 1)  # fetched with the token, shown
+
+
+async def test_a_call_made_after_sign_out_sends_nothing(
+    page: Page, gateway: ConsoleGateway
+) -> None:
+    """A refresh still pending when the operator signs out must not reach the API with an
+    empty bearer: the tab holds no token, so nothing is sent."""
+    sent: list[str | None] = []
+    page.on("request", lambda req: sent.append(req.headers.get("authorization")))
+    await sign_in(page, gateway)
+    await page.get_by_test_id("sign-out").click()
+    await expect(page.get_by_test_id("signin")).to_be_visible()
+    sent.clear()
+    code = await page.evaluate(
+        "import('/console/static/api.js').then(m => m.api('/api/queue'))"
+        ".then(() => 'sent', err => err.code)"
+    )
+    assert code == "signed_out"
+    assert sent == []

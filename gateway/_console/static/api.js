@@ -40,6 +40,7 @@ const WORDS = {
   unknown_attachment: "That attachment is not stored (any more).",
   store_unavailable: "The gateway's store did not answer; try again.",
   network: "The gateway did not answer: is it running?",
+  signed_out: "Signed out: sign in again.",
 };
 
 /** What went wrong, in words an operator can act on. */
@@ -57,7 +58,9 @@ export function whenUnauthorized(handler) {
 }
 
 async function raw(path, { method = "GET", body, signal, token = getToken() } = {}) {
-  const headers = { Authorization: `Bearer ${token || ""}` };
+  // Signed out (a refresh still pending at sign-out): nothing to send, not even an empty token.
+  if (!token) throw new ApiError(0, "signed_out", "signed out");
+  const headers = { Authorization: `Bearer ${token}` };
   const init = { method, headers, signal, cache: "no-store" };
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
