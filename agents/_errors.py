@@ -88,7 +88,13 @@ class TurnCancelled(AgentError):
 class TurnTimeout(AgentError, TimeoutError):
     code = "turn_timeout"
 
-    def __init__(self, session_id: str, seconds: float) -> None:
-        super().__init__(f"session {session_id!r}: turn took longer than {seconds:g}s; rolled back")
+    def __init__(self, session_id: str, seconds: float, waiting_on: str | None = None) -> None:
+        # waiting_on: what the turn was waiting on when its time ran out ("the tool
+        # 'refund'", "the model 'gpt'"): a name, never a call's arguments (personal data).
+        waiting = f" (it was waiting on {waiting_on})" if waiting_on else ""
+        super().__init__(
+            f"session {session_id!r}: turn took longer than {seconds:g}s{waiting}; rolled back"
+        )
         self.session_id = session_id
         self.seconds = seconds
+        self.waiting_on = waiting_on

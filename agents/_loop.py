@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
 from webhook_bot_gateway.store import NewMessage, Session, Turn, storable_text
 
@@ -23,6 +24,7 @@ from ._rules import RulesModel
 from ._tools import ToolContext, ToolResult
 
 logger = logging.getLogger("agents.runner")
+T = TypeVar("T")
 
 HANDOFF_EVENT = "agent_changed"
 NOT_SENT = "not_sent"  # data of an assistant message whose text the reply guard refused
@@ -75,6 +77,9 @@ class TurnLoop:
         self.inbox_ids = tuple(inbox_ids)
         self.turn_key = turn_key(turn.session, self.inbox_ids)
         self.tool_runs: dict[str, int] = {}  # calls of each tool that reached it, this turn
+        # What the turn awaits now, for a timeout's message: "the model 'gpt'", "the tool
+        # 'refund'" (a name, never arguments: they may hold personal data); None between.
+        self.waiting_on: str | None = None
 
     async def run(self) -> list[Reply]:
         """Ask the model until it answers without tool calls (or a human takes over)."""
@@ -102,7 +107,18 @@ class TurnLoop:
         context += self.notes
         model = self.registry.model_for(self.agent)
         specs = self.registry.tool_specs(self.agent, self._account)
-        return await self._timed(model.complete(context, specs))
+        name = self.registry.model_name(self.agent)
+        return await self._waiting(
+            f"the model {name!r}", self._timed(model.complete(context, specs))
+        )
+
+    async def _waiting(self, what: str, work: Awaitable[T]) -> T:
+        """Await ``work``, saying meanwhile what the turn waits on (``waiting_on``); a turn
+        cut short while it waits (a timeout, a cancel) leaves it set."""
+        self.waiting_on = what
+        result = await work
+        self.waiting_on = None
+        return result
 
     async def _timed(self, call: Awaitable[ModelResponse]) -> ModelResponse:
         """Await a model call and tell the observer how long it took and how it ended."""
@@ -188,7 +204,8 @@ class TurnLoop:
         tool = self.agent.tool_named(call.name)
         if tool is None:
             return ToolResult.error(f"unknown tool {call.name!r}"), None
-        result = await tool.invoke(call.arguments, partial(self._context, tool.name, call.id))
+        invoked = tool.invoke(call.arguments, partial(self._context, tool.name, call.id))
+        result = await self._waiting(f"the tool {tool.name!r}", invoked)
         if result.is_error and isinstance(self.registry.model_for(self.agent), RulesModel):
             # No model reads the error, and a rule's reply would hand it to the user verbatim
             # (the tool's exception, secrets and all): the turn fails, to be retried and then

@@ -132,8 +132,9 @@ class Runner:
         async with self._store.turn(session_id, recent_turns=recent, inbox_ids=inbox_ids) as turn:
             before = turn.session.active_agent
             try:
-                work = self._work(turn, inbound, inbox_ids, reply_guard)
-                replies, handoffs = await self._guarded(session_id, work, cancel)
+                loop = self._begin(turn, inbound, inbox_ids, reply_guard)
+                replies = await self._guarded(session_id, loop, cancel)
+                handoffs = loop.handoffs
                 if cancel is not None and cancel.is_set():  # the last look: see the docstring
                     raise TurnCancelled(session_id)
             except TurnCancelled:
@@ -171,7 +172,7 @@ class Runner:
                 loop = TurnLoop(
                     turn, self._registry, self._limits, agent, (), (), self._observer, reply_guard
                 )
-                replies = await self._guarded(session_id, loop.run(), None)
+                replies = await self._guarded(session_id, loop, None)
                 if before_commit is not None:
                     before_commit(turn, replies)
                 after = turn.active_agent
@@ -200,20 +201,21 @@ class Runner:
         ids = tuple(message.id for message in turn.committed)
         return TurnResult(session_id, (), agent, agent, ids)
 
-    async def _work(
+    def _begin(
         self,
         turn: Turn,
         inbound: UserInput,
         inbox_ids: Sequence[int],
         reply_guard: ReplyGuard | None,
-    ) -> tuple[list[Reply], list[tuple[str, str]]]:
-        """The agents' answers, and the handoffs made on the way as (from, to)."""
+    ) -> TurnLoop:
+        """The turn's agent bound and the user's message buffered: the loop that answers it
+        (its ``handoffs``, once run, are those made on the way, as (from, to))."""
         agent = resolve_agent(turn, self._registry)
         data = dict(inbound.data)
         if agent.kind == "human":  # a message to a person: not a turn of the model's context
             data[OUTSIDE_TURNS] = True
         turn.append(NewMessage("user", inbound.text, data=data))
-        loop = TurnLoop(
+        return TurnLoop(
             turn,
             self._registry,
             self._limits,
@@ -223,19 +225,20 @@ class Runner:
             self._observer,
             reply_guard,
         )
-        return await loop.run(), loop.handoffs
 
     async def _guarded(
-        self, session_id: str, work: Coroutine[Any, Any, T], cancel: asyncio.Event | None
-    ) -> T:
+        self, session_id: str, loop: TurnLoop, cancel: asyncio.Event | None
+    ) -> list[Reply]:
+        """``loop``'s replies, within ``turn_timeout`` and unless ``cancel`` is set first. A
+        timeout's ``TurnTimeout`` names what the turn was waiting on (a model or a tool)."""
         timeout = asyncio.timeout(self._turn_timeout)
         try:
             with turn_deadline(self._turn_timeout):  # a backend's retry does not wait past it
                 async with timeout:
-                    return await _unless_cancelled(session_id, work, cancel)
+                    return await _unless_cancelled(session_id, loop.run(), cancel)
         except TimeoutError:
             if timeout.expired() and self._turn_timeout is not None:
-                raise TurnTimeout(session_id, self._turn_timeout) from None
+                raise TurnTimeout(session_id, self._turn_timeout, loop.waiting_on) from None
             raise
 
 

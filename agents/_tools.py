@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import inspect
 import json
 import logging
 import re
+import time
 import types
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Union, get_args, get_origin, get_type_hints, overload
 
 import pydantic_core
@@ -17,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from webhook_bot_gateway.store import storable_text
 
 from ._model import ToolSpec
+from ._tool_threads import TOOL_THREADS
 
 logger = logging.getLogger("agents.tools")
 
@@ -125,9 +131,7 @@ class Tool:
                 logger.error("tool %s needs a ToolContext and was invoked without one", self.name)
                 return ToolResult.error(f"{self.name} needs a ToolContext and got none")
         try:
-            result = self.function(**values)
-            if inspect.isawaitable(result):
-                result = await result
+            result = await self._call(values)
         except ToolError as exc:  # the tool's own words for the model
             logger.info("tool %s reported an error to the model", self.name)
             return ToolResult.error(f"{self.name} failed: {exc}", "raised ToolError")
@@ -149,6 +153,43 @@ class Tool:
                 f"{self.name} returned a result that cannot be sent: {type(exc).__name__}: {exc}",
                 f"returned a result that cannot be sent ({kind}: {type(exc).__name__})",
             )
+
+    @property
+    def is_async(self) -> bool:
+        """Whether the function is a coroutine function (or an object whose ``__call__`` is
+        one): it runs on the event loop. Any other runs in a thread (see ``_call``)."""
+        return _is_async(self.function)
+
+    async def _call(self, values: dict[str, Any]) -> Any:
+        """The function's result: an async one's awaited on the loop, a sync one's from one of
+        ``TOOL_THREADS`` (the loop serves everything else meanwhile), with a copy of the
+        caller's context variables (the log's fields), as a task would get them.
+
+        When the caller stops waiting (its turn timed out or was cancelled), a call still
+        waiting for a thread never starts; one that runs cannot be stopped: it keeps its thread
+        until it returns, and its result is dropped (logged when it comes). A sync function
+        that returns an awaitable (a sync wrapper of a coroutine function) has it awaited here.
+        """
+        if self.is_async:
+            result = self.function(**values)
+        else:
+            if TOOL_THREADS.busy >= TOOL_THREADS.size:
+                logger.warning(
+                    "tool %s waits for a thread: all %d threads for sync tools are busy",
+                    self.name,
+                    TOOL_THREADS.size,
+                )
+            context = contextvars.copy_context()
+            job = TOOL_THREADS.submit(partial(context.run, self.function, **values))
+            try:
+                result = await asyncio.wrap_future(job)
+            except asyncio.CancelledError:
+                if not job.cancel():  # it runs: its result, when it comes, goes nowhere
+                    job.add_done_callback(partial(_dropped, self.name, context, time.monotonic()))
+                raise
+        if inspect.isawaitable(result):
+            result = await result
+        return result
 
     def _validate(self, arguments: str) -> dict[str, Any]:
         raw = json.loads(arguments) if arguments.strip() else {}
@@ -229,6 +270,26 @@ def _is_context(hint: Any) -> bool:
     if get_origin(hint) in (Union, types.UnionType):
         return set(get_args(hint)) == {ToolContext, type(None)}
     return False
+
+
+def _is_async(function: Callable[..., Any]) -> bool:
+    call = getattr(function, "__call__", None)  # noqa: B004 - an object's async __call__
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
+
+
+def _dropped(name: str, context: contextvars.Context, since: float, job: Future[Any]) -> None:
+    """Log (in the call's context: the turn's log fields) that a sync tool whose turn stopped
+    waiting for it has returned, or raised, and that what it gave went nowhere."""
+    if job.cancelled():
+        return
+    ended = "raised " + type(job.exception()).__name__ if job.exception() else "returned"
+    context.run(
+        logger.warning,
+        "tool %s %s %.1f s after its turn stopped waiting for it: the result was dropped",
+        name,
+        ended,
+        time.monotonic() - since,
+    )
 
 
 def _first_paragraph(function: Callable[..., Any]) -> str:

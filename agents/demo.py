@@ -28,8 +28,10 @@ def lookup_invoice(number: str, call: ToolContext | None = None) -> str:
     answers a key it has seen with what it answered then, without acting again. This demo keeps
     its record in memory, which a crash loses; a real tool keeps it where the effect is.
     """
-    if call is not None and call.idempotency_key in ANSWERED:
-        return ANSWERED[call.idempotency_key]  # this call ran before: do nothing twice
+    # A sync tool runs in a thread, beside other turns' calls of it: one look at the record.
+    answered = ANSWERED.get(call.idempotency_key) if call is not None else None
+    if answered is not None:
+        return answered  # this call ran before: do nothing twice
     key = number.strip().upper()
     invoice = _INVOICES.get(key)
     if invoice is None:

@@ -111,7 +111,10 @@ WHATSAPP_SESSION = "whatsapp-"
 def template_tool(config: WhatsAppConfig) -> Tool:
     """The agents' tool: a declared template checked now, queued when the turn commits."""
 
-    def whatsapp_template(
+    # async, though it awaits nothing: it runs on the loop at once, where a sync tool would
+    # wait for one of the threads the sync tools share, all taken by hung ones perhaps
+    # (agents/_tool_threads.py).
+    async def whatsapp_template(
         name: str, language: str, context: ToolContext, parameters: tuple[str, ...] = ()
     ) -> dict[str, Any]:
         if not context.session_id.startswith(WHATSAPP_SESSION):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from webhook_bot_gateway.agents import Agent, ModelBackend, Registry
+from webhook_bot_gateway.agents import Agent, ModelBackend, Registry, Tool
 from webhook_bot_gateway.channels import InboundMessage, OutboundMessage, SendResult
 from webhook_bot_gateway.store import InboxIn, ParsedDelivery, Store
 
@@ -57,9 +58,11 @@ async def add_inbox(store: Store, *items: InboxIn) -> list[str]:
     return await store.record_parsed(None, ParsedDelivery(inbox=items), starting_agent="triage")
 
 
-def registry(triage: ModelBackend, *, human: bool = True) -> Registry:
-    """``triage`` answering with ``triage``'s script; ``human`` the handoff target."""
-    agents = [Agent("triage", "You route.", handoffs=["human"] if human else [], model=triage)]
+def registry(triage: ModelBackend, *, human: bool = True, tools: Sequence[Tool] = ()) -> Registry:
+    """``triage`` answering with ``triage``'s script (and ``tools``); ``human`` the handoff
+    target."""
+    handoffs = ["human"] if human else []
+    agents = [Agent("triage", "You route.", tools, handoffs=handoffs, model=triage)]
     if human:
         agents.append(Agent("human", kind="human", handoff_reply="A person will answer."))
     return Registry(agents, "triage")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +20,11 @@ from webhook_bot_gateway.agents import (
     ModelMessage,
     ModelResponse,
     Runner,
+    Tool,
     ToolSpec,
+    tool,
 )
-from webhook_bot_gateway.agents.testing import Hang, ScriptedModel, reply
+from webhook_bot_gateway.agents.testing import Hang, ScriptedModel, call, reply
 from webhook_bot_gateway.gateway import _dispatcher
 from webhook_bot_gateway.gateway._dead_letter import NO_PERSON_APOLOGY
 from webhook_bot_gateway.gateway._dispatcher import BUSY_WARN_SECONDS, TURNS, Dispatcher
@@ -64,6 +67,8 @@ class Harness:
         pacer: AckPacer | None = None,
         others_grace: float = 3600.0,
         allowed: dict[tuple[str, str], tuple[str, ...]] | None = None,
+        tools: Sequence[Tool] = (),
+        turn_timeout: float = 120.0,
         **config: Any,
     ) -> None:
         self.store = store
@@ -71,11 +76,11 @@ class Harness:
         self.metrics = Metrics()
         self.config = DispatcherConfig(**{"retry_base_seconds": 0, **config})
         self.outbox_wakes = 0
-        agents = registry(model)
+        agents = registry(model, tools=tools)
         agents.bind_accounts({}, allowed or {})  # the accounts' own ``agents`` lists
         self.dispatcher = Dispatcher(
             store,
-            Runner(store, agents),
+            Runner(store, agents, turn_timeout=turn_timeout),
             self.config,
             metrics=self.metrics,
             adapters=adapters,
@@ -219,6 +224,92 @@ async def test_dispatcher_merge_joins_messages_that_arrive_while_a_turn_runs(
     await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
     assert await harness.user_texts(sid) == ["one", "two\nthree"]
     assert await harness.replies(sid) == ["re: two\nthree"]  # the hung step said nothing
+
+
+class BlockingTool:
+    """``wait_here``: a sync tool that blocks its thread until the test releases it (10 s at
+    most: run on the event loop, it would hold up the test rather than hang it)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        blocking = self
+
+        @tool
+        def wait_here(note: str) -> str:
+            """Wait until the test says so."""
+            blocking.entered.set()
+            return "released" if blocking.release.wait(10) else "never released"
+
+        self.tool = wait_here
+
+    async def until_entered(self) -> None:
+        for _ in range(2000):
+            if self.entered.is_set():
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError("the tool was never called")
+
+
+def calls_wait_here_on(text: str, note: str = "n") -> Step:
+    """A model that calls ``wait_here`` for the user message ``text``, then echoes it, and
+    echoes any other message at once."""
+
+    async def step(messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]) -> ModelResponse:
+        if last_user(messages) == text and messages[-1].role == "user":
+            return call("wait_here", {"note": note})
+        return reply(f"re: {last_user(messages)} ({messages[-1].text})")
+
+    return step
+
+
+@pytest.fixture
+def blocking() -> Iterator[BlockingTool]:
+    made = BlockingTool()
+    yield made
+    made.release.set()  # no thread stays blocked past the test
+
+
+async def test_dispatcher_other_sessions_go_on_while_a_sync_tool_blocks(
+    store: SQLiteStore, blocking: BlockingTool
+) -> None:
+    """A user walk: a ``time.sleep(8)`` tool held every other chat's turn (and the webhooks'
+    acks) for 8 s. It runs in a thread now: the loop serves the other sessions meanwhile."""
+    step = calls_wait_here_on("slow")
+    harness = Harness(store, ScriptedModel(*[step] * 3), tools=[blocking.tool])
+    slow = await harness.feed("slow", chat_id="1")
+    await blocking.until_entered()
+    fast = await harness.feed("fast", chat_id="2")
+    await asyncio.wait_for(harness.dispatcher.wait_session(fast), 5)
+    assert await harness.replies(fast) == ["re: fast (fast)"]
+    assert await harness.replies(slow) == []
+    blocking.release.set()
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert await harness.replies(slow) == ["re: slow (released)"]
+
+
+async def test_dispatcher_logs_a_turn_that_timed_out_in_a_sync_tool_naming_the_tool(
+    store: SQLiteStore, db: Path, blocking: BlockingTool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The line said only "turn took longer than 20s; rolled back": it names the tool now,
+    never the call's arguments (personal data)."""
+    step = calls_wait_here_on("slow", note="Jane Doe, 12 Main Street")
+    harness = Harness(
+        store, ScriptedModel(step), tools=[blocking.tool], turn_timeout=1, max_attempts=1
+    )
+    caplog.set_level(logging.WARNING, logger="gateway.dispatcher")
+    sid = await harness.feed("slow")
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert harness.turns("dead") == 1
+    [line] = [r.getMessage() for r in caplog.records if "failed (try" in r.getMessage()]
+    assert line == (
+        f"turn of session {sid} failed (try 1): TurnTimeout: session {sid!r}: turn took longer"
+        " than 1s (it was waiting on the tool 'wait_here'); rolled back"
+    )
+    assert "Jane" not in caplog.text
+    [(state, error)] = rows(db, "SELECT state, error FROM inbox")
+    assert state == "dead"
+    assert "(it was waiting on the tool 'wait_here')" in error
 
 
 async def test_dispatcher_runs_one_turn_at_a_time_per_session(store: SQLiteStore) -> None:

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from aiohttp.multipart import BadContentDispositionHeader, BadContentDispositionParam
 
+from webhook_bot_gateway.agents import tool
 from webhook_bot_gateway.gateway import _log_context as log_context
 from webhook_bot_gateway.gateway._logging import configure_logging
 from webhook_bot_gateway.gateway.cli import main
@@ -92,6 +94,27 @@ async def test_lines_of_a_turn_and_of_a_webhook_carry_their_fields_and_only_thei
         log.name,
         "after both",
     )
+
+
+async def test_a_sync_tools_lines_carry_the_fields_of_its_turn(configure: Any) -> None:
+    """A sync tool runs in a thread (agents/_tool_threads.py): the turn's fields go with it."""
+
+    @tool
+    def crm_lookup(customer: str) -> str:
+        """Look a customer up."""
+        log.info("looking up from %s", threading.current_thread().name[:5])
+        raise ConnectionError("could not connect")
+
+    buffer = configure(format="json")
+    with log_context.turn("telegram-support-9", [4], ["telegram:support:9"]):
+        await crm_lookup.invoke('{"customer": "ann"}')
+    lines = json_lines(buffer)
+    assert [line["message"] for line in lines] == [
+        "looking up from tool-",
+        "tool crm_lookup raised ConnectionError",
+    ]
+    for line in lines:
+        assert (line["session_id"], line["inbox_ids"]) == ("telegram-support-9", [4])
 
 
 def test_a_delivery_with_huge_or_many_keys_writes_a_bounded_line(configure: Any) -> None:
