@@ -3,7 +3,10 @@
 Works with OpenAI, Azure-style gateways, vLLM, llama.cpp server and Ollama. Retries 429,
 5xx and network errors with exponential backoff (no jitter, so tests can assert the
 delays), honouring a numeric ``Retry-After`` up to ``max_backoff``; a longer one, or a wait
-that would outlast the running turn, gives up at once. The API key never reaches a log line.
+that would outlast the running turn, gives up at once. The API key never reaches a log line or
+an error: every ``ModelBackendError`` is made by ``_error``, which takes the key out of its
+text, and a refusal's body is never repeated, but for a JSON error's message, code and type
+(what tells the operator what is wrong), without the key and bounded (see ``_refusal``).
 
 At most ``max_concurrency`` requests of one model are in flight (a semaphore: providers
 rate-limit per model); the rest wait for a slot, outside the request's ``timeout``. The backend's
@@ -16,7 +19,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+from urllib.parse import quote, quote_plus
 
 import aiohttp
 
@@ -30,6 +36,13 @@ logger = logging.getLogger("agents.openai")
 
 Sleep = Callable[[float], Awaitable[None]]
 _RETRY_STATUSES = frozenset({408, 409, 429})
+REDACTED = "<redacted>"  # as the gateway's log filter writes a secret
+# A shorter key is not taken out of errors (nor out of log lines, by the gateway's filter): it
+# would garble every message and protect nothing.
+MIN_KEY_CHARS = 4
+MAX_SAID = 300  # characters of a JSON error's message kept in the error
+MAX_WORD = 60  # ... of its code and of its type
+MAX_NETWORK = 200  # ... of a network error's own text (aiohttp's parser may quote the server)
 
 
 class _Retryable(Exception):
@@ -75,12 +88,11 @@ class OpenAIModel:
             except _Retryable as exc:
                 if attempt == self._config.max_retries:
                     message = f"gave up after {attempt + 1} tries: {exc}"
-                    raise ModelBackendError(
-                        self.name, message, retry_after=exc.retry_after
-                    ) from None
+                    raise self._error(message, retry_after=exc.retry_after) from None
                 delay = self._delay(attempt, exc.retry_after)
                 self._check_wait(attempt, exc, delay)
-                logger.warning("model %s: %s; retry in %.3gs", self.name, exc, delay)
+                reason = self._without_key(str(exc))
+                logger.warning("model %s: %s; retry in %.3gs", self.name, reason, delay)
                 await self._sleep(delay)
         raise AssertionError("unreachable")
 
@@ -95,14 +107,26 @@ class OpenAIModel:
                 f"{exc} asked to wait {exc.retry_after:g}s (Retry-After), more than"
                 f" max_backoff ({limit:g}s): {tries}"
             )
-            raise ModelBackendError(self.name, message, retry_after=exc.retry_after)
+            raise self._error(message, retry_after=exc.retry_after)
         left = time_left()
         if left is not None and delay >= left:
             message = (
                 f"{exc}; the next try would wait {delay:g}s, and the turn has {max(left, 0):.3g}s"
                 f" left: {tries}"
             )
-            raise ModelBackendError(self.name, message, retry_after=exc.retry_after)
+            raise self._error(message, retry_after=exc.retry_after)
+
+    def _error(
+        self, message: str, status: int | None = None, *, retry_after: float | None = None
+    ) -> ModelBackendError:
+        """The one maker of this backend's errors: whatever went into ``message`` (a server's
+        words, a network error's text), the key does not come out."""
+        return ModelBackendError(
+            self.name, self._without_key(message), status, retry_after=retry_after
+        )
+
+    def _without_key(self, text: str) -> str:
+        return without_secret(text, self._api_key)
 
     async def aclose(self) -> None:
         """Close the HTTP session if this backend opened it."""
@@ -121,14 +145,15 @@ class OpenAIModel:
                 self._check(response, payload)
                 content_type = response.content_type  # the media type, without parameters
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _Retryable(f"{type(exc).__name__} {exc}".strip()) from None
+            said = _one_line(self._without_key(str(exc)), MAX_NETWORK)
+            raise _Retryable(f"{type(exc).__name__} {said}".strip()) from None
         try:
-            return parse_completion(payload)
+            return parse_completion(payload, self._without_key)
         except EmptyAnswer as exc:  # a failed call: the turn fails, and is retried
-            raise ModelBackendError(self.name, str(exc)) from None
+            raise self._error(str(exc)) from None
         except ValueError as exc:
-            what = f"{exc} (content-type {content_type[:100]!r}, {len(payload)} bytes)"
-            raise ModelBackendError(self.name, what) from None
+            what = _described(content_type, payload, self._without_key)
+            raise self._error(f"{exc} ({what})") from None
 
     def _check(self, response: aiohttp.ClientResponse, payload: bytes) -> None:
         status = response.status
@@ -136,7 +161,8 @@ class OpenAIModel:
             retry_after = _seconds(response.headers.get("Retry-After"))
             raise _Retryable(f"HTTP {status}", retry_after)
         if status >= 400:
-            raise ModelBackendError(self.name, f"HTTP {status}: {_error_text(payload)}", status)
+            refusal = _refusal(status, response.content_type, payload, self._without_key)
+            raise self._error(refusal, status)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -163,9 +189,60 @@ def _seconds(value: str | None) -> float | None:
         return None  # an HTTP date: fall back to our own backoff
 
 
-def _error_text(payload: bytes) -> str:
+def without_secret(text: str, secret: str | None) -> str:
+    """``text`` with ``secret`` replaced by ``<redacted>``: as written, percent-, form- or
+    JSON-encoded, in any letter case (a server may quote a header capitalized). A masked form
+    (``sk-SECR****KEY``, OpenAI's) is left: it is not the key."""
+    if not secret or len(secret) < MIN_KEY_CHARS:
+        return text
+    forms = {secret, quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1]}
+    pattern = "|".join(map(re.escape, sorted(forms, key=len, reverse=True)))
+    return re.sub(pattern, REDACTED, text, flags=re.IGNORECASE)
+
+
+def _refusal(status: int, content_type: str, payload: bytes, clean: Callable[[str], str]) -> str:
+    """What a 4xx answer said, for its error: the status, and the message, code and type of a
+    JSON error (``{"error": {"message": ...}}``, ``{"error": "..."}``, or vLLM's ``{"object":
+    "error", "message": ...}``), each cleaned (the key taken out) before it is cut short; of any
+    other body its media type and length only, never the body (a proxy's error page may quote
+    the request, key and all)."""
+    error = _json_error(payload)
+    said = error.get("message") if error is not None else None
+    if error is None or not isinstance(said, str) or not said.strip():
+        return f"HTTP {status} ({_described(content_type, payload, clean)})"
+    text = f"HTTP {status}: model said: {_one_line(clean(said), MAX_SAID)}"
+    words = [
+        f"{name} {_one_line(clean(str(value)), MAX_WORD)}"
+        for name in ("code", "type")
+        if isinstance(value := error.get(name), str | int)
+        and not isinstance(value, bool)
+        and str(value).strip()
+    ]
+    return f"{text} ({', '.join(words)})" if words else text
+
+
+def _json_error(payload: bytes) -> dict[str, Any] | None:
+    """The error object of a JSON error body; None for any other body."""
     try:
-        error = json.loads(payload)["error"]
-        return str(error.get("message", error) if isinstance(error, dict) else error)[:300]
-    except (ValueError, KeyError, TypeError):
-        return payload[:300].decode("utf-8", "replace")
+        body = json.loads(payload)
+    except ValueError:  # not JSON, or not UTF-8
+        return None
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error")
+    if isinstance(error, dict):
+        return error
+    if isinstance(error, str):  # {"error": "model not found"} (Ollama's native form)
+        return {"message": error}
+    return body if body.get("object") == "error" else None  # vLLM's
+
+
+def _described(content_type: str, payload: bytes, clean: Callable[[str], str]) -> str:
+    """A body by its media type (as the server named it, cleaned) and length, never its text."""
+    return f"content-type {_one_line(clean(content_type), 100)!r}, {len(payload)} bytes"
+
+
+def _one_line(text: str, limit: int) -> str:
+    """``text`` on one printable line (a log line, a cell), at most ``limit`` characters."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

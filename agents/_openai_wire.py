@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -65,8 +65,10 @@ def request_body(
     return body
 
 
-def parse_completion(payload: bytes) -> ModelResponse:
-    """Our response from the server's; ValueError when it is not a completion."""
+def parse_completion(payload: bytes, clean: Callable[[str], str] = str) -> ModelResponse:
+    """Our response from the server's; ValueError when it is not a completion. The error
+    never repeats the body; the server's words it keeps (a ``finish_reason``) go through
+    ``clean`` (the backend's: it takes the API key out) before they are cut short."""
     try:
         completion = _Completion.model_validate_json(payload)
     except ValidationError as exc:
@@ -81,7 +83,7 @@ def parse_completion(payload: bytes) -> ModelResponse:
         reason = choice.finish_reason
         raise EmptyAnswer(
             "the model gave an empty answer (no text, no tool call)"
-            + (f", finish_reason {reason[:40]!r}" if reason else "")
+            + (f", finish_reason {clean(reason)[:40]!r}" if reason else "")
         )
     return ModelResponse(text=message.content or None, tool_calls=calls, refusal=refusal)
 

@@ -17,8 +17,8 @@ from functools import partial
 from itertools import takewhile
 from typing import Any
 
-from webhook_bot_gateway.agents import DEAD_LETTER, ModelBackendError, Reply, Runner
-from webhook_bot_gateway.channels import ChannelAdapter
+from webhook_bot_gateway.agents import DEAD_LETTER, AgentError, ModelBackendError, Reply, Runner
+from webhook_bot_gateway.channels import ChannelAdapter, ChannelError
 from webhook_bot_gateway.channels.web import CHANNEL as WEB
 from webhook_bot_gateway.store import (
     InboxItem,
@@ -47,6 +47,7 @@ from ._typing import Typing
 from ._wait import OTHERS_GRACE, Later, wait_event
 from ._window import free_text_refusal
 from .config import DispatcherConfig
+from .errors import GatewayError
 
 log = logging.getLogger("gateway.dispatcher")
 
@@ -67,6 +68,10 @@ PENDING_PAGE = 100  # pending rows read per turn, or held in memory per lane
 # or the poll for rows another process wrote), so it ends without reading the store again.
 DRAINED = -1.0
 MAX_ERROR = 500
+# The errors our packages raise on purpose: their messages are written to be shown, with no
+# secret in them (a model backend's takes its key out, a channel's its token). Any other
+# exception is kept by its type only (see ``failure_text``).
+OWN_ERRORS = (AgentError, StoreError, ChannelError, GatewayError)
 
 Clock = Callable[[], float]
 
@@ -523,7 +528,12 @@ class Dispatcher:
             except (SessionDeletedError, SessionNotFound, RunActive, TurnActive):
                 return False  # erased, or a turn of the session runs: that one answers
             except Exception as exc:
-                log.warning("session %s: its waiting messages could not be answered: %s", sid, exc)
+                error = failure_text(exc)
+                log.warning(
+                    "session %s: its waiting messages could not be answered: %s", sid, error
+                )
+                if not isinstance(exc, OWN_ERRORS):
+                    log.debug("answering the waiting messages of %s raised", sid, exc_info=exc)
                 return False
             finally:
                 self.running_turns -= 1
@@ -586,7 +596,9 @@ class Dispatcher:
         """Record the failed try; the seconds the lane waits before it reads the rows again: 0
         once recorded (the rows' retry time says how long), else the backoff itself (the
         store failed too, say a full disk: the rows were readable, and were tried in a loop)."""
-        error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR]
+        error = failure_text(exc)
+        if not isinstance(exc, OWN_ERRORS):
+            log.debug("turn of session %s raised", sid, exc_info=exc)
         ids = [row.id for row in batch]
         attempts = max(row.attempts for row in batch) + 1
         dead = attempts >= self._config.max_attempts
@@ -748,6 +760,17 @@ def _queue_replies(
 def _queue_answers(turn: Turn, replies: Sequence[Reply]) -> None:
     """``answer_waiting``'s commit hook: the replies, parked while the user is blocked."""
     _queue_replies(turn, replies, parked=reachability.is_blocked(turn.session.metadata))
+
+
+def failure_text(exc: Exception) -> str:
+    """A failed turn's error, as its log line and its inbox rows (``inbox.error``, which the
+    dead letters API shows) keep it: one of our own errors (``OWN_ERRORS``) with its message; any
+    other by its type only, as a tool's (docs/agents.md): its message is whatever the code that
+    raised it wrote (the model backend of an agent declared in Python, a library below it),
+    which may hold a password. The traceback, message included, is logged at DEBUG only."""
+    if isinstance(exc, OWN_ERRORS):
+        return f"{type(exc).__name__}: {exc}"[:MAX_ERROR]
+    return f"{type(exc).__name__} (its message is not kept: it is logged at DEBUG only)"
 
 
 def _asked_wait(exc: Exception) -> float:

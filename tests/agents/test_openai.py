@@ -27,6 +27,7 @@ from webhook_bot_gateway.agents import (
     UserInput,
     build_registry,
 )
+from webhook_bot_gateway.agents._openai import without_secret
 from webhook_bot_gateway.store import SQLiteStore
 
 from .conftest import make_registry
@@ -314,10 +315,149 @@ async def test_openai_client_error_is_not_retried(
 ) -> None:
     api, _ = fake
     api.answer({"error": {"message": "model not found"}}, status=404)
-    with pytest.raises(ModelBackendError, match="HTTP 404: model not found") as caught:
+    with pytest.raises(ModelBackendError) as caught:
         await model.complete([ModelMessage("user", "hi")], [])
+    assert str(caught.value) == "model backend 'fake': HTTP 404: model said: model not found"
     assert caught.value.status == 404
     assert sleeps.delays == []
+
+
+# A proxy in front of the model server that answers its refusal with the request's headers.
+PROXY_PAGE = (
+    f"<html><body>Forbidden by proxy. Request headers: Authorization: Bearer {KEY}</body></html>"
+)
+
+
+async def test_openai_refusal_that_is_not_json_is_not_repeated(
+    fake: tuple[StrictOpenAI, TestServer], model: OpenAIModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The 4xx page of a proxy quoting the request: the error names the status, the media type
+    and the length, never the page (the key was in it, and anything else may be)."""
+    api, _ = fake
+    api.answer(PROXY_PAGE.encode(), status=403, **{"Content-Type": "text/html"})
+    with caplog.at_level(logging.DEBUG), pytest.raises(ModelBackendError) as caught:
+        await model.complete([ModelMessage("user", "hi")], [])
+    assert str(caught.value) == (
+        f"model backend 'fake': HTTP 403 (content-type 'text/html', {len(PROXY_PAGE)} bytes)"
+    )
+    assert caught.value.status == 403
+    assert api.headers[0]["Authorization"] == f"Bearer {KEY}"  # it was sent, and echoed
+    assert KEY not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("status", "answer", "error"),
+    [
+        (
+            401,  # OpenAI masks the key itself: kept, it is not the key
+            {
+                "error": {
+                    "message": "Incorrect API key provided: sk-test-****-123. You can find...",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "invalid_api_key",
+                }
+            },
+            "HTTP 401: model said: Incorrect API key provided: sk-test-****-123. You can find..."
+            " (code invalid_api_key, type invalid_request_error)",
+        ),
+        (
+            401,  # a provider that quotes the key whole, in any case, in any field
+            {"error": {"message": f"key '{KEY}' is not valid", "code": KEY.upper()}},
+            "HTTP 401: model said: key '<redacted>' is not valid (code <redacted>)",
+        ),
+        (
+            404,  # vLLM's form, its code a number
+            {
+                "object": "error",
+                "message": "The model `gpt-test` does not exist.",
+                "type": "NotFoundError",
+                "param": None,
+                "code": 404,
+            },
+            "HTTP 404: model said: The model `gpt-test` does not exist. (code 404, type"
+            " NotFoundError)",
+        ),
+        (
+            404,  # Ollama's native form
+            {"error": "model 'gpt-test' not found"},
+            "HTTP 404: model said: model 'gpt-test' not found",
+        ),
+        (
+            400,  # the key taken out before the message is cut short: no piece of it is left
+            {"error": {"message": "x" * 295 + KEY + "\n\x1b[31mred"}},
+            "HTTP 400: model said: " + "x" * 295 + "<red…",
+        ),
+        (
+            400,  # on one line, without control characters (a log line, a cell)
+            {"error": {"message": "bad\r\nrequest:\x1b[31m red\tnow"}},
+            "HTTP 400: model said: bad request: [31m red now",
+        ),
+        (422, {"detail": [{"msg": KEY}]}, "HTTP 422 (content-type 'application/json', 43 bytes)"),
+        (400, {"error": {"code": 400}}, "HTTP 400 (content-type 'application/json', 24 bytes)"),
+        (400, [KEY], "HTTP 400 (content-type 'application/json', 22 bytes)"),
+    ],
+    ids=[
+        "openai-masked",
+        "key-echoed",
+        "vllm",
+        "ollama",
+        "cut-after-redaction",
+        "one-line",
+        "json-without-message",
+        "error-without-message",
+        "not-an-object",
+    ],
+)
+async def test_openai_json_refusal_keeps_what_the_model_said_without_the_key(
+    fake: tuple[StrictOpenAI, TestServer],
+    model: OpenAIModel,
+    status: int,
+    answer: Any,
+    error: str,
+) -> None:
+    api, _ = fake
+    api.answer(answer, status=status)
+    with pytest.raises(ModelBackendError) as caught:
+        await model.complete([ModelMessage("user", "hi")], [])
+    assert str(caught.value) == f"model backend 'fake': {error}"
+    assert caught.value.status == status
+    assert KEY.lower() not in str(caught.value).lower()
+
+
+async def test_openai_empty_answer_names_its_finish_reason_without_the_key(
+    fake: tuple[StrictOpenAI, TestServer], model: OpenAIModel
+) -> None:
+    api, _ = fake
+    answer = completion(None)
+    answer["choices"][0]["finish_reason"] = f"stop:{KEY}"
+    api.answer(answer)
+    with pytest.raises(ModelBackendError) as caught:
+        await model.complete([ModelMessage("user", "hi")], [])
+    assert str(caught.value) == (
+        "model backend 'fake': the model gave an empty answer (no text, no tool call),"
+        " finish_reason 'stop:<redacted>'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "cleaned"),
+    [
+        ("sk-a/b+c d", "raw sk-a/b+c d, url sk-a%2Fb%2Bc%20d, form sk-a%2Fb%2Bc+d", None),
+        ('k"ey\\1234', 'json "k\\"ey\\\\1234"', 'json "<redacted>"'),
+        ("abc", "abc stays: too short", "abc stays: too short"),
+        (None, "no key", "no key"),
+    ],
+    ids=["raw-percent-form", "json-escaped", "short", "none"],
+)
+def test_openai_key_is_taken_out_in_each_form_it_may_be_quoted(
+    key: str | None, text: str, cleaned: str | None
+) -> None:
+    result = without_secret(text, key)
+    if cleaned is None:
+        assert result == "raw <redacted>, url <redacted>, form <redacted>"
+    else:
+        assert result == cleaned
 
 
 async def test_openai_not_a_completion_is_an_error(

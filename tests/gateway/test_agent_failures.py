@@ -116,3 +116,83 @@ async def test_an_empty_model_answer_is_dead_lettered_with_the_apology(
     assert "the model gave an empty answer" in dead.error
     assert len(api.bodies) == 2  # tried again before the dead letter
     assert api.violations == []
+
+
+KEY = "sk-SECRETKEY-walk-1234567890"
+PROXY_PAGE = f"<html><body>Forbidden by proxy. Authorization: Bearer {KEY}</body></html>"
+
+
+@pytest.mark.parametrize(
+    ("status", "answer", "headers", "error"),
+    [
+        (
+            403,
+            PROXY_PAGE.encode(),
+            {"Content-Type": "text/html"},
+            f"HTTP 403 (content-type 'text/html', {len(PROXY_PAGE)} bytes)",
+        ),
+        (
+            401,
+            {"error": {"message": f"Incorrect API key provided: {KEY}", "code": "invalid_api_key"}},
+            {},
+            "HTTP 401: model said: Incorrect API key provided: <redacted> (code invalid_api_key)",
+        ),
+    ],
+    ids=["proxy-page", "json-error"],
+)
+async def test_a_model_refusal_quoting_the_key_is_stored_and_logged_without_it(
+    store: SQLiteStore,
+    aiohttp_server: Any,
+    caplog: pytest.LogCaptureFixture,
+    status: int,
+    answer: Any,
+    headers: dict[str, str],
+    error: str,
+) -> None:
+    """The dead letter's error (``inbox.error``, which the dead letters API shows)
+    and every log record, DEBUG included and before the gateway's log filter: no key."""
+    api = StrictOpenAI()
+    server: TestServer = await aiohttp_server(api.app())
+    config = OpenAIModelConfig(base_url=str(server.make_url("/v1")), model="m", max_retries=0)
+    model = OpenAIModel("gpt", config, api_key=KEY)
+    for _ in range(2):
+        api.answer(answer, status=status, **headers)
+    try:
+        with caplog.at_level(logging.DEBUG):
+            sid = await dead_letter_run(store, two_agents(model), "hello")
+    finally:
+        await model.aclose()
+    assert await sent_texts(store, sid) == [APOLOGY]
+    [dead] = await store.list_dead_inbox()
+    assert dead.error == f"ModelBackendError: model backend 'gpt': {error}"
+    assert f"turn of session {sid} failed (try 2): {dead.error}" in caplog.messages
+    assert KEY not in caplog.text
+    assert [h["Authorization"] for h in api.headers] == [f"Bearer {KEY}"] * 2
+
+
+class SpillingModel:
+    """A model backend of a Python declaration whose error quotes its connection string."""
+
+    async def complete(self, messages: Any, tools: Any) -> Any:
+        raise RuntimeError(f"could not connect to {SECRET}")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_foreign_exception_of_a_turn_is_stored_and_logged_by_its_type_only(
+    store: SQLiteStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not one of our errors: its message is whatever its code wrote. As a tool's, it is kept by
+    its type; the traceback, message and all, is logged at DEBUG only."""
+    with caplog.at_level(logging.DEBUG):
+        sid = await dead_letter_run(store, two_agents(SpillingModel()), "hello")
+    assert await sent_texts(store, sid) == [APOLOGY]
+    [dead] = await store.list_dead_inbox()
+    assert dead.error == "RuntimeError (its message is not kept: it is logged at DEBUG only)"
+    assert f"turn of session {sid} failed (try 2): {dead.error}" in caplog.messages
+    shown = [r for r in caplog.records if r.levelno > logging.DEBUG]
+    assert not any("hunter2" in r.getMessage() or r.exc_info for r in shown)
+    tracebacks = [r for r in caplog.records if r.levelno == logging.DEBUG and r.exc_info]
+    assert [r.getMessage() for r in tracebacks] == [f"turn of session {sid} raised"] * 2
+    assert "hunter2" in caplog.text  # in those tracebacks only

@@ -17,15 +17,22 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from webhook_bot_gateway.agents import Agent, ModelMessage, ModelResponse, ToolSpec
+from webhook_bot_gateway.agents import (
+    Agent,
+    ModelBackendError,
+    ModelMessage,
+    ModelResponse,
+    ToolSpec,
+)
 
 CALLS_LOG = "model-calls.log"
 POISON = "poison"
 TAG = re.compile(r"c[0-9]+-m[0-9]+")
 
 
-class PoisonError(RuntimeError):
-    """What the model raises on a poison message."""
+class PoisonError(ModelBackendError):
+    """What the model raises on a poison message: a ``ModelBackendError``, so that the dead
+    letter keeps its message (of any other exception the dispatcher keeps the type only)."""
 
 
 class PoisonModel:
@@ -42,7 +49,7 @@ class PoisonModel:
         poisoned = POISON in text
         self._record("raise" if poisoned else "reply", tags)
         if poisoned:
-            raise PoisonError(f"poison message {','.join(tags)}")
+            raise PoisonError("poison", f"poison message {','.join(tags)}")
         return ModelResponse(text=" ".join(f"echo {tag}" for tag in tags))
 
     async def aclose(self) -> None:

@@ -349,7 +349,7 @@ async def check_dead_letters(
     assert set(found) == poison
     for tag, row in found.items():
         assert (row["state"], row["attempts"]) == ("dead", MAX_ATTEMPTS), tag
-        assert row["error"] == f"PoisonError: poison message {tag}"
+        assert row["error"] == f"PoisonError: model backend 'poison': poison message {tag}"
 
 
 async def check_handoffs(
