@@ -18,6 +18,7 @@ import logging
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from functools import wraps
 from pathlib import Path
 from typing import TypeVar
@@ -77,10 +78,21 @@ from ._convert import outbox_row, reply_target, text_message
 from ._export import ExportQuery, SessionExport, build_export, write_zip
 from ._handoff import hand_over, left_waiting
 from ._http import UNSUPPORTED_ENCODING, body_encoding, encoding_message
-from ._keys import AGENT_NAMES, AGENTS, DISPATCHER, METRICS, SENDER_WAKE, SETTINGS, STORE, AgentInfo
+from ._keys import (
+    AGENT_NAMES,
+    AGENTS,
+    DISPATCHER,
+    METRICS,
+    OPERATOR_WRITES,
+    SENDER_WAKE,
+    SETTINGS,
+    STORE,
+    AgentInfo,
+)
 from ._media.files import erase_session
 from ._metrics import HANDOFFS
 from ._openapi import openapi_json
+from ._operator_writes import OperatorWrites, WaitedTooLong
 from ._reachability import is_blocked
 from ._templates import (
     TemplateRefused,
@@ -315,6 +327,21 @@ def _run_active(sid: str) -> ApiError:
     return ApiError(409, "run_active", f"session {sid!r} has a turn running; try again soon")
 
 
+@asynccontextmanager
+async def operator_write(request: web.Request, sid: str) -> AsyncIterator[None]:
+    """An operator's write to ``sid``, after this process's others that came first
+    (``OperatorWrites``). 409 run_active when the store refuses it for a turn of the session
+    (TurnActive, RunActive): with every operator write here finished, that is a model's turn
+    or another process's; 409 run_active too when the writes before did not finish in time."""
+    try:
+        async with request.app[OPERATOR_WRITES].one_at_a_time(sid):
+            yield
+    except (RunActive, TurnActive):
+        raise _run_active(sid) from None
+    except WaitedTooLong as exc:
+        raise ApiError(409, "run_active", str(exc)) from None
+
+
 def _unknown_session(sid: str) -> ApiError:
     return ApiError(404, "unknown_session", f"no session {sid!r}")
 
@@ -435,14 +462,12 @@ async def operator_reply(request: web.Request) -> web.Response:
     body = await json_body(request, ReplyBody)
     sid = session.session_id
     try:
-        async with request.app[STORE].turn(sid) as turn:
+        async with operator_write(request, sid), request.app[STORE].turn(sid) as turn:
             _window_open(turn.session)  # read in the turn: the session as it commits
             data = {"operator": body.operator} if body.operator else {}
             turn.append(NewMessage(role="operator", text=body.text, agent=OPERATOR, data=data))
             if turn.session.channel != WEB:
                 turn.add_outbox(_outbox(turn.session, body.text))
-    except (RunActive, TurnActive):
-        raise _run_active(sid) from None
     except (SessionNotFound, SessionDeletedError):
         raise _unknown_session(sid) from None
     return _queued(request, turn)
@@ -486,12 +511,10 @@ async def send_template(request: web.Request) -> web.Response:
     sid = session.session_id
     data = template_data(template) | ({"operator": body.operator} if body.operator else {})
     try:
-        async with request.app[STORE].turn(sid) as turn:
+        async with operator_write(request, sid), request.app[STORE].turn(sid) as turn:
             text = summary(template)
             turn.append(NewMessage(role="operator", text=text, agent=OPERATOR, data=data))
             turn.add_outbox(template_outbox(turn.session, template))
-    except (RunActive, TurnActive):
-        raise _run_active(sid) from None
     except (SessionNotFound, SessionDeletedError):
         raise _unknown_session(sid) from None
     return _queued(request, turn)
@@ -518,9 +541,8 @@ async def handoff(request: web.Request) -> web.Response:
     sid = session.session_id
     target = next(agent for agent in request.app[AGENTS] if agent.name == body.agent)
     try:  # refused while a turn runs: it would commit its own agent over ours
-        updated = await hand_over(request.app[STORE], sid, target, time.time())
-    except (RunActive, TurnActive):
-        raise _run_active(sid) from None
+        async with operator_write(request, sid):
+            updated = await hand_over(request.app[STORE], sid, target, time.time())
     except (SessionNotFound, SessionDeletedError):
         raise _unknown_session(sid) from None
     if updated.told_outbox:
@@ -551,20 +573,18 @@ async def rewind(request: web.Request) -> web.Response:
     session = await existing_session(request)
     body = await json_body(request, RewindBody)
     sid, target = session.session_id, body.message_id
-    if session.status == "running":
-        raise _run_active(sid)
     store = request.app[STORE]
-    branch = await store.get_branch(sid)
-    if all(message.id != target for message in branch):
-        raise await _off_branch(store, sid, target)
-    try:
-        moved = await store.set_active_head(sid, target)
-    except RunActive:
-        raise _run_active(sid) from None
-    except SessionNotFound:
-        raise _unknown_session(sid) from None
-    except MessageNotFound:  # deleted and created again meanwhile
-        raise _unknown_message(sid, target) from None
+    # A turn running is the move's RunActive: the status read above may be another write's.
+    async with operator_write(request, sid):
+        branch = await store.get_branch(sid)
+        if all(message.id != target for message in branch):
+            raise await _off_branch(store, sid, target)
+        try:
+            moved = await store.set_active_head(sid, target)
+        except SessionNotFound:
+            raise _unknown_session(sid) from None
+        except MessageNotFound:  # deleted and created again meanwhile
+            raise _unknown_message(sid, target) from None
     return respond(_session(moved))
 
 
@@ -676,6 +696,7 @@ def add_admin_routes(app: web.Application) -> None:
     A route added here belongs in ``_openapi.OPERATIONS`` too (tests/gateway/test_openapi.py).
     """
     app.cleanup_ctx.append(agent_names_ctx)
+    app[OPERATOR_WRITES] = OperatorWrites()
     router = app.router  # add_get answers HEAD too (else the catch-all's 404 would)
     router.add_get("/api/sessions", list_sessions)
     router.add_get("/api/sessions/{id:[^/]*}", show_session)

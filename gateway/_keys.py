@@ -15,6 +15,7 @@ from ._backlog import Backlog
 from ._dispatcher import Dispatcher
 from ._handed import HandedDeliveries
 from ._metrics import Metrics
+from ._operator_writes import OperatorWrites
 from ._pacer import AckPacer
 from ._store_gauges import StoreGauges
 from ._web.feed import EventFeed
@@ -58,3 +59,5 @@ WEB_IDS = web.AppKey("web_ids", WebIds)  # gives out and recognizes web session 
 SOCKETS = web.AppKey("open_sockets", set[web.WebSocketResponse])
 AGENTS = web.AppKey("agents", tuple["AgentInfo", ...])  # declared agents, for the console
 AGENT_NAMES = web.AppKey("agent_names", frozenset[str])  # declared agents, for admin handoffs
+# The admin API's replies, templates, handoffs and rewinds of one session: one at a time.
+OPERATOR_WRITES = web.AppKey("operator_writes", OperatorWrites)
