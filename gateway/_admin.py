@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import wraps
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from aiohttp import hdrs, web
 from pydantic import BaseModel, ValidationError
@@ -227,7 +227,7 @@ async def json_body(request: web.Request, model: type[M]) -> M:
         data = await request.json(loads=_loads)  # the bytes read_body read
     except RecursionError:  # json's C scanner gives up deeper than the interpreter's stack
         raise _too_deep() from None
-    except NumberTooLong as exc:
+    except (NumberTooLong, NotJsonValue) as exc:
         raise ApiError(400, "invalid_json", str(exc)) from None
     except (ValueError, LookupError):  # UnicodeDecodeError; LookupError: an unknown charset
         raise ApiError(400, "invalid_json", "the body is not JSON") from None
@@ -284,8 +284,16 @@ def _int(digits: str) -> int:
         raise NumberTooLong(f"a number in the body has {len(digits)} digits; too long") from None
 
 
+class NotJsonValue(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity``: Python's json reads them, JSON has none."""
+
+
+def refuse_constant(name: str) -> NoReturn:
+    raise NotJsonValue(f"the body is not JSON: {name} is not a JSON value")
+
+
 def _loads(text: str) -> object:
-    return json.loads(text, parse_int=_int)
+    return json.loads(text, parse_int=_int, parse_constant=refuse_constant)
 
 
 def _too_deep() -> ApiError:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
 from webhook_bot_gateway.store import SessionEvent
 
-from .._admin import nested_deeper_than
+from .._admin import NotJsonValue, nested_deeper_than, refuse_constant
 from .._api_models import MAX_JSON_DEPTH
 
 ClientFrameType = Literal["message", "cancel_turn"]
@@ -66,22 +66,15 @@ class FrameError(Exception):
         self.client_id = client_id
 
 
-class _NotJsonValue(ValueError):
-    """``NaN``, ``Infinity`` or ``-Infinity``: Python's json reads them, JSON has none."""
-
-
-def _refuse_constant(name: str) -> NoReturn:
-    raise _NotJsonValue(f"the frame is not JSON: {name} is not a JSON value")
-
-
 def parse_frame(text: str) -> MessageFrame | CancelFrame:
     """A client frame; FrameError naming what is wrong."""
     try:
-        raw = json.loads(text, parse_constant=_refuse_constant)
+        raw = json.loads(text, parse_constant=refuse_constant)
     except RecursionError:  # json's C scanner gives up deeper than the interpreter's stack
         raise _too_deep() from None
-    except _NotJsonValue as exc:
-        raise FrameError("invalid_json", str(exc)) from None
+    except NotJsonValue as exc:
+        message = str(exc).replace("the body", "the frame", 1)
+        raise FrameError("invalid_json", message) from None
     except ValueError:
         raise FrameError("invalid_json", "the frame is not JSON") from None
     if nested_deeper_than(raw, MAX_JSON_DEPTH):

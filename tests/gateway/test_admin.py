@@ -280,6 +280,20 @@ async def test_admin_body_with_a_number_too_long_to_convert_says_so(client: Clie
     )
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+async def test_admin_body_with_a_nan_or_infinity_is_not_json(client: Client, constant: str) -> None:
+    """Python's json reads them; JSON has none: invalid_json naming it, not a field's type error."""
+    headers = {**AUTH, "Content-Type": "application/json"}
+    body = b'{"text": "hi", "operator": ' + constant.encode() + b"}"
+    response = await client.post(f"/api/sessions/{SID}/reply", headers=headers, data=body)
+    error = await error_of(response, 400)
+    assert (error["code"], error["message"]) == (
+        "invalid_json",
+        f"the body is not JSON: {constant} is not a JSON value",
+    )
+    assert await store_of(client).list_outbox(SID) == []
+
+
 async def test_admin_handoff_changes_the_agent_and_records_an_event(client: Client) -> None:
     response = await client.post(
         f"/api/sessions/{SID}/handoff", headers=AUTH, json={"agent": "billing"}
