@@ -12,6 +12,7 @@ from pathlib import Path
 from webhook_bot_gateway.store import HistoryPurged, Store, StoreError
 
 from ._media.files import attachment_path, session_dir
+from ._media.orphans import sweep_orphans
 from ._wait import wait_event
 from .config import Settings
 
@@ -55,6 +56,7 @@ class Purger:
         self._retention = retention
         self._next_retention = 0.0  # monotonic time: the first pass runs at once
         self._files_left: tuple[tuple[str, str], ...] = ()  # (session, attachment): tried again
+        self._orphans_left: tuple[Path, ...] = ()  # files no row names, found by the last sweep
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
@@ -71,8 +73,12 @@ class Purger:
 
     @property
     def files_left(self) -> tuple[Path, ...]:
-        """The files of purged attachment rows that could not be removed (tried again at each
-        retention pass of this purger): they are no longer named by any row."""
+        """The files that no row names and that the last retention pass could not remove: those
+        of the rows it purged, and older ones its sweep of the media root found (tried again
+        at each pass)."""
+        return (*self._purged_files_left(), *self._orphans_left)
+
+    def _purged_files_left(self) -> tuple[Path, ...]:
         if self._retention is None:
             return ()
         root = self._retention.media_root
@@ -92,9 +98,11 @@ class Purger:
 
     async def retain_once(self) -> HistoryPurged | None:
         """One retention pass: rows first, then the files of the attachment rows that went (no
-        row ever names a file that is gone), and those an earlier pass could not remove. A file
-        that cannot be removed is logged and kept in ``files_left``; the pass goes on. None
-        without a retention, or on a store error."""
+        row ever names a file that is gone), and those an earlier pass could not remove; then
+        a sweep of the media root for older files no row names (left by a stop or a crash
+        between the rows' commit and the files' removal, here or in an erasure). A file that
+        cannot be removed is logged and kept in ``files_left``; the pass goes on. None without
+        a retention, or on a store error."""
         if self._retention is None:
             return None
         try:
@@ -102,8 +110,16 @@ class Purger:
         except StoreError as exc:
             log.warning("retention failed, will try again tomorrow: %s", exc)
             return None
+        root = self._retention.media_root
         files = (*self._files_left, *purged.attachments)
-        self._files_left = await asyncio.to_thread(remove_files, self._retention.media_root, files)
+        self._files_left = await asyncio.to_thread(remove_files, root, files)
+        tried = frozenset(attachment_path(root, sid, aid) for sid, aid in files)
+        try:
+            swept = await sweep_orphans(self._store, root, tried=tried)
+        except StoreError as exc:
+            log.warning("retention: the media root's sweep failed, will try again: %s", exc)
+        else:
+            self._orphans_left = swept.left
         if purged.total or self._files_left:
             counts = ", ".join(f"{table} {n}" for table, n in purged.counts.items() if n)
             log.info(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -177,3 +179,64 @@ async def _file(store: SQLiteStore, root: Path, sid: str, content: bytes) -> str
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(content)
     return made.id
+
+
+def _aged(path: Path, content: bytes = b"x", seconds: float = 2 * HOUR) -> Path:
+    """A file written ``seconds`` ago (its mtime), its folder made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+    return path
+
+
+async def test_retention_removes_old_files_no_row_names_as_a_crash_leaves_them(
+    tmp_path: Path,
+) -> None:
+    """A stop or a crash between the rows' commit and the files' removal leaves files no row
+    names; a later pass, of a new process, finds and removes those older than an hour."""
+    db, root = tmp_path / "gateway.db", tmp_path / "media"
+    async with SQLiteStore(db, clock=FakeClock()) as store:
+        sid = (await store.create_session("telegram", "support", "42", "triage")).session_id
+        kept = attachment_path(root, sid, await _file(store, root, sid, b"named"))
+        _aged(kept)  # old, but a row names it
+        orphan = _aged(attachment_path(root, sid, "a" * 32))
+        fresh = attachment_path(root, sid, "b" * 32)  # an upload whose row comes next
+        fresh.write_bytes(b"new")
+        erased = _aged(attachment_path(root, "telegram-support-7", "c" * 32))  # session gone
+        partial = _aged(root / sid / ".upload.part")
+        foreign = _aged(root / sid / "notes.txt")
+        purger = Purger(store, interval=HOUR, keep_seconds=HOUR, retention=Retention(7 * DAY, root))
+        purged = await purger.retain_once()
+    assert purged is not None
+    assert purged.attachments == ()
+    assert not orphan.exists()
+    assert not erased.exists()
+    assert not erased.parent.exists()
+    assert kept.read_bytes() == b"x"
+    assert fresh.exists()
+    assert partial.exists()
+    assert foreign.exists()
+    assert purger.files_left == ()
+
+
+async def test_a_file_no_row_names_that_cannot_be_removed_is_in_files_left(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db, root = tmp_path / "gateway.db", tmp_path / "media"
+    async with SQLiteStore(db, clock=FakeClock()) as store:
+        sid = (await store.create_session("telegram", "support", "42", "triage")).session_id
+        stuck = _aged(attachment_path(root, sid, "d" * 32))
+        _block(stuck)
+        os.utime(stuck, (time.time() - 2 * HOUR,) * 2)
+        purger = Purger(store, interval=HOUR, keep_seconds=HOUR, retention=Retention(7 * DAY, root))
+        with caplog.at_level(logging.WARNING, logger="gateway.media"):
+            await purger.retain_once()
+        assert purger.files_left == (stuck,)
+        _unblock(stuck)
+        os.utime(stuck, (time.time() - 2 * HOUR,) * 2)
+        await purger.retain_once()
+    assert not stuck.exists()
+    assert purger.files_left == ()
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "d" * 32 in warning.getMessage()
