@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,14 +81,21 @@ def require_media_root(root: Path, session_id: str, files: int) -> None:
         )
 
 
-def remove_partial_files(root: Path) -> int:
-    """Delete the ``.part`` files of downloads and uploads cut by a stop or a crash.
+PART_GRACE = 3600.0  # seconds since a part file's last write, far past any write's idle bound
 
-    Called once at start, before this process begins any download; returns how many went.
-    """
-    removed = 0
+
+def remove_partial_files(root: Path, idle: float = PART_GRACE) -> int:
+    """Delete the ``.part`` files of downloads and uploads cut by a stop or a crash: those not
+    written for ``idle`` seconds. Younger ones may be another live process's on the same media
+    root (a rolling deploy starts the new process beside the old); returns how many went."""
+    cutoff, removed = time.time() - idle, 0
     for part in root.glob("*/.*.part"):
-        part.unlink(missing_ok=True)
+        try:
+            if part.stat().st_mtime >= cutoff:
+                continue
+            part.unlink()
+        except FileNotFoundError:  # finished or removed meanwhile
+            continue
         removed += 1
     return removed
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from webhook_bot_gateway.store import Attachment, Store, StoreError, make_privat
 from .._metrics import Metrics
 from .._wait import wait_event
 from .fetch import FetchPolicy, MediaRefused, fetch_to_file
-from .files import attachment_path, remove_partial_files
+from .files import PART_GRACE, attachment_path, remove_partial_files
 from .space import DiskFloor
 
 log = logging.getLogger("gateway.media")
@@ -80,10 +81,17 @@ class MediaWorker:
         self._done: dict[str, asyncio.Event] = {}  # attachment id -> set when it ends
         self.wake = asyncio.Event()
         self._stopping = False
+        self._next_sweep = 0.0  # monotonic: when partial files are looked for again
 
     async def sweep(self) -> None:
-        """Before serving: delete the partial files a stop or a crash left behind."""
-        removed = await asyncio.to_thread(remove_partial_files, self._root)
+        """Delete the partial files a stop or a crash left behind (those idle for PART_GRACE:
+        younger ones may be another process's); at start, then every PART_GRACE."""
+        self._next_sweep = time.monotonic() + PART_GRACE
+        try:
+            removed = await asyncio.to_thread(remove_partial_files, self._root)
+        except OSError as exc:
+            log.warning("partial files not looked for: %s", exc.strerror or type(exc).__name__)
+            return
         if removed:
             log.info("removed %d partial file(s) a stop or a crash left in the media root", removed)
 
@@ -91,6 +99,8 @@ class MediaWorker:
         """Start a download for every pending row; look again on a wake-up or a poll."""
         while not self._stopping:
             self.wake.clear()
+            if time.monotonic() >= self._next_sweep:
+                await self.sweep()
             try:
                 for attachment in await self._store.pending_attachments():
                     if attachment.id not in self._tasks:

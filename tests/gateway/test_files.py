@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 
 from webhook_bot_gateway.gateway._media.files import (
     MAX_NAME,
+    PART_GRACE,
     attachment_path,
     clean_name,
     remove_partial_files,
@@ -116,12 +119,31 @@ def test_session_dir_refuses_an_invalid_session_id(session_id: str) -> None:
         attachment_path(ROOT, session_id, HEX)
 
 
-def test_remove_partial_files_takes_only_part_files(tmp_path: Path) -> None:
+def _idle(path: Path, content: bytes, seconds: float = PART_GRACE + 60) -> Path:
+    path.write_bytes(content)
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+    return path
+
+
+def test_remove_partial_files_takes_only_idle_part_files(tmp_path: Path) -> None:
     folder = tmp_path / "web-1"
     folder.mkdir()
-    (folder / ".0123.ab12.part").write_bytes(b"cut")
-    (folder / ("0" * 32)).write_bytes(b"kept")
-    (tmp_path / "notes.part").write_bytes(b"not in a session folder")
+    _idle(folder / ".0123.ab12.part", b"cut")
+    _idle(folder / ("0" * 32), b"kept")
+    _idle(tmp_path / "notes.part", b"not in a session folder")
     assert remove_partial_files(tmp_path) == 1
     assert sorted(p.name for p in folder.iterdir()) == ["0" * 32]
     assert (tmp_path / "notes.part").exists()
+
+
+def test_remove_partial_files_leaves_a_part_file_being_written(tmp_path: Path) -> None:
+    """A rolling deploy starts a process beside one still writing an upload or a download to
+    the same media root: the new one's start must not take the old one's file from under it."""
+    folder = tmp_path / "web-1"
+    folder.mkdir()
+    live = folder / ".1234.cd34.part"
+    live.write_bytes(b"being written")
+    _idle(live, b"being written", seconds=PART_GRACE - 60)  # written within the grace
+    assert remove_partial_files(tmp_path) == 0
+    assert live.read_bytes() == b"being written"
