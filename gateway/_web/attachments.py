@@ -25,6 +25,7 @@ import os
 import re
 import secrets
 import uuid
+from collections import Counter
 from pathlib import Path
 from urllib.parse import quote
 
@@ -70,6 +71,8 @@ NO_FILE_CHOSEN = "the 'file' part is empty and names no file (filename=\"\"): no
 
 UPLOADS = web.AppKey("upload_reads", ReadSlots)  # server.max_concurrent_reads, uploads only
 UPLOAD_FLOOR = web.AppKey("upload_floor", DiskFloor)  # media.min_free_bytes
+# session id -> its uploads being received in this process (media.max_uploads_per_session)
+UNDER_WAY = web.AppKey("uploads_under_way", Counter[str])
 
 
 class TooLarge(Exception):
@@ -112,7 +115,19 @@ async def _upload(request: web.Request) -> web.Response:
     session = await store.get_session(sid) if web_id else None
     if session is None and not (web_id and request.app[WEB_IDS].issued(sid)):
         raise ApiError(404, "unknown_session", "no such web session")
-    await _refuse_unfit(request, session)
+    under_way = request.app[UNDER_WAY]
+    ahead = under_way[sid]  # taken with no await between: uploads that overlap count each other
+    under_way[sid] += 1
+    try:
+        await _refuse_unfit(request, session, ahead)
+        return await _received(request, session, sid)
+    finally:
+        under_way[sid] -= 1
+        if not under_way[sid]:
+            del under_way[sid]
+
+
+async def _received(request: web.Request, session: Session | None, sid: str) -> web.Response:
     attachment_id = uuid.uuid4().hex
     dest = attachment_path(Path(request.app[SETTINGS].media.root), sid, attachment_id)
     new_folder = not dest.parent.exists()
@@ -125,13 +140,14 @@ async def _upload(request: web.Request) -> web.Response:
         raise
 
 
-async def _refuse_unfit(request: web.Request, session: Session | None) -> None:
+async def _refuse_unfit(request: web.Request, session: Session | None, ahead: int) -> None:
     """The refusals made before a byte of the body is read: a file announced too large, a
-    session holding as many files as it may, a disk without room for the file above the floor."""
+    session holding as many files as it may (with the ``ahead`` of its uploads under way
+    here), a disk without room for the file above the floor."""
     media, announced = request.app[SETTINGS].media, request.content_length
     if announced is not None and announced > media.max_bytes + CHUNK:
         raise _too_large(media.max_bytes)
-    await _check_upload_count(request.app[STORE], session, media.max_uploads_per_session)
+    await _check_upload_count(request.app[STORE], session, media.max_uploads_per_session, ahead)
     if not request.app[UPLOAD_FLOOR].has_room(min(announced or 0, media.max_bytes)):
         raise _no_room()
 
@@ -259,19 +275,19 @@ def _content_type(header: str | None) -> str:
     return value if _CONTENT_TYPE.fullmatch(value) else DEFAULT_TYPE
 
 
-async def _check_upload_count(store: Store, session: Session | None, most: int) -> None:
-    """409 when the session holds ``most`` uploaded files already (one not stored holds none).
-
-    Uploads of the session read at the same moment may each pass: it can end up to
-    ``server.max_concurrent_reads - 1`` files over, never more.
-    """
-    if session is None:
-        return
-    try:
-        files = await store.list_attachments(session.session_id)
-    except SessionNotFound:
-        raise ApiError(404, "unknown_session", "no such web session") from None
-    if sum(file.source == "upload" for file in files) >= most:
+async def _check_upload_count(store: Store, session: Session | None, most: int, ahead: int) -> None:
+    """409 when the session's uploaded files and the ``ahead`` of its uploads under way in this
+    process (so that those never pass the bound together) reach ``most`` (a session not stored
+    yet holds none). Processes on one store do not see each other's uploads under way: with
+    several, a session may end one file over per other process uploading to it at that moment."""
+    stored = 0
+    if session is not None:
+        try:
+            files = await store.list_attachments(session.session_id)
+        except SessionNotFound:
+            raise ApiError(404, "unknown_session", "no such web session") from None
+        stored = sum(file.source == "upload" for file in files)
+    if stored + ahead >= most:
         message = f"a web session may hold {most} uploaded files (media.max_uploads_per_session)"
         raise ApiError(409, "too_many_uploads", message, close=True)
 
@@ -313,6 +329,7 @@ async def download(request: web.Request) -> web.StreamResponse:
 def add_attachment_routes(app: web.Application) -> None:
     """Register the upload and the operator's download (before the /api catch-all)."""
     app[UPLOADS] = ReadSlots(app[SETTINGS].server.max_concurrent_reads)
+    app[UNDER_WAY] = Counter()
     media = app[SETTINGS].media
     refused = "uploads are refused (507 insufficient_storage)"
     app[UPLOAD_FLOOR] = DiskFloor(Path(media.root), media.min_free_bytes, refused=refused)

@@ -30,7 +30,7 @@ from tests.e2e.gateway_proc import eventually
 from tests.e2e.ws_client import WebClient, is_turn_end
 from webhook_bot_gateway.channels.web import web_dedup_key
 from webhook_bot_gateway.gateway._keys import STORE
-from webhook_bot_gateway.gateway._web.attachments import UPLOADS
+from webhook_bot_gateway.gateway._web.attachments import UNDER_WAY, UPLOADS
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.gateway.cli import main
 
@@ -828,3 +828,31 @@ async def test_a_web_session_holds_at_most_max_uploads_per_session_files(
         assert {p.name for p in files_under(gw.folder(sid))} == set(kept)
         assert session_counts(gw.db, sid)["attachments"] == 3
         await uploaded(gw.client, other.session_id, b"another session's first file")
+
+
+async def test_uploads_under_way_together_never_take_a_session_past_its_bound(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """The bound counts the session's uploads still being received here: one whose body is
+    still coming holds the last place, so another sent meanwhile is 409 (both once passed the
+    count of stored files, and the session ended a file over)."""
+    gw = await gateway_with(aiohttp_client, tmp_path, max_uploads_per_session=2)
+    app = gw.client.server.app
+    async with web_session(gw.client) as socket:
+        sid = socket.session_id
+        first = await uploaded(gw.client, sid, b"first")
+        body = multipart(b"z" * 600, 'filename="slow.bin"')
+        reader, writer = await stalled_upload(gw.client, sid)
+        await eventually(lambda: app[UNDER_WAY].get(sid) == 1, "the slow upload under way")
+        response = await gw.client.post(
+            url(sid), data=multipart(b"x", 'filename="x"'), headers=MULTIPART
+        )
+        assert await error_of(response, 409) == "too_many_uploads"
+        writer.write(body[len(body) // 2 :])  # the slow one's rest: it takes the last place
+        await writer.drain()
+        status_line, _, _ = (await reader.readuntil(b"\r\n\r\n")).partition(b"\r\n")
+        writer.close()
+        assert status_line == b"HTTP/1.1 201 Created"
+        assert session_counts(gw.db, sid)["attachments"] == 2
+        assert first in {p.name for p in files_under(gw.folder(sid))}
+    assert app[UNDER_WAY] == {}
