@@ -121,8 +121,16 @@ async def purge(settings: Settings, args: argparse.Namespace, out: TextIO) -> in
     root_missing = retention is not None and not retention.media_root.is_dir()
     async with opened_store(settings) as store:
         removed = await store.purge()
-        purger = Purger(store, interval=DAY, keep_seconds=DAY, retention=retention)
+        purger = Purger(
+            store,
+            interval=DAY,
+            keep_seconds=DAY,
+            retention=retention,
+            media_root=Path(settings.media.root),
+        )
         history = await purger.retain_once()
+        if retention is None:
+            await purger.sweep_once()
     print(f"purged {removed} expired processed-message row(s)", file=out)
     if history is not None:
         counts = ", ".join(f"{table} {n}" for table, n in history.counts.items())

@@ -178,6 +178,7 @@ def build_pipeline(
         interval=settings.dedup.purge_interval_seconds,
         keep_seconds=keep,
         retention=retention_of(settings),
+        media_root=Path(settings.media.root),
     )
     metrics.set_function(TURNS_IN_FLIGHT, lambda: dispatcher.running_turns)
     return Pipeline(intake, dispatcher, sender, purger, media, intake_wake)

@@ -39,8 +39,9 @@ def retention_of(settings: Settings) -> Retention | None:
 
 
 class Purger:
-    """Every ``interval`` seconds: ``store.purge()`` and ``store.purge_finished(keep)``; with a
-    ``retention``, ``store.purge_history`` too, once a day."""
+    """Every ``interval`` seconds: ``store.purge()`` and ``store.purge_finished(keep)``; once a
+    day, with a ``retention``, ``store.purge_history`` and a sweep of its media root for files
+    no row names; without one, that sweep alone, of ``media_root`` when given."""
 
     def __init__(
         self,
@@ -49,12 +50,14 @@ class Purger:
         interval: float,
         keep_seconds: float,
         retention: Retention | None = None,
+        media_root: Path | None = None,
     ) -> None:
         self._store = store
         self._interval = interval
         self._keep = keep_seconds  # done inbox and sent outbox rows are kept this long
         self._retention = retention
-        self._next_retention = 0.0  # monotonic time: the first pass runs at once
+        self._media_root = retention.media_root if retention is not None else media_root
+        self._next_daily = 0.0  # monotonic time: the first pass runs at once
         self._files_left: tuple[tuple[str, str], ...] = ()  # (session, attachment): tried again
         self._orphans_left: tuple[Path, ...] = ()  # files no row names, found by the last sweep
         self._stop = asyncio.Event()
@@ -63,10 +66,18 @@ class Purger:
         """Purge at once, then every interval, until ``stop()``."""
         while not self._stop.is_set():
             await self.purge_once()
-            if self._retention is not None and time.monotonic() >= self._next_retention:
-                self._next_retention = time.monotonic() + self._retention.every
-                await self.retain_once()
+            if time.monotonic() >= self._next_daily:
+                every = self._retention.every if self._retention is not None else DAY
+                self._next_daily = time.monotonic() + every
+                await self.daily_once()
             await wait_event(self._stop, self._interval)
+
+    async def daily_once(self) -> None:
+        """The daily pass: retention (with its sweep) if there is one, else the sweep alone."""
+        if self._retention is not None:
+            await self.retain_once()
+        else:
+            await self.sweep_once()
 
     def stop(self) -> None:
         self._stop.set()
@@ -113,13 +124,9 @@ class Purger:
         root = self._retention.media_root
         files = (*self._files_left, *purged.attachments)
         self._files_left = await asyncio.to_thread(remove_files, root, files)
-        tried = frozenset(attachment_path(root, sid, aid) for sid, aid in files)
-        try:
-            swept = await sweep_orphans(self._store, root, tried=tried)
-        except StoreError as exc:
-            log.warning("retention: the media root's sweep failed, will try again: %s", exc)
-        else:
-            self._orphans_left = swept.left
+        await self.sweep_once(
+            tried=frozenset(attachment_path(root, sid, aid) for sid, aid in files)
+        )
         if purged.total or self._files_left:
             counts = ", ".join(f"{table} {n}" for table, n in purged.counts.items() if n)
             log.info(
@@ -129,6 +136,19 @@ class Purger:
                 len(self._files_left),
             )
         return purged
+
+    async def sweep_once(self, tried: frozenset[Path] = frozenset()) -> None:
+        """Remove the media root's files over an hour old that no row names (a stop or a crash
+        between a delete's commit and its files' removal left them); ``tried``: files the
+        caller tried just now. Those that will not go are kept in ``files_left``."""
+        if self._media_root is None:
+            return
+        try:
+            swept = await sweep_orphans(self._store, self._media_root, tried=tried)
+        except StoreError as exc:
+            log.warning("the media root's sweep failed, will try again: %s", exc)
+        else:
+            self._orphans_left = swept.left
 
 
 def remove_files(

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.gateway_proc import eventually
 from webhook_bot_gateway.gateway._media.files import attachment_path
 from webhook_bot_gateway.gateway._purge import Purger, Retention
 from webhook_bot_gateway.store import OutboxIn, SQLiteStore
@@ -240,3 +241,25 @@ async def test_a_file_no_row_names_that_cannot_be_removed_is_in_files_left(
     assert purger.files_left == ()
     [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "d" * 32 in warning.getMessage()
+
+
+async def test_without_retention_the_daily_pass_still_sweeps_files_no_row_names(
+    tmp_path: Path,
+) -> None:
+    """An erasure commits its rows, then removes the session's folder: a crash in between left
+    the user's files for ever where no retention runs. The daily pass sweeps them anyway."""
+    db, root = tmp_path / "gateway.db", tmp_path / "media"
+    async with SQLiteStore(db, clock=FakeClock()) as store:
+        sid = (await store.create_session("telegram", "support", "42", "triage")).session_id
+        kept = _aged(attachment_path(root, sid, await _file(store, root, sid, b"named")))
+        erased = _aged(attachment_path(root, "web-erased", "e" * 32))
+        purger = Purger(store, interval=HOUR, keep_seconds=HOUR, media_root=root)
+        task = asyncio.create_task(purger.run())
+        try:
+            await eventually(lambda: not erased.exists(), "the sweep of the erased folder")
+        finally:
+            purger.stop()
+            await asyncio.wait_for(task, 5)
+    assert not erased.parent.exists()
+    assert kept.exists()
+    assert rows(db, "SELECT count(*) FROM attachments") == [(1,)]
