@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add(commands, "serve", "migrate the store, recover interrupted runs, serve HTTP")
     _add(commands, "check-config", "validate the config and print a summary, secrets masked")
-    _add(commands, "purge", "delete expired dedup rows, orphaned media files (and old history, with retention_days)")
+    purge = "delete expired dedup rows and orphaned media files now (old history: retention_days)"
+    _add(commands, "purge", purge)
     _add_migrate(commands)
     _add_sessions(commands)
     _add_quarantine(commands)
