@@ -37,11 +37,19 @@ from webhook_bot_gateway.store import (
     StatusIn,
     Store,
     StoreError,
+    make_session_id,
 )
 
 from ._handed import HandedDeliveries
 from ._media.files import clean_name
-from ._metrics import IGNORED, QUARANTINED, STORE_ERRORS, TEMPLATE_UPDATES, Metrics
+from ._metrics import (
+    DELIVERY_FAILURES,
+    IGNORED,
+    QUARANTINED,
+    STORE_ERRORS,
+    TEMPLATE_UPDATES,
+    Metrics,
+)
 from ._pacer import AckPacer
 from ._reachability import is_undeliverable
 from ._wait import wait_event
@@ -84,6 +92,11 @@ def to_parsed(
             )
     failure = "; ".join(result.failures)[: MAX_ERROR * 10] or None
     return ParsedDelivery(tuple(inbox), tuple(statuses), tuple(memberships), failure)
+
+
+def _code_label(code: str) -> str:
+    """A platform error code as a metric label: digits only, so the series stay few."""
+    return code if code == "none" or (code.isdigit() and len(code) <= 7) else "other"
 
 
 def _undeliverable(event: DeliveryStatus) -> bool:
@@ -293,8 +306,31 @@ class Intake:
         for kind in result.ignored:
             self._metrics.inc(IGNORED, channel=delivery.channel, type=kind)
         for event in result.events:
-            if isinstance(event, TemplateUpdate) and event.dedup_key in delivery.keys:
+            if event.dedup_key not in delivery.keys:
+                continue  # another delivery carried it first, and was counted then
+            if isinstance(event, TemplateUpdate):
                 self._template_update(event)
+            elif isinstance(event, DeliveryStatus) and event.state == "failed":
+                self._delivery_failed(event)
+
+    def _delivery_failed(self, status: DeliveryStatus) -> None:
+        """A reply the platform accepted and then could not deliver (WhatsApp reports the
+        24-hour window, an unreachable user, spam limits... this way too): a WARNING line that
+        says why in the platform's words, and a count by error code."""
+        first = status.errors[0] if status.errors else None
+        code = str(first.code) if first is not None and first.code is not None else "none"
+        self._metrics.inc(DELIVERY_FAILURES, channel=status.channel, code=_code_label(code))
+        why = "no reason given"
+        if first is not None:
+            why = ": ".join(filter(None, [code, first.title, first.message, first.details]))
+        session_id = make_session_id(status.channel, status.account, status.chat_id)
+        log.warning(
+            "%s message %s of session %s was accepted, then not delivered: %s",
+            status.channel,
+            status.message_id,
+            session_id,
+            why[:MAX_ERROR],
+        )
 
     def _template_update(self, update: TemplateUpdate) -> None:
         """Meta's news about a template: a log line (WARNING unless good news) and a count.

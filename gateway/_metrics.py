@@ -51,6 +51,7 @@ REJECTED = "gateway_webhooks_rejected_total"
 QUARANTINED = "gateway_webhooks_quarantined_total"
 IGNORED = "gateway_updates_ignored_total"
 TEMPLATE_UPDATES = "gateway_whatsapp_template_updates_total"
+DELIVERY_FAILURES = "gateway_delivery_failures_total"
 TURNS = "gateway_turns_total"
 CANCELS = "gateway_cancels_total"
 OUTBOX = "gateway_outbox_total"
@@ -93,6 +94,12 @@ SERIES: dict[str, Series] = {
         Counter,
         "WhatsApp template status and quality webhooks, by field and new status or quality.",
         ("field", "state"),
+    ),
+    DELIVERY_FAILURES: Series(
+        Counter,
+        "Replies a platform accepted and later reported as not delivered (a failed status),"
+        " by channel and the platform's error code.",
+        ("channel", "code"),
     ),
     IGNORED: Series(
         Counter,

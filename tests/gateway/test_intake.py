@@ -20,7 +20,7 @@ from webhook_bot_gateway.channels.telegram import USERNAME_UNKNOWN, TelegramAdap
 from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 from webhook_bot_gateway.gateway._handed import HandedDeliveries
 from webhook_bot_gateway.gateway._intake import IGNORED, QUARANTINED, Intake, ParsedDelivery
-from webhook_bot_gateway.gateway._metrics import TEMPLATE_UPDATES, Metrics
+from webhook_bot_gateway.gateway._metrics import DELIVERY_FAILURES, TEMPLATE_UPDATES, Metrics
 from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
 from webhook_bot_gateway.gateway._username_replay import UsernameReplay
 from webhook_bot_gateway.store import (
@@ -210,6 +210,51 @@ async def test_intake_applies_a_status_to_the_reply_it_reports_on(
     [updated] = await store.list_outbox(session.session_id)
     assert (updated.state, updated.delivery_state) == ("sent", "delivered")
     assert woken.sessions == []
+
+
+async def test_intake_tells_the_operator_of_a_reply_that_failed_after_it_was_accepted(
+    store: SQLiteStore,
+    db: Path,
+    adapters: dict[str, ChannelAdapter],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Meta accepts a reply and reports later, in a status, that it did not go out (131047:
+    the 24-hour window): a WARNING line in Meta's words and a count by code, once."""
+    session = await store.get_or_create_session("whatsapp", NUMBER, "111", "triage")
+    payload = {"channel": "whatsapp", "account": NUMBER, "chat_id": "111", "text": "hi"}
+    item = await store.enqueue_outbox(
+        OutboxIn(session.session_id, "whatsapp", NUMBER, "111", payload)
+    )
+    await store.outbox_sent(item.id, ["wamid.out1"])
+    error = {
+        "code": 131047,
+        "title": "Re-engagement message",
+        "message": "Re-engagement message",
+        "error_data": {"details": "Message failed to send because more than 24 hours have passed"},
+    }
+    status = {
+        "id": "wamid.out1",
+        "status": "failed",
+        "timestamp": "1735689601",
+        "recipient_id": "111",
+        "errors": [error],
+    }
+    body = wa_messages(statuses=[status])
+    await store_delivery(store, adapters["whatsapp"], body)
+    await store_delivery(store, adapters["whatsapp"], body)  # Meta's duplicate: no new line
+    intake, _, metrics = make_intake(store, adapters)
+    with caplog.at_level("INFO", logger="gateway.intake"):
+        await intake.step()
+    [record] = [r for r in caplog.records if "not delivered" in r.getMessage()]
+    assert record.levelname == "WARNING"
+    assert record.getMessage() == (
+        f"whatsapp message wamid.out1 of session {session.session_id} was accepted, then not"
+        " delivered: 131047: Re-engagement message: Re-engagement message: Message failed to"
+        " send because more than 24 hours have passed"
+    )
+    assert metrics.value(DELIVERY_FAILURES, channel="whatsapp", code="131047") == 1
+    [updated] = await store.list_outbox(session.session_id)
+    assert updated.delivery_state == "failed"
 
 
 async def test_intake_marks_a_session_blocked_when_the_user_blocks_the_bot(
