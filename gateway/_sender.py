@@ -344,11 +344,24 @@ class Sender:
         elif isinstance(exc, ChatMigrated):
             await self._migrate(row, exc.new_chat_id)
         elif isinstance(exc, FatalSendError):
-            self._paused[(row.channel, row.account)] = self._clock() + self._fatal_pause
-            log.error("%s account paused for %gs: %s", row.channel, self._fatal_pause, exc.reason)
-            await self._failed(row, "failed", exc.reason)
+            await self._pause(row, exc.reason)
         else:
             await self._failed(row, "failed", exc.reason)
+
+    async def _pause(self, row: OutboxItem, error: str) -> None:
+        """The account's credentials or standing are bad (a revoked token, Meta's 190 or 368):
+        nothing of it goes for ``fatal_pause`` seconds. The reply is not this message's fault,
+        so it waits too, an attempt counted, rather than failing: once the account is fixed
+        (the config, then a restart) it goes out."""
+        self._paused[(row.channel, row.account)] = self._clock() + self._fatal_pause
+        log.error(
+            "%s account %s paused for %gs, its replies kept: %s",
+            row.channel,
+            row.account,
+            self._fatal_pause,
+            error,
+        )
+        await self._retry(row, error, self._fatal_pause)
 
     async def _retry(self, row: OutboxItem, error: str, retry_after: float | None) -> None:
         attempts = row.attempts + 1

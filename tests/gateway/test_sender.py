@@ -277,22 +277,45 @@ async def test_sender_follows_a_migrated_group_to_its_new_chat(
     assert session.metadata["migrated_to_chat_id"] == "-100777"
 
 
-async def test_sender_pauses_an_account_whose_credentials_fail(
-    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+async def test_sender_pauses_an_account_whose_credentials_fail_and_keeps_its_replies(
+    store: SQLiteStore,
+    telegram: TelegramAdapter,
+    bots: tg.FakeBotApi,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     bots.script("sendMessage", tg.error(401, "Unauthorized"))
     relay = Relay(store, {"telegram": telegram})
     first = await queue(store, "one", chat_id="1")
-    await relay.step()
-    assert (await row(store, first)).state == "failed"
+    with caplog.at_level("ERROR", logger="gateway.sender"):
+        await relay.step()
+    [line] = [r.getMessage() for r in caplog.records if "paused" in r.getMessage()]
+    assert line.startswith("telegram account support paused for 600s, its replies kept: ")
+    kept = await row(store, first)  # not this reply's fault: it waits with the account
+    assert (kept.state, kept.attempts) == ("pending", 1)
+    assert "Unauthorized" in (kept.error or "")
     second = await queue(store, "two", chat_id="2")
     other = await queue(store, "three", account="sales", chat_id="3")
     await relay.steps(2)
     assert (await row(store, second)).state == "pending"  # the account is paused
     assert (await row(store, other)).state == "sent"  # another bot is not
     relay.clock.now += 600
-    await relay.step()
+    await relay.steps(2)
+    assert (await row(store, first)).state == "sent"
     assert (await row(store, second)).state == "sent"
+    assert sorted(texts(bots)) == ["one", "one", "three", "two"]
+
+
+async def test_sender_gives_up_on_a_reply_whose_account_stays_broken(
+    store: SQLiteStore, telegram: TelegramAdapter, bots: tg.FakeBotApi
+) -> None:
+    bots.script("sendMessage", *[tg.error(401, "Unauthorized")] * 3)
+    relay = Relay(store, {"telegram": telegram}, max_attempts=3)
+    item = await queue(store, "one")
+    for _ in range(3):
+        await relay.step()
+        relay.clock.now += 600
+    assert (await row(store, item)).state == "dead"
+    assert relay.count("dead") == 1
 
 
 async def test_sender_keeps_a_chats_replies_in_order_across_a_retry(
