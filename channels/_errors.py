@@ -7,7 +7,9 @@
     - BadVerifyToken                     -> 403, WhatsApp GET subscription handshake
   + UnknownAccount                       -> 404 (Telegram bot name in the URL)
   + SendError(disposition)               a reply did not go out
-    - RetryableSendError(retry_after)    rate limit, 5xx, network: try again later
+    - RetryableSendError(retry_after)    rate limit, 5xx, network: try again later; ``growth``
+                                         set: the platform's own schedule, retry_after x
+                                         growth ** (tries - 1) (WhatsApp 131056: 4^X s)
     - PermanentSendError                 the platform refused this message for good
       · ChatMigrated(new_chat_id)        Telegram group became a supergroup
     - FatalSendError                     the account's credentials are bad: stop sending for it
@@ -81,9 +83,12 @@ class RetryableSendError(SendError):
         retry_after: float | None = None,
         error_code: int | str | None = None,
         status: int | None = None,
+        growth: float | None = None,
     ) -> None:
         super().__init__(channel, reason, error_code=error_code, status=status)
         self.retry_after = retry_after
+        # The platform documents a schedule: the n-th try waits retry_after * growth ** (n - 1).
+        self.growth = growth
 
 
 class PermanentSendError(SendError):

@@ -338,7 +338,7 @@ class Sender:
         if gone is not None and row.session_id is not None:
             await self._park(row, row.session_id, gone, exc.reason)
         elif isinstance(exc, RetryableSendError):
-            await self._retry(row, exc.reason, exc.retry_after)
+            await self._retry(row, exc.reason, self._platform_wait(exc, row.attempts + 1))
         elif isinstance(exc, UncertainDelivery):
             await self._failed(row, "uncertain", exc.reason)
         elif isinstance(exc, ChatMigrated):
@@ -374,6 +374,14 @@ class Sender:
         await self._store.outbox_retry(row.id, next_attempt_at=due, error=error)
         self._metrics.inc(OUTBOX, outcome="retried", channel=row.channel)
         log.info("outbox row %d: retry in %.1fs (%s)", row.id, due - now, error)
+
+    def _platform_wait(self, exc: RetryableSendError, attempts: int) -> float | None:
+        """The wait the platform asks for before try ``attempts + 1``: its retry_after, grown
+        along its own schedule where it has one (capped like the backoff)."""
+        if exc.retry_after is None or exc.growth is None:
+            return exc.retry_after
+        grown = exc.retry_after * exc.growth ** min(attempts - 1, 64)
+        return max(exc.retry_after, min(grown, self._config.backoff_max_seconds))
 
     def backoff(self, attempts: int) -> float:
         """Exponential backoff with jitter: half fixed, half random, capped."""

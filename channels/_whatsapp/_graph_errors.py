@@ -15,9 +15,13 @@ _MAX_REASON = 400
 
 # Rejected before processing, or a transient fault on Meta's side: the same request may succeed.
 RETRYABLE_CODES: frozenset[int] = frozenset({2, 4, 80007, 130429, 131000, 131016, 131056, 131057})
-# Seconds to wait where Meta documents a pace: 131056 is the ~6 s per-recipient pair limit,
-# 131057 a throughput upgrade that lasts up to a minute.
-RETRY_AFTER: dict[int, float] = {4: 60.0, 80007: 60.0, 130429: 1.0, 131056: 6.0, 131057: 60.0}
+# Seconds to wait where Meta documents a pace: 131057 is a throughput upgrade that lasts up to
+# a minute; 131056, the per-recipient pair limit, starts at 1 s and grows (GROWTH).
+RETRY_AFTER: dict[int, float] = {4: 60.0, 80007: 60.0, 130429: 1.0, 131056: 1.0, 131057: 60.0}
+# Meta's schedule for the pair limit: "retry after 4^X seconds (starting with X=0 and increasing
+# X by 1 after each failure) until successful". A burst borrows from the recipient's future
+# quota (a burst of 20 needs ~2 minutes), so fixed short waits run out of tries first.
+GROWTH: dict[int, float] = {131056: 4.0}
 # The number's credentials or standing are bad: every later send for it would fail the same way.
 FATAL_CODES: frozenset[int] = frozenset({0, 3, 10, 190, 368, 131005, 131031, 131042})
 # Refused for this message only, even though the status may be 401/403.
@@ -79,7 +83,8 @@ def send_error(error: GraphError, retry_after: float | None, secret: str) -> Sen
         return FatalSendError(CHANNEL, reason, **fields)
     if (code is not None and code in RETRYABLE_CODES) or status == 429 or status >= 500:
         hint = retry_after if retry_after is not None else RETRY_AFTER.get(code or 0)
-        return RetryableSendError(CHANNEL, reason, retry_after=hint, **fields)
+        growth = GROWTH.get(code or 0) if retry_after is None else None
+        return RetryableSendError(CHANNEL, reason, retry_after=hint, growth=growth, **fields)
     if code is not None and (code in PERMANENT_CODES or 132000 <= code <= 132999):
         return PermanentSendError(CHANNEL, reason, **fields)
     if status == 401 or (status == 403 and error.type == "OAuthException"):

@@ -211,7 +211,7 @@ async def test_download_media_without_a_url_is_permanent(
     [
         (429, 130429, RetryableSendError, 1.0),
         (400, 130429, RetryableSendError, 1.0),
-        (400, 131056, RetryableSendError, 6.0),
+        (400, 131056, RetryableSendError, 1.0),
         (400, 4, RetryableSendError, 60.0),
         (400, 80007, RetryableSendError, 60.0),
         (500, 131000, RetryableSendError, None),
@@ -287,6 +287,16 @@ async def test_send_retry_after_header_wins_over_the_code_default(
     with pytest.raises(RetryableSendError) as caught:
         await adapter.send(reply())
     assert caught.value.retry_after == 17.0
+    assert caught.value.growth is None  # Meta named the wait: no schedule of our own
+
+
+async def test_send_pair_rate_limit_carries_metas_growing_schedule(
+    adapter: WhatsAppAdapter, fake: FakeGraph
+) -> None:
+    fake.graph_error(400, 131056, "(#131056) pair rate limit hit")
+    with pytest.raises(RetryableSendError) as caught:
+        await adapter.send(reply())
+    assert (caught.value.retry_after, caught.value.growth) == (1.0, 4.0)
 
 
 async def test_send_scrubs_the_token_if_the_graph_echoes_it(

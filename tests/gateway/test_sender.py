@@ -196,6 +196,30 @@ async def test_sender_retries_a_5xx_with_exponential_backoff(
     assert len(fake.requests) == 3
 
 
+async def test_sender_follows_metas_4_to_the_x_schedule_for_the_pair_rate_limit(
+    store: SQLiteStore, whatsapp: WhatsAppAdapter, graph: tuple[wa.FakeGraph, str]
+) -> None:
+    """131056 (too many messages to one user): "retry after 4^X seconds (starting with X=0 and
+    increasing X by 1 after each failure)", capped like the backoff; other users go on."""
+    fake = graph[0]
+    for _ in range(6):
+        fake.graph_error(400, 131056, "(#131056) (Business Account, Consumer Account) pair rate")
+    relay = Relay(store, {"whatsapp": whatsapp}, backoff_max_seconds=300)
+    item = await queue(store, "Hi", channel="whatsapp", account=wa.NUMBER_A, chat_id=USER)
+    delays = []
+    for _ in range(6):
+        before = relay.clock.now
+        await relay.step()
+        waiting = await row(store, item)
+        assert waiting.state == "pending"
+        delays.append(waiting.next_attempt_at - before)
+        relay.clock.now = waiting.next_attempt_at
+    await relay.step()
+    assert delays == [pytest.approx(d) for d in (1, 4, 16, 64, 256, 300)]
+    done = await row(store, item)
+    assert (done.state, done.attempts) == ("sent", 7)
+
+
 async def test_sender_marks_a_hung_send_uncertain_and_never_retries_it(
     store: SQLiteStore, whatsapp: WhatsAppAdapter, graph: tuple[wa.FakeGraph, str]
 ) -> None:
