@@ -23,6 +23,8 @@ MIGRATED_CHAT = "migrated_to_chat_id"  # session metadata: where a Telegram grou
 START_PAYLOAD = "start_payload"  # session metadata: the payload of the last /start deep link
 # What a t.me/<bot>?start=<payload> link can carry (Telegram: up to 64 of A-Z a-z 0-9 _ -).
 DEEP_LINK_PAYLOAD = re.compile(r"[A-Za-z0-9_-]{1,64}")
+TELEGRAM_CALLBACK_BYTES = 64  # a button's callback_data
+WHATSAPP_ROW_ID = 200  # a list row's id (a reply button's may be 256)
 
 
 def message_text(event: InboundMessage) -> str:
@@ -178,7 +180,9 @@ def outbound(
     channel: str, account: str, chat_id: str, reply: Reply, thread_id: str | None = None
 ) -> OutboundMessage:
     """The message that carries one agent reply (into the user's forum topic, if any)."""
-    buttons = tuple(Button(id=title[:256], title=title) for title in reply.buttons if title)
+    buttons = tuple(
+        Button(id=button_id(channel, title), title=title) for title in reply.buttons if title
+    )
     return OutboundMessage(
         channel=channel,
         account=account,
@@ -187,6 +191,16 @@ def outbound(
         buttons=buttons,
         thread_id=thread_id,
     )
+
+
+def button_id(channel: str, title: str) -> str:
+    """The id a button's press comes back with: its title, cut to what the platform carries
+    (Telegram's callback_data holds 64 bytes of UTF-8, a WhatsApp list row id 200 characters).
+    The user's press is read by the title it shows, so a cut id loses nothing; an id too long
+    would make the platform refuse the whole reply."""
+    if channel == "telegram":
+        return title.encode()[:TELEGRAM_CALLBACK_BYTES].decode(errors="ignore")
+    return title[:WHATSAPP_ROW_ID]
 
 
 def text_message(channel: str, account: str, chat_id: str, text: str) -> OutboundMessage:

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_aiohttp import AiohttpServer
+
+from tests.channels import telegram_fakes as tg
+from webhook_bot_gateway.agents import Reply
+from webhook_bot_gateway.channels.telegram import TelegramAdapter
 from webhook_bot_gateway.gateway import _convert as convert
 
 
@@ -54,3 +59,23 @@ def test_a_nul_character_a_user_sent_becomes_a_replacement_character() -> None:
     """The store refuses U+0000 in a message (PostgreSQL cannot hold it): the user's text is
     answered with U+FFFD in its place rather than failing every try of the turn."""
     assert convert.user_input([event("a\x00b")]).text == "a\ufffdb"
+
+
+async def test_a_long_button_title_still_sends_on_telegram(aiohttp_server: AiohttpServer) -> None:
+    """An agent's button whose title is over Telegram's 64 bytes of callback_data (35 Cyrillic
+    letters are 70 bytes) no longer makes the Bot API adapter refuse the whole reply: the id is
+    cut at a character boundary, the button shows its whole title."""
+    title = "Поговорить с оператором прямо сейчас"
+    assert len(title.encode()) > 64
+    reply = Reply("Чем помочь?", "triage", (title, "Меню"))
+    message = convert.outbound("telegram", "support", "123456789", reply)
+    fake = tg.FakeBotApi()
+    server = await aiohttp_server(fake.app())
+    async with TelegramAdapter(tg.config(str(server.make_url("")).rstrip("/"))) as adapter:
+        await adapter.send(message)
+    [call] = fake.calls
+    [[first], [second]] = call.json_field("reply_markup")["inline_keyboard"]
+    assert first["text"] == title
+    assert len(first["callback_data"].encode()) <= 64
+    assert title.startswith(first["callback_data"])
+    assert second == {"text": "Меню", "callback_data": "Меню"}
