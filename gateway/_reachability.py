@@ -27,12 +27,23 @@ def released_by_message(channel: str, metadata: Mapping[str, Any]) -> bool:
     return is_blocked(metadata) and channel in RELEASED_BY_WRITING
 
 
+# Telegram's 403 descriptions of a private chat that cannot take the bot's messages, and how
+# the session's event names it. A group the bot was removed from is not parked: nothing would
+# release it (the bot added again is a plain join, as in a new group).
+_TELEGRAM_GONE = (
+    ("blocked by the user", "blocked"),
+    ("user is deactivated", "unreachable"),  # the account was deleted
+)
+
+
 def gone_reason(channel: str, error: SendError) -> str | None:
     """``unreachable`` or ``blocked`` when the platform refused a send because of the user."""
     if channel == "whatsapp" and error.error_code == WHATSAPP_UNDELIVERABLE:
         return "unreachable"
-    if channel == "telegram" and error.status == 403 and "blocked by the user" in error.reason:
-        return "blocked"
+    if channel == "telegram" and error.status == 403:
+        for words, reason in _TELEGRAM_GONE:
+            if words in error.reason:
+                return reason
     return None
 
 

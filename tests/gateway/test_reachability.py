@@ -21,11 +21,13 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 def test_gone_reason_of_telegram_block_and_whatsapp_undeliverable() -> None:
     blocked = PermanentSendError("telegram", "Forbidden: bot was blocked by the user", status=403)
     kicked = PermanentSendError("telegram", "Forbidden: bot was kicked from the group", status=403)
+    deleted = PermanentSendError("telegram", "Forbidden: user is deactivated", status=403)
     gone = PermanentSendError("whatsapp", "Graph error 131026", error_code=131026, status=400)
     window = PermanentSendError("whatsapp", "Graph error 131047", error_code=131047, status=400)
     assert reachability.gone_reason("telegram", blocked) == "blocked"
     assert reachability.gone_reason("whatsapp", gone) == "unreachable"
     assert reachability.gone_reason("telegram", kicked) is None
+    assert reachability.gone_reason("telegram", deleted) == "unreachable"
     assert reachability.gone_reason("whatsapp", window) is None
 
 
