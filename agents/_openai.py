@@ -104,7 +104,7 @@ class OpenAIModel:
         limit = self._config.max_backoff
         if exc.retry_after is not None and exc.retry_after > limit:
             message = (
-                f"{exc} asked to wait {exc.retry_after:g}s (Retry-After), more than"
+                f"{exc}; it asked to wait {exc.retry_after:g}s (Retry-After), more than"
                 f" max_backoff ({limit:g}s): {tries}"
             )
             raise self._error(message, retry_after=exc.retry_after)
@@ -157,12 +157,12 @@ class OpenAIModel:
 
     def _check(self, response: aiohttp.ClientResponse, payload: bytes) -> None:
         status = response.status
+        if status < 400:
+            return
+        said = _refusal(status, response.content_type, payload, self._without_key)
         if status in _RETRY_STATUSES or status >= 500:
-            retry_after = _seconds(response.headers.get("Retry-After"))
-            raise _Retryable(f"HTTP {status}", retry_after)
-        if status >= 400:
-            refusal = _refusal(status, response.content_type, payload, self._without_key)
-            raise self._error(refusal, status)
+            raise _Retryable(said, _seconds(response.headers.get("Retry-After")))
+        raise self._error(said, status)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -201,7 +201,8 @@ def without_secret(text: str, secret: str | None) -> str:
 
 
 def _refusal(status: int, content_type: str, payload: bytes, clean: Callable[[str], str]) -> str:
-    """What a 4xx answer said, for its error: the status, and the message, code and type of a
+    """What an error answer (4xx, 5xx) said, for its error and a retry's log line (the operator
+    reads why: an exhausted quota is a 429 too): the status, and the message, code and type of a
     JSON error (``{"error": {"message": ...}}``, ``{"error": "..."}``, or vLLM's ``{"object":
     "error", "message": ...}``), each cleaned (the key taken out) before it is cut short; of any
     other body its media type and length only, never the body (a proxy's error page may quote

@@ -231,8 +231,8 @@ async def test_openai_retry_after_longer_than_max_backoff_gives_up_at_once(
     with pytest.raises(ModelBackendError) as caught:
         await model.complete([ModelMessage("user", "hi")], [])
     assert str(caught.value) == (
-        "model backend 'fake': HTTP 429 asked to wait 3600s (Retry-After), more than"
-        " max_backoff (30s): gave up after 1 tries"
+        "model backend 'fake': HTTP 429: model said: quota; it asked to wait 3600s"
+        " (Retry-After), more than max_backoff (30s): gave up after 1 tries"
     )
     assert caught.value.retry_after == 3600.0  # the dispatcher waits that long before the turn
     assert (sleeps.delays, len(api.bodies)) == ([], 1)
@@ -251,7 +251,7 @@ async def test_openai_wait_past_the_turns_deadline_fails_the_turn_at_once(
     api.answer({"error": {"message": "busy"}}, status=503, **{"Retry-After": "20"})
     runner = Runner(store, make_registry(model), turn_timeout=10)
     with pytest.raises(
-        ModelBackendError, match="HTTP 503; the next try would wait 20s, and the"
+        ModelBackendError, match="HTTP 503: model said: busy; the next try would wait 20s, and"
     ) as caught:
         await runner.run_turn(session_id, UserInput("hi"))
     assert caught.value.retry_after == 20.0
@@ -304,7 +304,9 @@ async def test_openai_gives_up_after_retries_without_leaking_the_key(
         api.answer({"error": {"message": "busy"}}, status=500)
     with caplog.at_level(logging.DEBUG), pytest.raises(ModelBackendError) as caught:
         await model.complete([ModelMessage("user", "hi")], [])
-    assert str(caught.value) == "model backend 'fake': gave up after 4 tries: HTTP 500"
+    assert str(caught.value) == (
+        "model backend 'fake': gave up after 4 tries: HTTP 500: model said: busy"
+    )
     assert sleeps.delays == [0.5, 1.0, 2.0]
     assert KEY not in caplog.text
     assert KEY not in repr(model)

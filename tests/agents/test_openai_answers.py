@@ -1,0 +1,100 @@
+"""The ``openai`` backend on what real providers answer beyond a plain completion: their
+words on a retried failure, cut-off and filtered answers, text the JSON parser refuses."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from tests.openai_strict import StrictOpenAI
+from webhook_bot_gateway.agents import (
+    ModelBackendError,
+    ModelMessage,
+    OpenAIModel,
+    OpenAIModelConfig,
+)
+
+KEY = "sk-test-secret-123"
+HI = [ModelMessage("user", "hi")]
+
+
+class Sleeps:
+    """An injectable sleep that records delays and returns at once."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+
+@pytest.fixture
+async def api(aiohttp_server: Any) -> AsyncIterator[tuple[StrictOpenAI, TestServer]]:
+    fake = StrictOpenAI()
+    yield fake, await aiohttp_server(fake.app())
+    assert fake.violations == []
+
+
+@pytest.fixture
+async def model(api: tuple[StrictOpenAI, TestServer]) -> AsyncIterator[OpenAIModel]:
+    config = OpenAIModelConfig(base_url=str(api[1].make_url("/v1")), model="gpt-test")
+    backend = OpenAIModel("fake", config, api_key=KEY, sleep=Sleeps())
+    yield backend
+    await backend.aclose()
+
+
+QUOTA = {
+    "error": {
+        "message": "You exceeded your current quota, please check your plan and billing details.",
+        "type": "insufficient_quota",
+        "param": None,
+        "code": "insufficient_quota",
+    }
+}
+
+
+async def test_openai_retried_failure_keeps_what_the_server_said(
+    api: tuple[StrictOpenAI, TestServer], model: OpenAIModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 429 for an exhausted quota, retried and given up on, used to say only "HTTP 429": the
+    operator could not tell a rate limit from a bill to pay."""
+    fake, _ = api
+    for _ in range(4):
+        fake.answer(QUOTA, status=429)
+    with caplog.at_level(logging.WARNING), pytest.raises(ModelBackendError) as caught:
+        await model.complete(HI, [])
+    said = (
+        "HTTP 429: model said: You exceeded your current quota, please check your plan and"
+        " billing details. (code insufficient_quota, type insufficient_quota)"
+    )
+    assert str(caught.value) == f"model backend 'fake': gave up after 4 tries: {said}"
+    assert f"model fake: {said}; retry in 0.5s" in caplog.messages
+
+
+async def test_openai_retried_failure_names_a_page_without_repeating_it(
+    api: tuple[StrictOpenAI, TestServer], model: OpenAIModel
+) -> None:
+    fake, _ = api
+    page = f"<html>502 Bad Gateway; Authorization: Bearer {KEY}</html>".encode()
+    for _ in range(4):
+        fake.answer(page, status=502, **{"Content-Type": "text/html"})
+    with pytest.raises(ModelBackendError) as caught:
+        await model.complete(HI, [])
+    assert str(caught.value) == (
+        "model backend 'fake': gave up after 4 tries:"
+        f" HTTP 502 (content-type 'text/html', {len(page)} bytes)"
+    )
+
+
+async def test_openai_retry_after_beyond_max_backoff_keeps_what_the_server_said(
+    api: tuple[StrictOpenAI, TestServer], model: OpenAIModel
+) -> None:
+    fake, _ = api
+    fake.answer(QUOTA, status=429, **{"Retry-After": "3600"})
+    with pytest.raises(ModelBackendError, match="asked to wait 3600s") as caught:
+        await model.complete(HI, [])
+    assert "You exceeded your current quota" in str(caught.value)
