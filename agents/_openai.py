@@ -30,7 +30,7 @@ from ._config import OpenAIModelConfig
 from ._deadline import time_left
 from ._errors import ModelBackendError
 from ._model import ModelMessage, ModelResponse, ToolSpec
-from ._openai_wire import EmptyAnswer, parse_completion, request_body
+from ._openai_wire import UnusableAnswer, parse_completion, request_body
 
 logger = logging.getLogger("agents.openai")
 
@@ -149,7 +149,7 @@ class OpenAIModel:
             raise _Retryable(f"{type(exc).__name__} {said}".strip()) from None
         try:
             return parse_completion(payload, self._without_key)
-        except EmptyAnswer as exc:  # a failed call: the turn fails, and is retried
+        except UnusableAnswer as exc:  # a failed call: the turn fails, and is retried
             raise self._error(str(exc)) from None
         except ValueError as exc:
             what = _described(content_type, payload, self._without_key)

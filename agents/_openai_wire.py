@@ -40,8 +40,28 @@ class _Choice(_Wire):
     finish_reason: str | None = None
 
 
-class EmptyAnswer(ValueError):
+class UnusableAnswer(ValueError):
+    """A chat completion whose answer cannot be used: a failed model call (the turn fails)."""
+
+
+class EmptyAnswer(UnusableAnswer):
     """A completion with no text (or only white space), no tool call and no refusal."""
+
+
+class IncompleteAnswer(UnusableAnswer):
+    """A completion the server says is not whole (its ``finish_reason``): cut off at a length
+    limit, stopped by a content filter, or broken by an error. Its text is never a reply."""
+
+
+# The finish reasons of an answer that is not whole, and what each means (OpenAI's, Azure's
+# and OpenRouter's; Mistral's model_length).
+NOT_WHOLE = {
+    "length": "the model's answer was cut off at a length limit (the server's max tokens, or"
+    " the model's context)",
+    "model_length": "the model's answer was cut off at the model's context length",
+    "content_filter": "the provider's content filter stopped the model's answer",
+    "error": "the server failed in the middle of the model's answer",
+}
 
 
 class _Completion(_Wire):
@@ -66,9 +86,10 @@ def request_body(
 
 
 def parse_completion(payload: bytes, clean: Callable[[str], str] = str) -> ModelResponse:
-    """Our response from the server's; ValueError when it is not a completion. The error
-    never repeats the body; the server's words it keeps (a ``finish_reason``) go through
-    ``clean`` (the backend's: it takes the API key out) before they are cut short."""
+    """Our response from the server's; ValueError when it is not a completion, an
+    ``UnusableAnswer`` when its answer is empty or not whole. The error never repeats the body;
+    the server's words it keeps (a ``finish_reason``) go through ``clean`` (the backend's: it
+    takes the API key out) before they are cut short."""
     try:
         completion = _Completion.model_validate_json(payload)
     except ValidationError as exc:
@@ -79,6 +100,12 @@ def parse_completion(payload: bytes, clean: Callable[[str], str] = str) -> Model
     message = choice.message
     calls = tuple(_call(call) for call in message.tool_calls or ())
     refusal = message.refusal or None
+    if (why := NOT_WHOLE.get(choice.finish_reason or "")) is not None:
+        size = len(message.content or "")
+        raise IncompleteAnswer(
+            f"{why}, finish_reason {choice.finish_reason!r}: {size} characters of text and"
+            f" {len(calls)} tool call(s), not used"
+        )
     if not calls and not _has_text(message.content) and not _has_text(refusal):
         reason = choice.finish_reason
         raise EmptyAnswer(

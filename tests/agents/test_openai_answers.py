@@ -10,13 +10,18 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
-from tests.openai_strict import StrictOpenAI
+from tests.openai_strict import StrictOpenAI, call, completion
 from webhook_bot_gateway.agents import (
     ModelBackendError,
     ModelMessage,
     OpenAIModel,
     OpenAIModelConfig,
+    Runner,
+    UserInput,
 )
+from webhook_bot_gateway.store import SQLiteStore
+
+from .conftest import make_registry
 
 KEY = "sk-test-secret-123"
 HI = [ModelMessage("user", "hi")]
@@ -98,3 +103,72 @@ async def test_openai_retry_after_beyond_max_backoff_keeps_what_the_server_said(
     with pytest.raises(ModelBackendError, match="asked to wait 3600s") as caught:
         await model.complete(HI, [])
     assert "You exceeded your current quota" in str(caught.value)
+
+
+def _ending(content: str | None, reason: str, *calls: dict[str, Any]) -> dict[str, Any]:
+    answer = completion(content, *calls)
+    answer["choices"][0]["finish_reason"] = reason
+    return answer
+
+
+CUT = "To reset your password, open Settings, then do NOT press"
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (
+            _ending(CUT, "length"),
+            "the model's answer was cut off at a length limit (the server's max tokens, or"
+            f" the model's context), finish_reason 'length': {len(CUT)} characters of text"
+            " and 0 tool call(s), not used",
+        ),
+        (
+            _ending(None, "length", call("c1", "lookup_invoice", '{"number": "INV')),
+            "the model's answer was cut off at a length limit (the server's max tokens, or"
+            " the model's context), finish_reason 'length': 0 characters of text and 1 tool"
+            " call(s), not used",
+        ),
+        (
+            _ending(CUT, "content_filter"),
+            "the provider's content filter stopped the model's answer, finish_reason"
+            f" 'content_filter': {len(CUT)} characters of text and 0 tool call(s), not used",
+        ),
+        (
+            _ending(None, "content_filter"),
+            "the provider's content filter stopped the model's answer, finish_reason"
+            " 'content_filter': 0 characters of text and 0 tool call(s), not used",
+        ),
+        (
+            _ending(CUT, "error"),
+            "the server failed in the middle of the model's answer, finish_reason 'error':"
+            f" {len(CUT)} characters of text and 0 tool call(s), not used",
+        ),
+    ],
+    ids=["length-text", "length-call", "filtered-text", "filtered-nothing", "error"],
+)
+async def test_openai_answer_that_is_not_whole_is_an_error(
+    api: tuple[StrictOpenAI, TestServer], model: OpenAIModel, answer: Any, error: str
+) -> None:
+    """A reply cut off at the length limit, or stopped by Azure's content filter part way,
+    used to be sent to the user as if it were whole."""
+    fake, _ = api
+    fake.answer(answer)
+    with pytest.raises(ModelBackendError) as caught:
+        await model.complete(HI, [])
+    assert str(caught.value) == f"model backend 'fake': {error}"
+    assert len(fake.bodies) == 1  # the turn fails; the dispatcher retries it, then apologises
+
+
+async def test_openai_cut_off_reply_is_never_sent(
+    api: tuple[StrictOpenAI, TestServer],
+    model: OpenAIModel,
+    store: SQLiteStore,
+    session_id: str,
+) -> None:
+    fake, _ = api
+    fake.answer(_ending(CUT, "length"))
+    runner = Runner(store, make_registry(model))
+    with pytest.raises(ModelBackendError, match="cut off"):
+        await runner.run_turn(session_id, UserInput("how do I reset my password?"))
+    assert await store.all_messages(session_id) == []
