@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from webhook_bot_gateway.store import storable_text
+
 from ._model import ImagePart, ModelMessage, ModelResponse, ToolCall, ToolSpec
 
 
@@ -90,10 +92,7 @@ def parse_completion(payload: bytes, clean: Callable[[str], str] = str) -> Model
     ``UnusableAnswer`` when its answer is empty or not whole. The error never repeats the body;
     the server's words it keeps (a ``finish_reason``) go through ``clean`` (the backend's: it
     takes the API key out) before they are cut short."""
-    try:
-        completion = _Completion.model_validate_json(payload)
-    except ValidationError as exc:
-        raise ValueError(_what_is_wrong(exc)) from None
+    completion = _completion(payload)
     if not completion.choices:
         raise ValueError("a chat completion without choices")
     choice = completion.choices[0]
@@ -113,6 +112,37 @@ def parse_completion(payload: bytes, clean: Callable[[str], str] = str) -> Model
             + (f", finish_reason {clean(reason)[:40]!r}" if reason else "")
         )
     return ModelResponse(text=message.content or None, tool_calls=calls, refusal=refusal)
+
+
+def _completion(payload: bytes) -> _Completion:
+    """The body as a completion. JSON that holds half a character (``\\ud83d`` alone: a
+    server that cut an emoji in two), which pydantic's parser refuses whole, is read with
+    Python's, and each half character becomes U+FFFD (in a text, a refusal, a call's
+    arguments: no UTF-8 text, so no stored message, holds it)."""
+    try:
+        return _Completion.model_validate_json(payload)
+    except ValidationError as exc:
+        if exc.errors()[0]["type"] != "json_invalid":
+            raise ValueError(_what_is_wrong(exc)) from None
+        try:
+            body = _storable(json.loads(payload))
+        except ValueError:  # not JSON for Python either: pydantic's words say why
+            raise ValueError(_what_is_wrong(exc)) from None
+    try:
+        return _Completion.model_validate(body)
+    except ValidationError as exc:
+        raise ValueError(_what_is_wrong(exc)) from None
+
+
+def _storable(value: Any) -> Any:
+    """``value`` decoded from JSON, each of its strings as ``storable_text`` makes it."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    if isinstance(value, dict):
+        return {storable_text(key): _storable(item) for key, item in value.items()}
+    return value
 
 
 def _has_text(text: str | None) -> bool:

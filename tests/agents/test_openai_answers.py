@@ -172,3 +172,44 @@ async def test_openai_cut_off_reply_is_never_sent(
     with pytest.raises(ModelBackendError, match="cut off"):
         await runner.run_turn(session_id, UserInput("how do I reset my password?"))
     assert await store.all_messages(session_id) == []
+
+
+async def test_openai_lone_surrogate_in_an_answer_does_not_lose_it(
+    api: tuple[StrictOpenAI, TestServer],
+    model: OpenAIModel,
+    store: SQLiteStore,
+    session_id: str,
+) -> None:
+    """A JSON escape of half a character (``\\ud83d`` alone: a server that cut an emoji in
+    two) made the whole answer "not JSON", so the turn failed on every try."""
+    fake, _ = api
+    body = b'{"choices": [{"message": {"content": "Caf\\u00e9 \\ud83d\\ude00 and \\ud83d!"}}]}'
+    fake.answer(body, **{"Content-Type": "application/json"})
+    runner = Runner(store, make_registry(model))
+    result = await runner.run_turn(session_id, UserInput("hi"))
+    assert [reply.text for reply in result.replies] == ["Caf\u00e9 \U0001f600 and \ufffd!"]
+    stored = await store.all_messages(session_id)
+    assert stored[-1].text == "Caf\u00e9 \U0001f600 and \ufffd!"
+
+
+async def test_openai_lone_surrogate_in_a_call_and_a_refusal_is_stored(
+    api: tuple[StrictOpenAI, TestServer],
+    model: OpenAIModel,
+    store: SQLiteStore,
+    session_id: str,
+) -> None:
+    fake, _ = api
+    arguments = '{\\"number\\": \\"INV-1\\ud83d\\"}'
+    function = f'{{"name": "lookup_invoice", "arguments": "{arguments}"}}'
+    message = f'{{"content": null, "tool_calls": [{{"id": "c1", "function": {function}}}]}}'
+    body = f'{{"choices": [{{"message": {message}}}]}}'
+    fake.answer(body.encode(), **{"Content-Type": "application/json"})
+    fake.answer(b'{"choices": [{"message": {"refusal": "No \\udc00."}}]}')
+    await store.update_session(session_id, active_agent="billing")
+    runner = Runner(store, make_registry(model, model))
+    result = await runner.run_turn(session_id, UserInput("INV-1?"))
+    assert [reply.text for reply in result.replies] == ["No \ufffd."]
+    stored = await store.all_messages(session_id)
+    assert stored[1].data["tool_calls"][0]["arguments"] == '{"number": "INV-1\ufffd"}'
+    assert stored[2].text == "INV-1\ufffd: 49.00 EUR, paid"
+    assert stored[3].data["refusal"] == "No \ufffd."
