@@ -143,7 +143,7 @@ class OpenAIModel:
             ) as response:
                 payload = await response.read()
                 self._check(response, payload)
-                content_type = response.content_type  # the media type, without parameters
+                status, content_type = response.status, response.content_type  # no parameters
         except (aiohttp.ClientError, TimeoutError) as exc:
             said = _one_line(self._without_key(str(exc)), MAX_NETWORK)
             raise _Retryable(f"{type(exc).__name__} {said}".strip()) from None
@@ -152,8 +152,23 @@ class OpenAIModel:
         except UnusableAnswer as exc:  # a failed call: the turn fails, and is retried
             raise self._error(str(exc)) from None
         except ValueError as exc:
+            self._check_error_body(status, content_type, payload)
             what = _described(content_type, payload, self._without_key)
             raise self._error(f"{exc} ({what})") from None
+
+    def _check_error_body(self, status: int, content_type: str, payload: bytes) -> None:
+        """A 2xx whose body is an error (OpenRouter's, when the model failed after it began):
+        its words, retried or not as the status its ``code`` names says (a code that names
+        none: retried, as a server's failure)."""
+        error = _json_error(payload)
+        if error is None:
+            return
+        code = error.get("code")
+        named = code if isinstance(code, int) and 400 <= code <= 599 else 500
+        said = _refusal(status, content_type, payload, self._without_key)
+        if named in _RETRY_STATUSES or named >= 500:
+            raise _Retryable(said)
+        raise self._error(said, named)
 
     def _check(self, response: aiohttp.ClientResponse, payload: bytes) -> None:
         status = response.status

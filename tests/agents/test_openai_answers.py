@@ -213,3 +213,33 @@ async def test_openai_lone_surrogate_in_a_call_and_a_refusal_is_stored(
     assert stored[1].data["tool_calls"][0]["arguments"] == '{"number": "INV-1\ufffd"}'
     assert stored[2].text == "INV-1\ufffd: 49.00 EUR, paid"
     assert stored[3].data["refusal"] == "No \ufffd."
+
+
+async def test_openai_error_in_a_200_answer_is_retried_as_its_code_says(
+    api: tuple[StrictOpenAI, TestServer], model: OpenAIModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """OpenRouter answers 200 when the model failed after it began, with the error in the body:
+    it used to be "not a chat completion: choices: Field required", never retried."""
+    fake, _ = api
+    fake.answer({"error": {"code": 502, "message": "Provider returned error", "metadata": {}}})
+    fake.answer(completion("Hello."))
+    with caplog.at_level(logging.WARNING):
+        response = await model.complete(HI, [])
+    assert response.text == "Hello."
+    assert (
+        "model fake: HTTP 200: model said: Provider returned error (code 502); retry in 0.5s"
+        in (caplog.messages)
+    )
+
+
+async def test_openai_error_in_a_200_answer_that_asks_no_retry_fails_at_once(
+    api: tuple[StrictOpenAI, TestServer], model: OpenAIModel
+) -> None:
+    fake, _ = api
+    fake.answer({"error": {"code": 402, "message": "Insufficient credits"}})
+    with pytest.raises(ModelBackendError) as caught:
+        await model.complete(HI, [])
+    assert str(caught.value) == (
+        "model backend 'fake': HTTP 200: model said: Insufficient credits (code 402)"
+    )
+    assert (caught.value.status, len(fake.bodies)) == (402, 1)
