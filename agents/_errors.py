@@ -4,6 +4,7 @@
   + AgentConfigError(ValueError)   a declaration that cannot run; names the agent (and the
                                    config key, where it comes from one)
   + ModelBackendError              a model server refused or failed (status when known)
+    - EmptyModelAnswer             it answered nothing: no text, no tool call, no refusal
   + StepLimitExceeded              a turn needed more model calls than allowed; rolled back
   + ToolFailed                     a rules agent's tool call ended in an error; rolled back
   + TurnCancelled                  the turn's cancel event was set; rolled back
@@ -50,6 +51,11 @@ class ModelBackendError(AgentError):
         # The server's own wait (Retry-After, seconds) when it was the reason to give up: the
         # turn is not tried again sooner than that.
         self.retry_after = retry_after
+
+
+class EmptyModelAnswer(ModelBackendError):
+    """The model answered nothing: a failed call, unless its agent has replied in the turn
+    already (after its tool calls it has nothing to add; the turn ends with that reply)."""
 
 
 class StepLimitExceeded(AgentError):

@@ -15,7 +15,7 @@ from webhook_bot_gateway.store import NewMessage, Session, Turn, storable_text
 
 from ._agent import Agent, handoff_target
 from ._context import StoredMessage, assistant_data, build_context, tool_data, with_images
-from ._errors import StepLimitExceeded, ToolFailed
+from ._errors import EmptyModelAnswer, StepLimitExceeded, ToolFailed
 from ._model import ImagePart, ModelMessage, ModelResponse, ToolCall
 from ._normalize import CheckedCall, check_calls
 from ._observer import NO_OBSERVER, ModelOutcome, TurnObserver
@@ -87,7 +87,18 @@ class TurnLoop:
             return self.replies  # operators answer
         refused = 0
         for _ in range(self.limits.max_steps):
-            calls, sent = self._record(await self._ask())
+            try:
+                response = await self._ask()
+            except EmptyModelAnswer:
+                if not self._has_replied():
+                    raise  # the user would get no word: a failed call, retried
+                logger.info(
+                    "session %s: agent %s had nothing to add to its reply",
+                    self.turn.session.session_id,
+                    self.agent.name,
+                )
+                return self.replies
+            calls, sent = self._record(response)
             if not sent:
                 refused += 1
             if calls:
@@ -161,6 +172,11 @@ class TurnLoop:
         if text:
             self.replies.append(Reply(text, self.agent.name, response.buttons))
         return calls, True
+
+    def _has_replied(self) -> bool:
+        """The running agent has a reply to the user in this turn (another agent's, before a
+        handoff, does not answer what the user asked of this one)."""
+        return any(reply.agent == self.agent.name for reply in self.replies)
 
     def _refusal(self) -> str | None:
         return self.reply_guard(self.turn.session) if self.reply_guard else None

@@ -28,9 +28,9 @@ import aiohttp
 
 from ._config import OpenAIModelConfig
 from ._deadline import time_left
-from ._errors import ModelBackendError
+from ._errors import EmptyModelAnswer, ModelBackendError
 from ._model import ModelMessage, ModelResponse, ToolSpec
-from ._openai_wire import UnusableAnswer, parse_completion, request_body
+from ._openai_wire import EmptyAnswer, UnusableAnswer, parse_completion, request_body
 
 logger = logging.getLogger("agents.openai")
 
@@ -117,13 +117,16 @@ class OpenAIModel:
             raise self._error(message, retry_after=exc.retry_after)
 
     def _error(
-        self, message: str, status: int | None = None, *, retry_after: float | None = None
+        self,
+        message: str,
+        status: int | None = None,
+        *,
+        retry_after: float | None = None,
+        kind: type[ModelBackendError] = ModelBackendError,
     ) -> ModelBackendError:
         """The one maker of this backend's errors: whatever went into ``message`` (a server's
         words, a network error's text), the key does not come out."""
-        return ModelBackendError(
-            self.name, self._without_key(message), status, retry_after=retry_after
-        )
+        return kind(self.name, self._without_key(message), status, retry_after=retry_after)
 
     def _without_key(self, text: str) -> str:
         return without_secret(text, self._api_key)
@@ -149,6 +152,8 @@ class OpenAIModel:
             raise _Retryable(f"{type(exc).__name__} {said}".strip()) from None
         try:
             return parse_completion(payload, self._without_key)
+        except EmptyAnswer as exc:  # a failed call, unless its agent replied (see the loop)
+            raise self._error(str(exc), kind=EmptyModelAnswer) from None
         except UnusableAnswer as exc:  # a failed call: the turn fails, and is retried
             raise self._error(str(exc)) from None
         except ValueError as exc:

@@ -197,6 +197,39 @@ async def test_an_empty_or_blank_answer_fails_the_turn_and_writes_nothing(
     assert await store.get_branch(session_id) == []  # rolled back
 
 
+async def test_an_empty_answer_after_this_turns_reply_ends_the_turn_with_that_reply(
+    strict: Fake, store: SQLiteStore, session_id: str
+) -> None:
+    """A model that answers and calls a tool in one message, then has nothing more to say
+    once it reads the result (many do: content "" with finish_reason "stop"): that empty
+    answer failed the turn, so the reply it had given was dropped, the tool ran again on
+    every retry and the user got the dead letter's apology instead of the answer."""
+    api, backend = strict
+    api.answer(completion("INV-1 is paid.", call("a", "lookup_invoice", '{"number": "INV-1"}')))
+    api.answer(completion(""))
+    replies = await _billing_turns(store, session_id, backend, "INV-1?")
+    assert replies == [(Reply("INV-1 is paid.", "billing"),)]
+    roles = [(m.role, m.text) for m in await store.get_branch(session_id)]
+    assert roles == [
+        ("user", "INV-1?"),
+        ("assistant", "INV-1 is paid."),
+        ("tool", "INV-1: 49.00 EUR, paid"),
+    ]
+
+
+async def test_an_empty_answer_after_another_agents_reply_still_fails_the_turn(
+    strict: Fake, store: SQLiteStore, session_id: str
+) -> None:
+    """Triage's "billing will help" does not answer what the user asked billing."""
+    api, backend = strict
+    api.answer(completion("Billing will help.", call("t", "transfer_to_billing")))
+    api.answer(completion(""))
+    runner = Runner(store, make_registry(backend, backend))
+    with pytest.raises(ModelBackendError, match="empty answer"):
+        await runner.run_turn(session_id, UserInput("a refund"))
+    assert await store.get_branch(session_id) == []
+
+
 async def test_blank_text_beside_a_tool_call_is_no_reply(
     strict: Fake, store: SQLiteStore, session_id: str
 ) -> None:
