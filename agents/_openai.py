@@ -2,8 +2,9 @@
 
 Works with OpenAI, Azure-style gateways, vLLM, llama.cpp server and Ollama. Retries 429,
 5xx and network errors with exponential backoff (no jitter, so tests can assert the
-delays), honouring a numeric ``Retry-After`` up to ``max_backoff``; a longer one, or a wait
-that would outlast the running turn, gives up at once. The API key never reaches a log line or
+delays), honouring the server's ``Retry-After`` (seconds or a date; ``retry-after-ms`` first)
+up to ``max_backoff``; a longer one, or a wait that would outlast the running turn, gives up at
+once. The API key never reaches a log line or
 an error: every ``ModelBackendError`` is made by ``_error``, which takes the key out of its
 text, and a refusal's body is never repeated, but for a JSON error's message, code and type
 (what tells the operator what is wrong), without the key and bounded (see ``_refusal``).
@@ -19,8 +20,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import re
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -62,6 +67,7 @@ class OpenAIModel:
         api_key: str | None = None,
         session: aiohttp.ClientSession | None = None,
         sleep: Sleep = asyncio.sleep,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
         self._config = config
@@ -69,6 +75,7 @@ class OpenAIModel:
         self._session = session
         self._owns_session = session is None
         self._sleep = sleep
+        self._clock = clock  # Unix seconds, for a Retry-After given as a date
         self._url = config.base_url.rstrip("/") + "/chat/completions"
         self._slots = asyncio.Semaphore(config.concurrency)
 
@@ -181,7 +188,7 @@ class OpenAIModel:
             return
         said = _refusal(status, response.content_type, payload, self._without_key)
         if status in _RETRY_STATUSES or status >= 500:
-            raise _Retryable(said, _seconds(response.headers.get("Retry-After")))
+            raise _Retryable(said, _asked_wait(response.headers, self._clock()))
         raise self._error(said, status)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
@@ -202,11 +209,34 @@ class OpenAIModel:
         return self._session
 
 
-def _seconds(value: str | None) -> float | None:
+def _asked_wait(headers: Mapping[str, str], now: float) -> float | None:
+    """The seconds a server asked to wait: Azure's (and OpenAI SDK's) ``retry-after-ms``,
+    else ``Retry-After`` in seconds or as an HTTP date; None when it asked nothing we read."""
+    millis = _number(headers.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    seconds = _number(value)
+    if seconds is not None:
+        return seconds
     try:
-        return max(0.0, float(value)) if value is not None else None
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None  # neither: our own backoff
+    if when.tzinfo is None:  # an HTTP date is GMT; one without a zone is read so
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - now)
+
+
+def _number(value: str | None) -> float | None:
+    """A header's non-negative number of seconds (or milliseconds), else None."""
+    try:
+        number = float(value) if value is not None else None
     except ValueError:
-        return None  # an HTTP date: fall back to our own backoff
+        return None
+    return max(0.0, number) if number is not None and math.isfinite(number) else None
 
 
 def without_secret(text: str, secret: str | None) -> str:

@@ -243,3 +243,34 @@ async def test_openai_error_in_a_200_answer_that_asks_no_retry_fails_at_once(
         "model backend 'fake': HTTP 200: model said: Insufficient credits (code 402)"
     )
     assert (caught.value.status, len(fake.bodies)) == (402, 1)
+
+
+NOW = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
+
+
+@pytest.mark.parametrize(
+    ("headers", "waited"),
+    [
+        ({"retry-after-ms": "1500", "Retry-After": "2"}, 1.5),  # Azure's, the finer one
+        ({"Retry-After": "Thu, 01 Jan 2026 00:00:07 GMT"}, 7.0),  # an HTTP date
+        ({"Retry-After": "Wed, 31 Dec 2025 23:59:00 GMT"}, 0.0),  # a date gone by
+        ({"Retry-After": "soon"}, 0.5),  # neither: the backoff
+    ],
+    ids=["retry-after-ms", "http-date", "date-past", "garbage"],
+)
+async def test_openai_waits_as_long_as_the_server_asks_in_each_form(
+    api: tuple[StrictOpenAI, TestServer], headers: dict[str, str], waited: float
+) -> None:
+    """A Retry-After given as an HTTP date, or Azure's retry-after-ms, was ignored: the
+    backend retried after its own backoff, sooner than asked, and used up its tries."""
+    fake, server = api
+    fake.answer({"error": {"message": "slow down"}}, status=429, **headers)
+    fake.answer(completion("Hello."))
+    sleeps = Sleeps()
+    config = OpenAIModelConfig(base_url=str(server.make_url("/v1")), model="gpt-test")
+    backend = OpenAIModel("fake", config, sleep=sleeps, clock=lambda: NOW)
+    try:
+        assert (await backend.complete(HI, [])).text == "Hello."
+    finally:
+        await backend.aclose()
+    assert sleeps.delays == [waited]
