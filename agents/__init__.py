@@ -7,6 +7,7 @@ from ._context import DEAD_LETTER
 from ._errors import (
     AgentConfigError,
     AgentError,
+    ContextTooLong,
     ModelBackendError,
     StepLimitExceeded,
     ToolFailed,
@@ -41,6 +42,7 @@ __all__ = [
     "ChatMessage",
     "ConfigBool",
     "ModelBackend",
+    "ContextTooLong",
     "ModelBackendError",
     "ModelMessage",
     "ModelResponse",

@@ -58,6 +58,11 @@ class EmptyModelAnswer(ModelBackendError):
     already (after its tool calls it has nothing to add; the turn ends with that reply)."""
 
 
+class ContextTooLong(ModelBackendError):
+    """The server refused the request as longer than the model's context window: the turn asks
+    again with fewer earlier turns of the history (see ``TurnLoop``)."""
+
+
 class StepLimitExceeded(AgentError):
     code = "step_limit"
 

@@ -15,7 +15,7 @@ from webhook_bot_gateway.store import NewMessage, Session, Turn, storable_text
 
 from ._agent import Agent, handoff_target
 from ._context import StoredMessage, assistant_data, build_context, tool_data, with_images
-from ._errors import EmptyModelAnswer, StepLimitExceeded, ToolFailed
+from ._errors import ContextTooLong, EmptyModelAnswer, StepLimitExceeded, ToolFailed
 from ._model import ImagePart, ModelMessage, ModelResponse, ToolCall
 from ._normalize import CheckedCall, check_calls
 from ._observer import NO_OBSERVER, ModelOutcome, TurnObserver
@@ -80,6 +80,7 @@ class TurnLoop:
         # What the turn awaits now, for a timeout's message: "the model 'gpt'", "the tool
         # 'refund'" (a name, never arguments: they may hold personal data); None between.
         self.waiting_on: str | None = None
+        self.turns_kept = limits.max_turns  # halved when the model's context cannot hold them
 
     async def run(self) -> list[Reply]:
         """Ask the model until it answers without tool calls (or a human takes over)."""
@@ -110,12 +111,44 @@ class TurnLoop:
         raise StepLimitExceeded(self.turn.session.session_id, self.limits.max_steps)
 
     async def _ask(self) -> ModelResponse:
+        """The model's answer to the context; a context the model's window cannot hold is sent
+        again with half as many earlier turns (as often as that makes it shorter), down to the
+        current turn alone, and the turn's later calls keep the cut. A window that cannot hold
+        the current turn fails the call, as any refused call does."""
+        context = self._model_context(self.turns_kept)
+        while True:
+            try:
+                return await self._call(context)
+            except ContextTooLong:
+                shorter = self._shorter_context(len(context))
+                if shorter is None:
+                    raise
+                context = shorter
+                logger.info(
+                    "session %s: the model's context cannot hold the history; asking again"
+                    " with the last %d turn(s)",
+                    self.turn.session.session_id,
+                    self.turns_kept,
+                )
+
+    def _shorter_context(self, refused: int) -> list[ModelMessage] | None:
+        """The context with half as many turns, again until it holds fewer than ``refused``
+        messages; None when even the current turn alone does not."""
+        while self.turns_kept > 1:
+            self.turns_kept //= 2
+            context = self._model_context(self.turns_kept)
+            if len(context) < refused:
+                return context
+        return None
+
+    def _model_context(self, max_turns: int) -> list[ModelMessage]:
         history: list[StoredMessage] = [*self.turn.history, *self.turn.pending]
         context = with_images(
-            build_context(self.agent, history, self.limits.max_turns, self._offered()),
-            self.images,
+            build_context(self.agent, history, max_turns, self._offered()), self.images
         )
-        context += self.notes
+        return context + self.notes
+
+    async def _call(self, context: list[ModelMessage]) -> ModelResponse:
         model = self.registry.model_for(self.agent)
         specs = self.registry.tool_specs(self.agent, self._account)
         name = self.registry.model_name(self.agent)

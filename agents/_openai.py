@@ -33,7 +33,7 @@ import aiohttp
 
 from ._config import OpenAIModelConfig
 from ._deadline import time_left
-from ._errors import EmptyModelAnswer, ModelBackendError
+from ._errors import ContextTooLong, EmptyModelAnswer, ModelBackendError
 from ._model import ModelMessage, ModelResponse, ToolSpec
 from ._openai_wire import EmptyAnswer, UnusableAnswer, parse_completion, request_body
 
@@ -189,7 +189,8 @@ class OpenAIModel:
         said = _refusal(status, response.content_type, payload, self._without_key)
         if status in _RETRY_STATUSES or status >= 500:
             raise _Retryable(said, _asked_wait(response.headers, self._clock()))
-        raise self._error(said, status)
+        kind = ContextTooLong if _context_overflow(status, payload) else ModelBackendError
+        raise self._error(said, status, kind=kind)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -270,6 +271,28 @@ def _refusal(status: int, content_type: str, payload: bytes, clean: Callable[[st
         and str(value).strip()
     ]
     return f"{text} ({', '.join(words)})" if words else text
+
+
+# How servers say a prompt is longer than the model's context: OpenAI's and Azure's code; the
+# words of vLLM ("This model's maximum context length is 8192 tokens"), llama.cpp ("the request
+# exceeds the available context size"), LM Studio and gateways in front of Anthropic models
+# ("prompt is too long").
+_OVERFLOW_CODES = frozenset({"context_length_exceeded"})
+_OVERFLOW_WORDS = re.compile(
+    r"maximum context length|context (?:length|size|window)|prompt is too long|too many tokens",
+    re.IGNORECASE,
+)
+
+
+def _context_overflow(status: int, payload: bytes) -> bool:
+    """Whether a 400 or 413 answer says the prompt does not fit the model's context."""
+    error = _json_error(payload) if status in (400, 413) else None
+    if error is None:
+        return False
+    if error.get("code") in _OVERFLOW_CODES:
+        return True
+    message = error.get("message")
+    return isinstance(message, str) and _OVERFLOW_WORDS.search(message) is not None
 
 
 def _json_error(payload: bytes) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestServer
 
 from tests.openai_strict import StrictOpenAI, call, completion
 from webhook_bot_gateway.agents import (
+    ContextTooLong,
     ModelBackendError,
     ModelMessage,
     OpenAIModel,
@@ -274,3 +275,75 @@ async def test_openai_waits_as_long_as_the_server_asks_in_each_form(
     finally:
         await backend.aclose()
     assert sleeps.delays == [waited]
+
+
+OVERFLOW = {
+    "error": {
+        "message": "This model's maximum context length is 8192 tokens. However, your messages"
+        " resulted in 9312 tokens. Please reduce the length of the messages.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
+}
+VLLM_OVERFLOW = {  # vLLM's shape: no code, only its words
+    "object": "error",
+    "message": "This model's maximum context length is 4096 tokens. However, you requested"
+    " 5000 tokens in the messages. Please reduce the length of the messages.",
+    "type": "BadRequestError",
+    "code": 400,
+}
+
+
+def _fits(most_users: int, overflow: dict[str, Any]) -> Any:
+    """A model whose context holds at most ``most_users`` user messages."""
+
+    def brain(body: dict[str, Any]) -> Any:
+        users = [m for m in body["messages"] if m["role"] == "user"]
+        if len(users) > most_users:
+            return 400, overflow
+        return completion(f"answer to {users[-1]['content']}")
+
+    return brain
+
+
+@pytest.mark.parametrize("overflow", [OVERFLOW, VLLM_OVERFLOW], ids=["openai", "vllm"])
+async def test_a_history_longer_than_the_models_context_is_cut_until_it_fits(
+    api: tuple[StrictOpenAI, TestServer],
+    model: OpenAIModel,
+    store: SQLiteStore,
+    session_id: str,
+    caplog: pytest.LogCaptureFixture,
+    overflow: dict[str, Any],
+) -> None:
+    """A session whose history outgrew the model's window failed every later turn, for ever:
+    each is now asked again with half as many earlier turns until the window holds them."""
+    fake, _ = api
+    runner = Runner(store, make_registry(model), max_turns=8)
+    fake.brain = _fits(100, overflow)
+    for n in range(7):
+        await runner.run_turn(session_id, UserInput(f"question {n}"))
+    fake.brain = _fits(3, overflow)  # a smaller model, or longer messages: 8 turns no longer fit
+    fake.bodies.clear()
+    with caplog.at_level(logging.INFO, logger="agents"):
+        result = await runner.run_turn(session_id, UserInput("question 7"))
+    assert [reply.text for reply in result.replies] == ["answer to question 7"]
+    sent = [[m["content"] for m in body["messages"] if m["role"] == "user"] for body in fake.bodies]
+    assert [len(users) for users in sent] == [8, 4, 2]
+    assert sent[-1] == ["question 6", "question 7"]
+    assert sum("asking again with the last" in message for message in caplog.messages) == 2
+
+
+async def test_a_turn_the_models_context_cannot_hold_alone_fails(
+    api: tuple[StrictOpenAI, TestServer],
+    model: OpenAIModel,
+    store: SQLiteStore,
+    session_id: str,
+) -> None:
+    fake, _ = api
+    fake.brain = _fits(0, OVERFLOW)
+    runner = Runner(store, make_registry(model), max_turns=4)
+    with pytest.raises(ContextTooLong, match="maximum context length"):
+        await runner.run_turn(session_id, UserInput("a message longer than the whole window"))
+    assert [len([m for m in b["messages"] if m["role"] == "user"]) for b in fake.bodies] == [1]
+    assert await store.all_messages(session_id) == []
