@@ -52,6 +52,17 @@ class ModelBackendError(AgentError):
         # turn is not tried again sooner than that.
         self.retry_after = retry_after
 
+    @property
+    def permanent(self) -> bool:
+        """Whether the same request can only be refused again: a 4xx (a bad key, a model that
+        does not exist, a request it refuses, a prompt its window cannot hold) but those that
+        say "later" (408, 409, 425, 429). A turn failing so is not tried again."""
+        status = self.status
+        return status is not None and 400 <= status < 500 and status not in _LATER
+
+
+_LATER = frozenset({408, 409, 425, 429})
+
 
 class EmptyModelAnswer(ModelBackendError):
     """The model answered nothing: a failed call, unless its agent has replied in the turn

@@ -601,14 +601,15 @@ class Dispatcher:
             log.debug("turn of session %s raised", sid, exc_info=exc)
         ids = [row.id for row in batch]
         attempts = max(row.attempts for row in batch) + 1
-        dead = attempts >= self._config.max_attempts
+        hopeless = isinstance(exc, ModelBackendError) and exc.permanent
+        dead = hopeless or attempts >= self._config.max_attempts
         delay: float = max(self._config.retry_base_seconds * 2 ** (attempts - 1), _asked_wait(exc))
         log.warning(
             "turn of session %s failed (try %d): %s%s",
             sid,
             attempts,
             error,
-            "" if dead else f"; next try in {delay:g}s",
+            _next_try(dead, hopeless, delay),
         )
         try:
             await self._store.fail_inbox(
@@ -771,6 +772,13 @@ def failure_text(exc: Exception) -> str:
     if isinstance(exc, OWN_ERRORS):
         return f"{type(exc).__name__}: {exc}"[:MAX_ERROR]
     return f"{type(exc).__name__} (its message is not kept: it is logged at DEBUG only)"
+
+
+def _next_try(dead: bool, hopeless: bool, delay: float) -> str:
+    """The end of a failed turn's log line: when it is tried again, or why it is not."""
+    if hopeless:
+        return "; not tried again: the model's server refuses such a request"
+    return "" if dead else f"; next try in {delay:g}s"
 
 
 def _asked_wait(exc: Exception) -> float:

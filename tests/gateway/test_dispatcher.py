@@ -1172,3 +1172,22 @@ async def test_a_turn_of_a_session_erased_meanwhile_stops_at_once_and_writes_not
     await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)  # the model never answered
     assert harness.turns("deleted") == 1
     assert await store.get_session(sid) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "tries"),
+    [(401, 1), (404, 1), (400, 1), (429, 3), (500, 3), (None, 3)],
+)
+async def test_dispatcher_does_not_retry_a_turn_the_model_server_can_only_refuse(
+    store: SQLiteStore, status: int | None, tries: int
+) -> None:
+    """A bad key, a model that does not exist, a request refused as such: the same request is
+    refused again, so retrying only kept the user waiting through the backoff (and ran the
+    turn's tools again) before the same apology. "Later" statuses and failures without one
+    are still retried."""
+    boom = ModelBackendError("scripted", f"HTTP {status}", status)
+    harness = Harness(store, ScriptedModel(boom, boom, boom), max_attempts=3, apology="Sorry!")
+    sid = await harness.run("hello")
+    [dead] = await store.list_dead_inbox()
+    assert (dead.session_id, dead.attempts) == (sid, tries)
+    assert await harness.replies(sid) == ["Sorry!"]
