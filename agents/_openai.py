@@ -48,6 +48,9 @@ MIN_KEY_CHARS = 4
 MAX_SAID = 300  # characters of a JSON error's message kept in the error
 MAX_WORD = 60  # ... of its code and of its type
 MAX_NETWORK = 200  # ... of a network error's own text (aiohttp's parser may quote the server)
+# Bytes of an answer read at most: a completion is a few KiB (a 128k-token one under 1 MiB); a
+# broken server or proxy streaming for the whole timeout must not fill the process's memory.
+MAX_ANSWER_BYTES = 8 * 1024 * 1024
 
 
 class _Retryable(Exception):
@@ -151,7 +154,7 @@ class OpenAIModel:
             async with session.post(
                 self._url, data=body, headers=self._headers(), timeout=timeout
             ) as response:
-                payload = await response.read()
+                payload = await _read_capped(response, MAX_ANSWER_BYTES)
                 self._check(response, payload)
                 status, content_type = response.status, response.content_type  # no parameters
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -249,6 +252,24 @@ def without_secret(text: str, secret: str | None) -> str:
     forms = {secret, quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1]}
     pattern = "|".join(map(re.escape, sorted(forms, key=len, reverse=True)))
     return re.sub(pattern, REDACTED, text, flags=re.IGNORECASE)
+
+
+class AnswerTooLarge(aiohttp.ClientPayloadError):
+    """An answer longer than MAX_ANSWER_BYTES: a network-level failure, retried as one."""
+
+
+async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The whole body, or AnswerTooLarge once it passes ``limit`` bytes (announced or read)."""
+    if response.content_length is not None and response.content_length > limit:
+        announced = response.content_length
+        raise AnswerTooLarge(f"the answer announces {announced} bytes; at most {limit}")
+    chunks, size = [], 0
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise AnswerTooLarge(f"the answer passed {limit} bytes; cut there")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _refusal(status: int, content_type: str, payload: bytes, clean: Callable[[str], str]) -> str:

@@ -20,6 +20,7 @@ from webhook_bot_gateway.agents import (
     Runner,
     UserInput,
 )
+from webhook_bot_gateway.agents import _openai as openai_backend
 from webhook_bot_gateway.store import SQLiteStore
 
 from .conftest import make_registry
@@ -347,3 +348,18 @@ async def test_a_turn_the_models_context_cannot_hold_alone_fails(
         await runner.run_turn(session_id, UserInput("a message longer than the whole window"))
     assert [len([m for m in b["messages"] if m["role"] == "user"]) for b in fake.bodies] == [1]
     assert await store.all_messages(session_id) == []
+
+
+async def test_an_answer_past_the_size_bound_is_cut_and_not_kept_in_memory(
+    api: tuple[StrictOpenAI, TestServer], model: OpenAIModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broken server or proxy streaming for the whole timeout was read whole into memory."""
+    monkeypatch.setattr(openai_backend, "MAX_ANSWER_BYTES", 1000)
+    fake, _ = api
+    huge = completion("x" * 2000)
+    for _ in range(4):
+        fake.answer(huge)
+    with pytest.raises(ModelBackendError, match="AnswerTooLarge the answer (announces|passed)"):
+        await model.complete(HI, [])
+    fake.answer(completion("short"))
+    assert (await model.complete(HI, [])).text == "short"
