@@ -7,6 +7,7 @@ from ._whatsapp import (
     build_payloads,
     parse_delivery,
     split_text,
+    status_retry,
 )
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "build_payloads",
     "parse_delivery",
     "split_text",
+    "status_retry",
 ]

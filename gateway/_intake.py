@@ -52,6 +52,7 @@ from ._metrics import (
 )
 from ._pacer import AckPacer
 from ._reachability import is_undeliverable
+from ._resend import ResendTimes, resend_at, retry_of
 from ._wait import wait_event
 
 log = logging.getLogger("gateway.intake")
@@ -65,10 +66,14 @@ AccountAgents = Mapping[tuple[str, str], str]  # (channel, account) -> its start
 
 
 def to_parsed(
-    delivery: Delivery, result: ParseResult, account_agents: AccountAgents | None = None
+    delivery: Delivery,
+    result: ParseResult,
+    account_agents: AccountAgents | None = None,
+    resend_times: ResendTimes | None = None,
 ) -> ParsedDelivery:
     """The parts of ``result`` this delivery owns: events whose keys it claimed first; a
-    session they create starts at its account's own agent where ``account_agents`` names one."""
+    session they create starts at its account's own agent where ``account_agents`` names one.
+    A failed status the platform asks to retry gets a re-send on ``resend_times``' schedule."""
     agents = account_agents or {}
     inbox: list[InboxIn] = []
     statuses: list[StatusIn] = []
@@ -79,7 +84,7 @@ def to_parsed(
         if isinstance(event, InboundMessage):
             inbox.append(_inbox_item(event, agents.get((event.channel, event.account))))
         elif isinstance(event, DeliveryStatus):
-            statuses.append(_status(event))
+            statuses.append(_status(event, resend_at(event, resend_times)))
             if _undeliverable(event):  # the user cannot be reached: park what is queued
                 agent = agents.get((event.channel, event.account))
                 gone = MembershipIn(event.channel, event.account, event.chat_id, True, agent)
@@ -130,13 +135,13 @@ def _inbox_item(event: InboundMessage, starting_agent: str | None = None) -> Inb
     )
 
 
-def _status(event: DeliveryStatus) -> StatusIn:
+def _status(event: DeliveryStatus, again: tuple[float, ...] = ()) -> StatusIn:
     error = None
     if event.errors:
         first = event.errors[0]
         parts = [str(first.code) if first.code is not None else None, first.title, first.message]
         error = ": ".join(p for p in parts if p)[:MAX_ERROR] or "failed"
-    return StatusIn(event.channel, event.account, event.message_id, event.state, error)
+    return StatusIn(event.channel, event.account, event.message_id, event.state, error, again)
 
 
 class Intake:
@@ -152,6 +157,8 @@ class Intake:
         metrics: Metrics,
         on_inbox: Callable[[Sequence[SessionInbox]], None] = lambda news: None,
         on_files: Callable[[], None] = lambda: None,
+        resend_times: ResendTimes | None = None,
+        on_resend: Callable[[], None] = lambda: None,
         batch: int = 100,
         chunk: int = 32,
         pacer: AckPacer | None = None,
@@ -165,6 +172,8 @@ class Intake:
         self._metrics = metrics
         self._on_inbox = on_inbox  # sessions with new rows, and their pending rows if known
         self._on_files = on_files  # recorded messages brought platform files to fetch
+        self._resend_times = resend_times  # the sender's schedule for a failed status's retry
+        self._on_resend = on_resend  # recorded statuses may have put replies back in the outbox
         self._batch = batch
         self._chunk = chunk  # deliveries recorded per transaction (one disk flush each)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -253,7 +262,7 @@ class Intake:
         self, chunk: Sequence[tuple[Delivery, ParseResult]], oldest_first: bool = False
     ) -> None:
         parsed = [
-            (delivery, to_parsed(delivery, result, self._account_agents))
+            (delivery, to_parsed(delivery, result, self._account_agents, self._resend_times))
             for delivery, result in chunk
         ]
         try:
@@ -273,6 +282,8 @@ class Intake:
             self._on_inbox(news)
         if any(message.attachments for _, item in parsed for message in item.inbox):
             self._on_files()
+        if any(status.resend_at for _, item in parsed for status in item.statuses):
+            self._on_resend()
 
     async def _record_one_by_one(
         self, parsed: Sequence[tuple[Delivery, ParsedDelivery]]
@@ -324,12 +335,14 @@ class Intake:
         if first is not None:
             why = ": ".join(filter(None, [code, first.title, first.message, first.details]))
         session_id = make_session_id(status.channel, status.account, status.chat_id)
+        again = " (a transient error: the reply goes again if it has tries left)"
         log.warning(
-            "%s message %s of session %s was accepted, then not delivered: %s",
+            "%s message %s of session %s was accepted, then not delivered: %s%s",
             status.channel,
             status.message_id,
             session_id,
             why[:MAX_ERROR],
+            again if self._resend_times is not None and retry_of(status) is not None else "",
         )
 
     def _template_update(self, update: TemplateUpdate) -> None:

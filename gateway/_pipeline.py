@@ -169,6 +169,8 @@ def build_pipeline(
         metrics=metrics,
         on_inbox=dispatcher.offer,
         on_files=media.wake.set,
+        resend_times=sender.resend_times,
+        on_resend=sender_wake.set,
         pacer=pacer,
         handed=handed,
     )

@@ -383,6 +383,14 @@ class Sender:
         grown = exc.retry_after * exc.growth ** min(attempts - 1, 64)
         return max(exc.retry_after, min(grown, self._config.backoff_max_seconds))
 
+    def resend_times(self, exc: RetryableSendError) -> tuple[float, ...]:
+        """When to send again a reply the platform accepted, then reported failed with ``exc``
+        (a delivery status): item n - 1 for a reply that made n tries, the failed one among
+        them, waiting as ``_retry`` would after that try; none for n >= max_attempts."""
+        now = self._clock()
+        tries = range(1, self._config.max_attempts)
+        return tuple(now + max(self._platform_wait(exc, n) or 0.0, self.backoff(n)) for n in tries)
+
     def backoff(self, attempts: int) -> float:
         """Exponential backoff with jitter: half fixed, half random, capped."""
         base: float = self._config.backoff_base_seconds * 2 ** (attempts - 1)

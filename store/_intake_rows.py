@@ -5,6 +5,7 @@ Both backends' ``_sql_intake`` write these rows, each in its own transaction.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -113,7 +114,21 @@ def _status_row(item: StatusIn) -> dict[str, Any]:
         "state": item.state,
         "error": None if item.error is None else storable_text(item.error),
         "rank": STATUS_RANK[item.state],
+        "resend_at": _resend_at(item),
     }
+
+
+def _resend_at(item: StatusIn) -> list[float]:
+    times = item.resend_at
+    if not isinstance(times, tuple) or not all(_is_time(t) for t in times):
+        raise ValueError("StatusIn.resend_at must be a tuple of finite numbers")
+    if times and item.state != "failed":
+        raise ValueError("StatusIn.resend_at is for a failed status only")
+    return [float(t) for t in times]
+
+
+def _is_time(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _membership_row(item: MembershipIn, now: float) -> tuple[object, ...]:

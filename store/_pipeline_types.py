@@ -88,6 +88,10 @@ class StatusIn:
     platform_message_id: str
     state: str  # sent / delivered / read / failed
     error: str | None
+    # A failed status whose error is transient (the platform asks to send again): when to send
+    # the reply again from the failed part, by the tries it made: ``resend_at[n - 1]`` for n
+    # tries (the failed one included); none past the end (out of tries). Empty: not sent again.
+    resend_at: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

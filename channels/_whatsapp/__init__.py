@@ -2,6 +2,7 @@
 
 from .._split import split_text
 from ._adapter import WhatsAppAdapter
+from ._graph_errors import status_retry
 from ._outbound import TEXT_LIMIT, build_payloads
 from ._parse import parse_delivery
 from ._signature import SIGNATURE_HEADER
@@ -13,4 +14,5 @@ __all__ = [
     "build_payloads",
     "parse_delivery",
     "split_text",
+    "status_retry",
 ]

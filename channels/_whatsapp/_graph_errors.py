@@ -92,6 +92,21 @@ def send_error(error: GraphError, retry_after: float | None, secret: str) -> Sen
     return PermanentSendError(CHANNEL, reason, **fields)
 
 
+def status_retry(code: int | None, reason: str) -> RetryableSendError | None:
+    """The retry a ``failed`` delivery status asks for: Meta accepted the send, then reports
+    one of the transient codes (131056 pair limit, 130429 throughput, 131000, 131016...) that
+    it asks to send again, with the wait a send refused with that code gets; None otherwise."""
+    if code is None or code not in RETRYABLE_CODES:
+        return None
+    return RetryableSendError(
+        CHANNEL,
+        reason,
+        retry_after=RETRY_AFTER.get(code),
+        growth=GROWTH.get(code),
+        error_code=code,
+    )
+
+
 def parse_retry_after(value: str | None) -> float | None:
     """Seconds from a Retry-After header; HTTP dates are not worth the code here."""
     try:

@@ -16,6 +16,7 @@ transition out of the send attempt (sent, retry, failed, progress, redirect) end
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ import asyncpg
 from .._errors import OutboxNotFound, OutboxNotPending, SessionNotFound
 from .._pipeline_rows import OUTBOX_COLUMNS, STATUS_RANK, dump_list, to_outbox
 from .._pipeline_types import PARKED_AT, PARKED_ERROR, OutboxItem
+from .._resend import Resend, plan
 from .._rows import dump_json, load_json
 from ._db import noted_events, noted_locked
 from ._sql_sessions import add_event
@@ -135,12 +137,51 @@ async def apply_statuses(
             status["platform_id"],
             status["rank"],
         )
-        if row is not None and row[1] is not None:
+        if row is None:
+            continue
+        again = await _resend(conn, row[0], status) if status["resend_at"] else None
+        if row[1] is not None:
             detail: dict[str, Any] = {"outbox_id": row[0], "state": status["state"]}
             if status["state"] == "failed":
                 detail["error"] = status["error"] or "delivery failed"
-            moved.append((str(row[1]), detail))
+            moved.append((str(row[1]), detail | ({} if again is None else again.detail())))
     return moved
+
+
+_RESEND = (
+    "UPDATE outbox SET state = 'pending', next_attempt_at = $2,"
+    " error = coalesce($3::text, 'delivery failed'), payload = $4, platform_ids = $5,"
+    " delivery_state = NULL, sent_at = NULL, claimed_by = NULL, claimed_until = NULL"
+    " WHERE id = $1 AND state = 'sent'"
+)
+
+
+async def _resend(
+    conn: asyncpg.Connection, outbox_id: int, status: dict[str, Any]
+) -> Resend | None:
+    """Send a ``sent`` row again from the part that failed (``StatusIn.resend_at``); the
+    status's UPDATE already holds the row's lock."""
+    row = await conn.fetchrow(
+        "SELECT payload, platform_ids, attempts FROM outbox WHERE id = $1 AND state = 'sent'",
+        outbox_id,
+    )
+    if row is None:
+        return None
+    again = plan(json.loads(row[1]), row[2], status["platform_id"], status["resend_at"])
+    if again is None:
+        return None
+    payload = _set_key(row[0], "skip_parts", again.part)
+    error = status["error"]
+    await conn.execute(_RESEND, outbox_id, again.due, error, payload, dump_list(again.kept))
+    await conn.execute(
+        "DELETE FROM outbox_platform_ids WHERE channel = $1 AND account = $2"
+        " AND outbox_id = $3 AND platform_id = ANY($4::text[])",
+        status["channel"],
+        status["account"],
+        outbox_id,
+        again.dropped,
+    )
+    return again
 
 
 # Every transition out of a send attempt ends the row's claim.

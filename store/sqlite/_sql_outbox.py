@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from .._errors import OutboxNotFound, OutboxNotPending, SessionNotFound
 from .._pipeline_rows import OUTBOX_COLUMNS, STATUS_RANK, dump_list, to_outbox
 from .._pipeline_types import PARKED_AT, PARKED_ERROR, OutboxItem
+from .._resend import Resend, plan
 from ._sql_sessions import add_event
 
 _RANK_OF_CURRENT = (
@@ -61,12 +63,44 @@ def apply_statuses(
     moved: list[tuple[str, dict[str, Any]]] = []
     for status in statuses:
         row = conn.execute(_APPLY_STATUS, status).fetchone()
-        if row is not None and row[1] is not None:
-            detail = {"outbox_id": row[0], "state": status["state"]}
+        if row is None:
+            continue
+        again = _resend(conn, row[0], status) if status["resend_at"] else None
+        if row[1] is not None:
+            detail: dict[str, Any] = {"outbox_id": row[0], "state": status["state"]}
             if status["state"] == "failed":
                 detail["error"] = status["error"] or "delivery failed"
-            moved.append((row[1], detail))
+            moved.append((row[1], detail | ({} if again is None else again.detail())))
     return moved
+
+
+_RESEND = (
+    "UPDATE outbox SET state = 'pending', next_attempt_at = :due,"
+    " error = coalesce(:error, 'delivery failed'),"
+    " payload = json_set(payload, '$.skip_parts', :part), platform_ids = :kept,"
+    f" delivery_state = NULL, sent_at = NULL, {_UNCLAIMED}"
+    " WHERE id = :id AND state = 'sent'"
+)
+
+
+def _resend(conn: sqlite3.Connection, outbox_id: int, status: dict[str, Any]) -> Resend | None:
+    """Send a ``sent`` row again from the part that failed (``StatusIn.resend_at``)."""
+    row = conn.execute(
+        "SELECT platform_ids, attempts FROM outbox WHERE id = ? AND state = 'sent'", (outbox_id,)
+    ).fetchone()
+    if row is None:
+        return None
+    again = plan(json.loads(row[0]), row[1], status["platform_id"], status["resend_at"])
+    if again is None:
+        return None
+    values = {"id": outbox_id, "due": again.due, "part": again.part, "error": status["error"]}
+    conn.execute(_RESEND, values | {"kept": dump_list(again.kept)})
+    conn.execute(
+        "DELETE FROM outbox_platform_ids WHERE channel = ? AND account = ? AND outbox_id = ?"
+        " AND platform_id IN (SELECT value FROM json_each(?))",
+        (status["channel"], status["account"], outbox_id, dump_list(again.dropped)),
+    )
+    return again
 
 
 def _refusal(conn: sqlite3.Connection, outbox_id: int) -> OutboxNotFound | OutboxNotPending:
