@@ -33,6 +33,7 @@ from webhook_bot_gateway.store import (
     StoreError,
     Turn,
     TurnActive,
+    TurnTakenOver,
 )
 
 from . import _convert as convert
@@ -477,6 +478,10 @@ class Dispatcher:
             self._cancelled.pop(sid, None)
             self._ended("deleted")
             return 0.0
+        except TurnTakenOver:
+            _say_taken_over(sid, time.perf_counter() - started)
+            self._ended("taken_over")
+            return max(BUSY_RETRY_SECONDS, self._config.retry_base_seconds)
         except (RunActive, TurnActive):
             self._refused(sid)
             return max(BUSY_RETRY_SECONDS, self._config.retry_base_seconds)
@@ -688,6 +693,19 @@ class _Known:
         read is due), else 0."""
         del self.rows[: len(batch)]
         return 0.0 if self.rows or self.recheck else DRAINED
+
+
+def _say_taken_over(sid: str, seconds: float) -> None:
+    """The turn ran to its end here, but another process took its session over meanwhile
+    (TurnTakenOver), so nothing of it was written: its model calls and tools ran for nothing."""
+    log.warning(
+        "session %s: its turn ran %.1f s here and was dropped: another process took the session"
+        " over meanwhile, as this process's lease ran out (it, or its database link, stalled"
+        " longer than store.lease_seconds); nothing of the turn was written, and its messages"
+        " are answered anew (its tools may run again)",
+        sid,
+        seconds,
+    )
 
 
 def _log_turn_end(outcome: str | None, seconds: float) -> None:

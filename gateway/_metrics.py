@@ -108,7 +108,8 @@ SERIES: dict[str, Series] = {
     ),
     TURNS: Series(
         Counter,
-        "Turns by outcome (committed, cancelled_by_user, failed, dead, cancelled, deleted).",
+        "Turns by outcome (committed, cancelled_by_user, failed, dead, cancelled, deleted,"
+        " taken_over).",
         ("outcome",),
     ),
     CANCELS: Series(

@@ -28,6 +28,7 @@ from ._errors import (
     SessionNotFound,
     StoreError,
     TurnActive,
+    TurnTakenOver,
     UnusableSQLiteFile,
 )
 from ._ids import make_session_id, validate_session_id
@@ -142,6 +143,7 @@ __all__ = [
     "StoreError",
     "Turn",
     "TurnActive",
+    "TurnTakenOver",
     "UnusableSQLiteFile",
     "Waiting",
     "make_private_folders",

@@ -9,6 +9,7 @@
   + MessageNotFound               (code ``unknown_message``) not a message of that session
   + RunActive                     (code ``run_active``) a HEAD move while a turn runs
   + TurnActive                    (code ``turn_active``) a second concurrent turn of one session
+    + TurnTakenOver               its commit: another process took the session over meanwhile
   + DeliveryNotFound              (code ``unknown_delivery``)
   + InboxNotFound                 (code ``unknown_inbox``) inbox rows that do not exist
   + InboxNotPending               (code ``inbox_not_pending``) inbox rows already done or dead
@@ -98,6 +99,19 @@ class TurnActive(StoreError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id!r} already has a turn open in this process")
         self.session_id = session_id
+
+
+class TurnTakenOver(TurnActive):
+    """The commit of a turn whose session another process took over while it ran (this
+    store's lease ran out): nothing was written. A TurnActive, as the session is another
+    turn's now."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(session_id)
+        self.args = (
+            f"session {session_id!r} was taken over by another process (this store's lease ran"
+            " out) while its turn ran; nothing was written",
+        )
 
 
 class DeliveryNotFound(StoreError):

@@ -15,10 +15,10 @@ RunActive (TurnActive is for a second turn within this process).
 
 The turn owns the session: begin sets ``owner`` to the store's, commit and undo clear it. A
 process whose lease ran out may have lost the session meanwhile (``interrupt_running`` of
-another process clears the owner); its commit then raises TurnActive and writes nothing, and
-its undo leaves the session alone. Undoing also checks that this turn's ``turn_started``
-committed and is the session's latest, so a turn whose begin never committed cannot reset
-another process's ``running``.
+another process clears the owner); its commit then raises TurnTakenOver (a TurnActive) and
+writes nothing, and its undo leaves the session alone. Undoing also checks that this turn's
+``turn_started`` committed and is the session's latest, so a turn whose begin never committed
+cannot reset another process's ``running``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,13 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from .._errors import RunActive, SessionDeletedError, SessionNotFound, StoreError, TurnActive
+from .._errors import (
+    RunActive,
+    SessionDeletedError,
+    SessionNotFound,
+    StoreError,
+    TurnTakenOver,
+)
 from .._pipeline_rows import OUTBOX_COLUMNS, to_outbox
 from .._rows import dump_json, load_json, to_datetime, to_message, to_session
 from .._turn_buffer import TurnBuffer, Written, end_reason, message_event
@@ -57,7 +63,7 @@ Entered = tuple[Session, list[Message], int | None]  # the session, its window, 
 CheckFound = Callable[[list[int], list[int], str], Awaitable[None]]
 """Extra rows of a turn: awaited inside the commit transaction with the committed messages."""
 
-__all__ = ["CommitHook", "PostgresTurn", "TurnScope", "end_reason", "taken_over"]
+__all__ = ["CommitHook", "PostgresTurn", "TurnScope", "end_reason"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,19 +74,6 @@ class _Snapshot:
     created_at: float  # as stored: tells the session apart from one deleted and re-created
     started: int  # id of this turn's turn_started event
     owner: str  # the store's: the session's owner while the turn holds it
-
-
-def taken_over(session_id: str) -> TurnActive:
-    """The commit of a turn whose session another process took over (this one's lease ran out).
-
-    TurnActive, as for a second turn in one process: the session is someone else's turn now.
-    """
-    error = TurnActive(session_id)
-    error.args = (
-        f"session {session_id!r} was taken over by another process (this one's lease ran out);"
-        " nothing was written",
-    )
-    return error
 
 
 # The session's row locked, and the turn's outbox rows inserted once the lock is held (their ids
@@ -136,7 +129,7 @@ class PostgresTurn(TurnBuffer[CommitHook]):
         noted_locked((sid,))
         head, stored_metadata, _, owner = rows[0][:4]
         if owner != snapshot.owner:
-            raise taken_over(sid)
+            raise TurnTakenOver(sid)
         outbox = [to_outbox(tuple(row)[4:]) for row in rows if row[4] is not None]
         committed = await insert_messages(conn, sid, head, list(self._rows))
         parent: int | None = committed[-1].id if committed else head
@@ -199,7 +192,7 @@ class PostgresTurn(TurnBuffer[CommitHook]):
         if outcome == "deleted":
             raise SessionDeletedError(sid)
         if outcome == "taken":
-            raise taken_over(sid)
+            raise TurnTakenOver(sid)
         if outcome == "stale":
             await check(list(self._inbox_done), list(rows[0][3]), sid)
             raise StoreError(f"the commit of a turn of {sid!r} found its inbox rows changed")

@@ -9,7 +9,8 @@ that writes everything; any exception restores the status and writes nothing els
 Ownership: while the turn runs, ``sessions.owner`` names this store. Another process whose
 ``interrupt_running`` finds this store's lease run out takes the session over (status
 ``interrupted``, owner NULL, and perhaps a turn of its own); this turn's commit then raises
-TurnActive and writes nothing, and its rollback leaves the session as the other process left it.
+TurnTakenOver (a TurnActive) and writes nothing, and its rollback leaves the session as the
+other process left it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
-from .._errors import RunActive, SessionDeletedError, TurnActive
+from .._errors import RunActive, SessionDeletedError, TurnTakenOver
 from .._rows import dump_json, load_json
 from .._turn_buffer import TurnBuffer, Written, end_reason
 from .._turn_buffer import TurnScope as _Scope
@@ -40,7 +41,7 @@ from ._sql_sessions import (
 CommitHook = Callable[[sqlite3.Connection, Sequence[Message]], None]
 """Extra rows of a turn: called inside the commit transaction with the committed messages."""
 
-__all__ = ["CommitHook", "SQLiteTurn", "TurnScope", "end_reason", "taken_over"]
+__all__ = ["CommitHook", "SQLiteTurn", "TurnScope", "end_reason"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,16 +51,6 @@ class _Snapshot:
     prior_status: SessionStatus
     created_at: float  # as stored: tells the session apart from one deleted and re-created
     owner: str  # the store running the turn: ``sessions.owner`` until it ends
-
-
-def taken_over(session_id: str) -> TurnActive:
-    """The error of a turn whose session another process took over while it ran."""
-    error = TurnActive(session_id)
-    error.args = (
-        f"session {session_id!r} was taken over by another process (this store's lease ran"
-        " out) while its turn ran; nothing was written",
-    )
-    return error
 
 
 class SQLiteTurn(TurnBuffer[CommitHook]):
@@ -75,7 +66,7 @@ class SQLiteTurn(TurnBuffer[CommitHook]):
         if row is None or row[2] != snapshot.created_at:
             raise SessionDeletedError(sid)
         if row[3] != snapshot.owner:
-            raise taken_over(sid)
+            raise TurnTakenOver(sid)
         parent: int | None = row[0]
         committed: list[Message] = []
         for new in self._rows:

@@ -1191,3 +1191,44 @@ async def test_dispatcher_does_not_retry_a_turn_the_model_server_can_only_refuse
     [dead] = await store.list_dead_inbox()
     assert (dead.session_id, dead.attempts) == (sid, tries)
     assert await harness.replies(sid) == ["Sorry!"]
+
+
+async def test_dispatcher_says_when_a_turn_that_ran_here_was_taken_over(
+    db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """This process's lease ran out while a turn ran (the process, or its database link,
+    stalled): another process took the session over, so the turn's commit writes nothing. That
+    is said at WARNING and counted, not left to a DEBUG line: its tools ran for nothing and may
+    run again."""
+    hold = asyncio.Event()
+    started = asyncio.Event()
+
+    async def late(messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]) -> ModelResponse:
+        started.set()
+        await hold.wait()
+        return reply("late")
+
+    async with SQLiteStore(db) as store, SQLiteStore(db) as other:
+        await store.renew_lease(3600)
+        harness = Harness(store, ScriptedModel(late, echo()))
+        caplog.set_level(logging.INFO, logger="gateway.dispatcher")
+        sid = await harness.feed("hello")
+        await asyncio.wait_for(started.wait(), 5)
+        conn = sqlite3.connect(db)
+        with conn:
+            conn.execute("DELETE FROM leases WHERE owner = ?", (store.owner,))  # it ran out
+        conn.close()
+        await other.renew_lease(3600)
+        assert await other.interrupt_running() == [sid]
+        hold.set()
+        await harness.until_committed(1)  # looked at again here: the session is free again
+        assert harness.turns("taken_over") == 1
+        [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+        text = warning.getMessage()
+        assert sid in text
+        assert "another process took the session over" in text
+        assert "store.lease_seconds" in text
+        ended = [r.getMessage() for r in caplog.records if r.getMessage().startswith("turn ended")]
+        assert ended == ["turn ended: taken_over", "turn ended: committed"]
+        assert await harness.replies(sid) == ["re: hello"]  # the late reply was not written
+        await harness.dispatcher.drain(1.0)
