@@ -96,10 +96,31 @@ class StoreUnavailable(StoreError):
     code = "store_unavailable"
 
 
+# Errors of a server that cannot do the work now, whatever the statement: the standby (or the
+# old primary) a failover left the url pointing at, a shutdown, a start, no connection slot.
+# Transient like a lost connection: the caller's work is refused as the store being down, and
+# the loops that poll, renew the lease and send go on, instead of stopping on a raw asyncpg error.
+_CANNOT_SERVE: dict[type[asyncpg.PostgresError], str] = {
+    asyncpg.ReadOnlySQLTransactionError: "it is read-only: a standby, or a failover under way",
+    asyncpg.AdminShutdownError: "it is shutting down",
+    asyncpg.CrashShutdownError: "it is restarting after a crash",
+    asyncpg.CannotConnectNowError: "it is starting up or recovering",
+    asyncpg.TooManyConnectionsError: "it has no connection slot left (max_connections)",
+}
+SERVER_CANNOT_SERVE: tuple[type[asyncpg.PostgresError], ...] = tuple(_CANNOT_SERVE)
+
+
 def unavailable(exc: BaseException) -> StoreUnavailable:
-    """StoreUnavailable for a connection error, naming its type only."""
+    """StoreUnavailable for a connection error, naming its type only, or for a server that
+    cannot serve now (``SERVER_CANNOT_SERVE``), naming its SQLSTATE and why."""
     # The exception's text may carry the host or the user; its type says enough to act on.
-    return StoreUnavailable(f"the PostgreSQL database did not answer ({type(exc).__name__})")
+    name = type(exc).__name__
+    if isinstance(exc, SERVER_CANNOT_SERVE):
+        why = next(text for kind, text in _CANNOT_SERVE.items() if isinstance(exc, kind))
+        return StoreUnavailable(
+            f"the PostgreSQL server cannot do the work now: {why} ({exc.sqlstate} {name})"
+        )
+    return StoreUnavailable(f"the PostgreSQL database did not answer ({name})")
 
 
 async def _unpooled_if_half_sent(fn: Fn[T], conn: asyncpg.Connection) -> T:
@@ -155,6 +176,13 @@ def _connecting(url: str) -> Iterator[None]:
 
 
 CONNECTION_ERRORS = (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError)
+# What a call on an open pool reports as StoreUnavailable. Not in ``read``: its transaction
+# is read-only itself, so a ReadOnlySQLTransactionError there is a write it must not hold.
+UNAVAILABLE: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, *SERVER_CANNOT_SERVE)
+_READ_CANNOT_SERVE = tuple(
+    kind for kind in SERVER_CANNOT_SERVE if kind is not asyncpg.ReadOnlySQLTransactionError
+)
+_READ_UNAVAILABLE: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, *_READ_CANNOT_SERVE)
 # Two transactions that locked the same rows in different orders: PostgreSQL rolls one back.
 RETRYABLE = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
 RETRIES = 5
@@ -237,7 +265,7 @@ class Database:
         try:
             async with self._pool.acquire() as proxy:
                 return await _unpooled_if_half_sent(fn, cast(asyncpg.Connection, proxy))
-        except CONNECTION_ERRORS as exc:
+        except UNAVAILABLE as exc:
             raise unavailable(exc) from None
 
     async def query(self, fn: Fn[T]) -> T:
@@ -254,7 +282,7 @@ class Database:
                 proxy.transaction(isolation="repeatable_read", readonly=True),
             ):
                 return await fn(cast(asyncpg.Connection, proxy))
-        except CONNECTION_ERRORS as exc:
+        except _READ_UNAVAILABLE as exc:
             raise unavailable(exc) from None
 
     async def write(self, fn: Fn[T], *, urgent: bool = False) -> T:
@@ -292,7 +320,7 @@ class Database:
                 finally:
                     _TX.reset(token)
                 break
-            except CONNECTION_ERRORS as exc:
+            except UNAVAILABLE as exc:
                 raise unavailable(exc) from None
             except RETRYABLE:  # rolled back whole: the function only wrote to the database
                 if attempt == RETRIES:

@@ -1,5 +1,6 @@
 """The PostgreSQL store's connections: one that asyncpg left with a statement half sent is not
-handed to the next caller."""
+handed to the next caller; a server that cannot serve now (read-only, shutting down) is the
+store being unavailable, as a lost connection is."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import asyncpg
 import pytest
 
 from tests.pg import fresh_schema
-from webhook_bot_gateway.store.postgres._db import Database
+from webhook_bot_gateway.store import open_store
+from webhook_bot_gateway.store.postgres._db import Database, StoreUnavailable
 
 Run = Callable[[Database, Callable[[asyncpg.Connection], Awaitable[Any]]], Awaitable[Any]]
 
@@ -57,3 +59,70 @@ async def test_the_pools_reconnect_warnings_are_one_line_each(
         "Failed to restore the pool connection floor; retrying (ConnectionRefusedError:"
         " [Errno 111] Connect call failed ('127.0.0.1', 5432))"
     )
+
+
+# A server error that says the server cannot do any work now, raised by the server itself.
+CANNOT_SERVE = [
+    ("25006", "read-only: a standby, or a failover under way"),
+    ("57P01", "shutting down"),
+    ("57P03", "starting up or recovering"),
+    ("53300", "no connection slot left"),
+]
+
+
+def raising(sqlstate: str) -> Callable[[asyncpg.Connection], Awaitable[Any]]:
+    statement = f"DO $$ BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = '{sqlstate}'; END $$"
+    return lambda conn: conn.execute(statement)
+
+
+@pytest.mark.parametrize(
+    ("path", "sqlstate", "why"),
+    [
+        (path, sqlstate, why)
+        for path in ("call", "read", "write", "write_one")
+        for sqlstate, why in CANNOT_SERVE
+        # read's own transaction is read-only: a write there is its caller's error
+        if (path, sqlstate) != ("read", "25006")
+    ],
+)
+async def test_a_server_that_cannot_serve_now_is_the_store_unavailable(
+    db: Database, path: str, sqlstate: str, why: str
+) -> None:
+    """After a failover the pool's new connections may reach the old primary, now a read-only
+    standby; a server shutting down or starting refuses work too. Raised as asyncpg's own
+    errors, they stopped the loops that catch StoreError: the dispatcher's polls and the
+    lease's renewals, for the rest of the process's life. Now they are the store being down."""
+    with pytest.raises(StoreUnavailable) as caught:
+        await getattr(db, path)(raising(sqlstate))
+    assert why in str(caught.value)
+    assert sqlstate in str(caught.value)
+    assert await db.read(lambda conn: conn.fetchval("SELECT 41 + 1")) == 42
+
+
+async def test_another_server_error_is_not_the_store_unavailable(db: Database) -> None:
+    with pytest.raises(asyncpg.CheckViolationError):
+        await db.write(raising("23514"))
+
+
+async def test_a_lease_renewed_on_a_read_only_server_is_the_store_unavailable() -> None:
+    """The renewal that stopped for good on a standby: a StoreError, which the lease's loop
+    logs and tries again."""
+    async with fresh_schema() as url:
+        store = await open_store(url)
+        try:
+            await store.renew_lease(15)
+            admin = await asyncpg.connect(url)
+            try:
+                await admin.execute(
+                    "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                    " RAISE EXCEPTION 'cannot execute UPDATE in a read-only transaction'"
+                    " USING ERRCODE = '25006'; END $$;"
+                    " CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON leases"
+                    " FOR EACH ROW EXECUTE FUNCTION refuse()"
+                )
+            finally:
+                await admin.close()
+            with pytest.raises(StoreUnavailable, match="read-only"):
+                await store.renew_lease(15)
+        finally:
+            await store.aclose()
