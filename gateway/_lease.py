@@ -37,6 +37,12 @@ class Lease:
             except StoreError as exc:
                 # Two more tries before the lease runs out and the others take over.
                 log.warning("could not renew the store lease: %s", exc)
+            except Exception as exc:
+                # Not one the store knows: said at ERROR (its traceback at DEBUG) and tried
+                # again, as a loop that ended would let the lease run out, and the others
+                # would take this process's sessions over while its turns still run.
+                log.error("could not renew the store lease: %s: %s", type(exc).__name__, exc)
+                log.debug("the lease renewal raised", exc_info=exc)
 
     async def stop(self) -> None:
         """Stop renewing and drop the lease: the others may take over at once."""
