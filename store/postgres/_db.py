@@ -165,6 +165,16 @@ def _connecting(url: str) -> Iterator[None]:
     except asyncpg.ClientConfigurationError as exc:  # e.g. sslmode=verify-full, no root.crt
         first = str(exc).splitlines()[0]  # the next lines are a HINT
         raise StoreError(f"asyncpg cannot use the PostgreSQL url's settings: {first}") from None
+    except asyncpg.ProtocolViolationError as exc:
+        if ORIGIN_SETTING not in str(exc):
+            raise unavailable(exc) from None
+        # PgBouncer: "unsupported startup parameter: gateway.origin", in any pool mode.
+        raise StoreError(
+            f"the server refused the {ORIGIN_SETTING} startup setting ({exc.sqlstate}"
+            f" {type(exc).__name__}): a connection pooler such as PgBouncer is in front of"
+            " PostgreSQL; the url must reach PostgreSQL itself"
+            " (docs/deployment.md#pool-sizes)"
+        ) from None
     except CONNECTION_ERRORS as exc:
         unreadable = unreadable_file(url)
         if unreadable is not None:

@@ -5,6 +5,7 @@ its password."""
 
 from __future__ import annotations
 
+import asyncio
 import traceback
 import uuid
 from pathlib import Path
@@ -192,3 +193,43 @@ def test_a_wrong_password_is_said_so() -> None:
         "the PostgreSQL server refused the login for role 'gw': wrong or no password"
         " (28P01 InvalidPasswordError)"
     )
+
+
+async def _refuse_the_origin_setting(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """PgBouncer's answer to a startup packet with a setting it does not pass on."""
+    while True:
+        length = int.from_bytes(await reader.readexactly(4), "big")
+        body = await reader.readexactly(length - 4)
+        if body[:4] != SSL_REQUEST:
+            break
+        writer.write(b"N")  # no TLS here; the startup packet follows in the clear
+    fields = b"SFATAL\0VFATAL\0C08P01\0Munsupported startup parameter: gateway.origin\0\0"
+    writer.write(b"E" + (len(fields) + 4).to_bytes(4, "big") + fields)
+    await writer.drain()
+    writer.close()
+
+
+SSL_REQUEST = (80877103).to_bytes(4, "big")
+
+
+async def test_a_pooler_refusing_the_origin_setting_is_named() -> None:
+    """PgBouncer (any pool mode) refuses the ``gateway.origin`` startup setting every pooled
+    connection carries. Before: "the PostgreSQL database did not answer
+    (ProtocolViolationError)", although it had answered, with the reason."""
+    server = await asyncio.start_server(_refuse_the_origin_setting, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    url = f"postgresql://gw:{PASSWORD}@127.0.0.1:{port}/gw"
+    try:
+        with pytest.raises(StoreError) as caught:
+            await open_store(check_url(url))
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert str(caught.value) == (
+        "the server refused the gateway.origin startup setting (08P01"
+        " ProtocolViolationError): a connection pooler such as PgBouncer is in front of"
+        " PostgreSQL; the url must reach PostgreSQL itself (docs/deployment.md#pool-sizes)"
+    )
+    assert PASSWORD not in shown(caught.value)
