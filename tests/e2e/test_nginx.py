@@ -120,3 +120,83 @@ async def _accepted(http: aiohttp.ClientSession, gateway: Gateway) -> float:
         for line in text.splitlines()
         if line.startswith("gateway_webhooks_accepted_total")
     )
+
+
+class Vanishing:
+    """An upstream that reads each request whole, records its path, then closes the connection
+    without an answer: a process killed after it committed the request's work."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port: int = self.server.sockets[0].getsockname()[1]
+        return port
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            length = next(
+                (
+                    int(v)
+                    for k, _, v in (x.partition(":") for x in lines)
+                    if k.lower() == "content-length"
+                ),
+                0,
+            )
+            await reader.readexactly(length)
+            self.paths.append(lines[0].split(" ")[1])
+        finally:
+            writer.close()
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+@pytest.mark.parametrize(
+    ("path", "tries"),
+    [
+        ("/webhooks/telegram/support", 2),  # the dedup guard makes the repeat harmless
+        ("/api/sessions/telegram-support-1/reply", 1),  # a repeat would be a second reply
+        ("/web/sessions/web-1/attachments", 1),  # ... a second upload
+    ],
+)
+async def test_nginx_passes_only_webhooks_on_after_a_process_vanished_with_the_request(
+    tmp_path: Path, start_nginx: StartNginx, path: str, tries: int
+) -> None:
+    """``non_idempotent`` let nginx send any POST to the other process once the first had
+    taken it and died without answering (or took longer than proxy_read_timeout): an
+    operator's reply the first process had committed went to the user twice."""
+    upstreams = (Vanishing(), Vanishing())
+    try:
+        ports = (await upstreams[0].start(), await upstreams[1].start())
+        prefix = tmp_path / "nginx"
+        prefix.mkdir()
+        port = free_port()
+        (prefix / "nginx.conf").write_text(nginx_config(port, ports))
+        await start_nginx(prefix)
+        front = f"http://127.0.0.1:{port}"
+        await eventually(lambda: _listens(port), "nginx", seconds=10)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{front}{path}", json={"text": "hello"}) as response,
+        ):
+            assert response.status == 502
+        assert [p for u in upstreams for p in u.paths] == [path] * tries
+    finally:
+        for upstream in upstreams:
+            await upstream.close()
+
+
+async def _listens(port: int) -> bool:
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    return True
