@@ -28,8 +28,8 @@ per call. An open transaction is still rolled back by the pool at release.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import TypeVar, cast
 
@@ -273,8 +273,8 @@ class Database:
         """``fn(connection)`` outside an explicit transaction (each statement its own)."""
         self._check_open()
         try:
-            async with self._pool.acquire() as proxy:
-                return await _unpooled_if_half_sent(fn, cast(asyncpg.Connection, proxy))
+            async with self._acquired() as conn:
+                return await _unpooled_if_half_sent(fn, conn)
         except UNAVAILABLE as exc:
             raise unavailable(exc) from None
 
@@ -288,10 +288,10 @@ class Database:
         self._check_open()
         try:
             async with (
-                self._pool.acquire() as proxy,
-                proxy.transaction(isolation="repeatable_read", readonly=True),
+                self._acquired(_READ_CANNOT_SERVE) as conn,
+                conn.transaction(isolation="repeatable_read", readonly=True),
             ):
-                return await fn(cast(asyncpg.Connection, proxy))
+                return await fn(conn)
         except _READ_UNAVAILABLE as exc:
             raise unavailable(exc) from None
 
@@ -318,12 +318,11 @@ class Database:
                 tx = Tx()
                 token = _TX.set(tx)
                 try:
-                    async with self._pool.acquire() as proxy:
-                        conn = cast(asyncpg.Connection, proxy)
+                    async with self._acquired() as conn:
                         if one_statement:
                             result = await _unpooled_if_half_sent(fn, conn)
                         else:
-                            async with proxy.transaction():
+                            async with conn.transaction():
                                 result = await fn(conn)
                                 if self.verify_events:
                                     await _verify(conn, tx)
@@ -341,6 +340,21 @@ class Database:
             for listener in list(self.listeners):
                 listener(sessions)
         return result
+
+    @asynccontextmanager
+    async def _acquired(
+        self, cannot_serve: tuple[type[asyncpg.PostgresError], ...] = SERVER_CANNOT_SERVE
+    ) -> AsyncIterator[asyncpg.Connection]:
+        """A pool connection; one whose server cannot serve now (``cannot_serve``: a standby
+        reached during a failover, say) is closed rather than pooled again, so the pool's next
+        connection may reach the primary."""
+        async with self._pool.acquire() as proxy:
+            conn = cast(asyncpg.Connection, proxy)
+            try:
+                yield conn
+            except cannot_serve:
+                conn.terminate()
+                raise
 
     def _check_open(self) -> None:
         if self._closed:

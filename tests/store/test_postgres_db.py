@@ -126,3 +126,17 @@ async def test_a_lease_renewed_on_a_read_only_server_is_the_store_unavailable() 
                 await store.renew_lease(15)
         finally:
             await store.aclose()
+
+
+@pytest.mark.parametrize("path", ["call", "write", "write_one"])
+async def test_a_connection_to_a_server_that_cannot_serve_is_not_pooled_again(
+    db: Database, path: str
+) -> None:
+    """A connection that reached a read-only standby (a multi-host url, or a name that still
+    pointed at the old primary during a failover) would fail every call it served, for as long
+    as the pool kept it busy: it is closed, and the pool connects anew."""
+    pid = "SELECT pg_backend_pid()"
+    before = await db.call(lambda conn: conn.fetchval(pid))
+    with pytest.raises(StoreUnavailable):
+        await getattr(db, path)(raising("25006"))
+    assert await db.call(lambda conn: conn.fetchval(pid)) != before  # the pool's only one
