@@ -8,8 +8,9 @@ either over only once that lease or claim has run out (``interrupt_running``, ``
 calls) for the notifications the inbox and outbox triggers send at each COMMIT (_schema.py).
 Each starts with the ``gateway.origin`` of the writing connection, its store's owner: a store
 ignores its own, which its process hears of directly. If that connection is lost, a warning
-says so and nothing else happens: the dispatcher's and the sender's polls still find the work.
-The same connection carries the cancel relay's requests and answers (``_cancel_relay.py``).
+says so and it is made again in the background (``_listen.py``); meanwhile the dispatcher's and
+the sender's polls still find the work. The same connection carries the cancel relay's requests
+and answers (``_cancel_relay.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 
-from ._db import CONNECTION_ERRORS, connect, unavailable
+from ._listen import Listening
 
 log = logging.getLogger("store.postgres")  # the names operators filter on stay short
 
@@ -98,8 +99,8 @@ async def watch(
     """While entered, call ``on_inbox({session_id})`` for each inbox row and ``on_outbox()``
     for each outbox row another store committed (one call per notification: PostgreSQL sends
     one per distinct payload and transaction), and ``on_cancel``/``on_answer`` for the cancel
-    requests and answers addressed to ``owner``. StoreUnavailable if the connection fails."""
-    conn = await connect(url, connect_timeout=connect_timeout)
+    requests and answers addressed to ``owner``. StoreUnavailable if the connection cannot be
+    made; one lost later is made again (``_listen.py``)."""
 
     def inbox_heard(_c: object, _pid: int, _channel: str, payload: object) -> None:
         origin, _, session_id = str(payload).partition(" ")
@@ -127,42 +128,9 @@ async def watch(
         ANSWER_CHANNEL: answer_heard,
     }
 
-    def lost(_c: object) -> None:
-        log.warning(
-            "lost the PostgreSQL connection that hears of other processes' work;"
-            " the polls still find it, only later"
-        )
-
-    try:
-        conn.add_termination_listener(lost)
-        for channel, listener in heard.items():
-            await conn.add_listener(channel, listener)
-    except BaseException as exc:
-        conn.terminate()
-        if isinstance(exc, CONNECTION_ERRORS):
-            raise unavailable(exc) from None
-        raise
+    listening = Listening(url, heard, connect_timeout)
+    await listening.open()
     try:
         yield
     finally:
-        conn.remove_termination_listener(lost)
-        await _close(conn, heard, connect_timeout)
-
-
-async def _close(
-    conn: asyncpg.Connection, heard: dict[str, Callable[..., None]], close_timeout: float
-) -> None:
-    """Stop listening and close; a connection that fails to close is dropped (the exception of
-    the ``async with`` body, if any, is the one that matters)."""
-    if conn.is_closed():
-        return  # lost meanwhile: already warned
-    try:
-        for channel, listener in heard.items():
-            await conn.remove_listener(channel, listener)
-        await conn.close(timeout=close_timeout)
-    except Exception as exc:
-        conn.terminate()
-        log.debug("closing the listening connection failed (%s)", type(exc).__name__)
-    except BaseException:
-        conn.terminate()
-        raise
+        await listening.close()

@@ -230,6 +230,51 @@ async def test_watch_work_that_loses_its_connection_warns_and_exits_cleanly(
     assert "127.0.0.1" not in shown
 
 
+class _Listening(logging.Handler):
+    """The store's INFO line that says it listens again."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.again = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("listening again"):
+            self.again.set()
+
+
+async def test_watch_work_listens_again_after_losing_its_connection(own_db: str) -> None:
+    """A database restart or a failover cuts the listening connection too. It was left lost:
+    other processes' rows were found by the polls only, and the cancels they relayed to this
+    process's turns (which travel on that connection) went unanswered, 503, until a restart."""
+    heard = Heard()
+    listening = _Listening()
+    logger = logging.getLogger("store.postgres")
+    logger.addHandler(listening)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    admin = await asyncpg.connect(own_db)
+    try:
+        async with (
+            PostgresStore(own_db) as mine,
+            PostgresStore(own_db) as other,
+            mine.watch_work(heard.on_inbox, heard.on_outbox),
+        ):
+            [pid] = await admin.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                " AND query LIKE 'LISTEN %'"
+            )
+            await admin.execute("SELECT pg_terminate_backend($1)", pid[0])
+            await asyncio.wait_for(listening.again.wait(), WAIT)
+            other_chat = chat()
+            await inbox_of(other, message(other_chat, "after-the-cut"))
+            await heard.inbox_row()
+            assert heard.inbox == [frozenset({sid(other_chat)})]
+    finally:
+        logger.removeHandler(listening)
+        logger.setLevel(level)
+        await admin.close()
+
+
 # --- races between stores on one schema ------------------------------------------------------
 
 
