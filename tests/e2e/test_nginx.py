@@ -12,6 +12,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from .conftest import Platforms, Query
 from .gateway_proc import REPO, Gateway, eventually, free_port
@@ -200,3 +201,39 @@ async def _listens(port: int) -> bool:
         return False
     writer.close()
     return True
+
+
+async def test_nginx_passes_the_consoles_live_feed_upgrade(
+    tmp_path: Path, start_nginx: StartNginx
+) -> None:
+    """The console's live feed is a WebSocket at /console/live: through location / (which
+    sends no Upgrade header) the gateway answered its handshake 400, so behind docs/nginx.conf
+    the console never went live."""
+
+    async def live(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_json({"type": "ready"})
+        await ws.close()
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/console/live", live)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    upstream_port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", upstream_port).start()
+    try:
+        prefix = tmp_path / "nginx"
+        prefix.mkdir()
+        port = free_port()
+        (prefix / "nginx.conf").write_text(nginx_config(port, (upstream_port, upstream_port)))
+        await start_nginx(prefix)
+        await eventually(lambda: _listens(port), "nginx", seconds=10)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.ws_connect(f"http://127.0.0.1:{port}/console/live") as ws,
+        ):
+            assert await ws.receive_json(timeout=5) == {"type": "ready"}
+    finally:
+        await runner.cleanup()
