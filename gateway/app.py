@@ -20,6 +20,8 @@ from ._admin_token import check_token_file_can_be_made
 from ._backlog import Backlog
 from ._channels_ctx import channels_ctx
 from ._console import add_console_routes
+from ._console.keys import TICKETS
+from ._console.tickets import SECRET_NAME as TICKET_SECRET
 from ._gc import freeze_startup_objects
 from ._handed import HandedDeliveries
 from ._http import unmatched
@@ -82,6 +84,7 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
             log.warning("marked %d session(s) interrupted: their process stopped", len(interrupted))
         app[STORE] = store
         app[WEB_IDS] = WebIds(await store.secret(WEB_SECRET))
+        app[TICKETS].use_key(await store.secret(TICKET_SECRET))  # shared by every process
         stop_watching = store.watch_events(app[FEED].notify)
         yield
         stop_watching()

@@ -161,6 +161,28 @@ async def test_live_feed_needs_a_fresh_ticket_used_once(client: Client) -> None:
     assert (await client.post("/api/console/ticket")).status == 401
 
 
+async def test_a_ticket_from_one_process_opens_the_live_feed_of_another(
+    client: Client, aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """Behind a load balancer the ticket's POST and the feed's handshake reach any process:
+    the tickets were kept in the memory of the process that gave them, so the feed was
+    refused there (with nginx's round robin, every time). Two apps on one store here."""
+    other = build_app(settings(tmp_path / "gateway.db", media={"root": str(tmp_path / "media")}))
+    second: Client = await aiohttp_client(other)
+    ticket = (await json_of(await client.post("/api/console/ticket", headers=AUTH), 200))["ticket"]
+    ws = await second.ws_connect("/console/live")
+    await ws.send_json({"type": "auth", "ticket": ticket})
+    assert await ws.receive_json(timeout=10) == {"type": "ready"}
+    await ws.close()
+    again = await second.ws_connect("/console/live")  # used: not twice in one process
+    await again.send_json({"type": "auth", "ticket": ticket})
+    assert (await again.receive_json(timeout=10))["data"]["code"] == "unauthorized"
+    forged = ticket[:-2] + ("AA" if not ticket.endswith("AA") else "BB")
+    third = await second.ws_connect("/console/live")
+    await third.send_json({"type": "auth", "ticket": forged})
+    assert (await third.receive_json(timeout=10))["data"]["code"] == "unauthorized"
+
+
 async def test_live_feed_replays_a_watched_session_then_tells_of_every_change(
     client: Client,
 ) -> None:
