@@ -26,8 +26,10 @@ from webhook_bot_gateway.store import (
 
 from .._api_models import MAX_ROW_ID
 from .._keys import FEED, SOCKETS, STORE
+from .._wait import wait_event
 from .._web.feed import Changes, follow_log
 from .keys import TICKETS
+from .others import POLL_SECONDS, OthersChanges
 
 log = logging.getLogger("gateway.console")
 
@@ -74,12 +76,18 @@ class Live:
             except StoreError:
                 await self.error("unknown_session", f"no session {session_id!r} (any more)")
 
-    async def changes(self, changes: Changes) -> None:
-        """Tell the client which sessions changed, as they do."""
+    async def changes(self, changes: Changes, others: OthersChanges) -> None:
+        """Tell the client which sessions changed: this process's as they do, other processes'
+        at the next poll (``others.py``)."""
         with contextlib.suppress(ConnectionError):
             while True:
-                await changes.event.wait()
-                await self.send({"type": "sessions_changed", "session_ids": changes.take()})
+                if not await wait_event(changes.event, POLL_SECONDS):
+                    try:
+                        changes.sessions.update(await others.changed())
+                    except StoreError as exc:
+                        log.debug("console poll of the sessions failed: %s", exc)
+                if changes.sessions:
+                    await self.send({"type": "sessions_changed", "session_ids": changes.take()})
 
 
 async def live(request: web.Request) -> web.WebSocketResponse:
@@ -91,11 +99,13 @@ async def live(request: web.Request) -> web.WebSocketResponse:
         await socket.error("unauthorized", "send a fresh ticket from POST /api/console/ticket")
         await ws.close(code=4001, message=b"unauthorized")
         return ws
+    others = OthersChanges(request.app[STORE])
+    await others.start()  # before "ready": what changes after it is announced
     await socket.send({"type": "ready"})
     open_sockets = request.app[SOCKETS]
     open_sockets.add(ws)
     with request.app[FEED].watch_all() as changes:
-        notifier = asyncio.create_task(socket.changes(changes))
+        notifier = asyncio.create_task(socket.changes(changes, others))
         try:
             await _read(socket)
         finally:

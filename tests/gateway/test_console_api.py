@@ -3,6 +3,7 @@ the live feed's ticket and frames, search, an operator's name, and the console's
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,24 @@ async def test_a_ticket_from_one_process_opens_the_live_feed_of_another(
     third = await second.ws_connect("/console/live")
     await third.send_json({"type": "auth", "ticket": forged})
     assert (await third.receive_json(timeout=10))["data"]["code"] == "unauthorized"
+
+
+async def test_the_live_feed_tells_of_sessions_another_process_changed(
+    client: Client, aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """The store tells a process only of its own commits: a console whose feed reached one
+    process never heard of the users another process answered (nor of their handoffs to a
+    person), so its list and queue stood still. They are polled for now."""
+    other = build_app(settings(tmp_path / "gateway.db", media={"root": str(tmp_path / "media")}))
+    second: Client = await aiohttp_client(other)
+    ws = await live(client)
+    sid = await web_turn(second, "hello")
+    async with asyncio.timeout(10):
+        while True:
+            frame = await ws.receive_json()
+            if frame["type"] == "sessions_changed" and sid in frame["session_ids"]:
+                break
+    await ws.close()
 
 
 async def test_live_feed_replays_a_watched_session_then_tells_of_every_change(
