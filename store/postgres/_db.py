@@ -264,8 +264,10 @@ class Database:
         try:
             async with pool.acquire() as proxy:
                 await migrate(cast(asyncpg.Connection, proxy))
-        except BaseException:
+        except BaseException as exc:
             await pool.close()
+            if isinstance(exc, UNAVAILABLE):  # e.g. a standby: the migrations cannot write
+                raise unavailable(exc) from None
             raise
         return cls(pool)
 

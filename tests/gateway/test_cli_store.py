@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 from tests.pg import fresh_schema, server_url
+from webhook_bot_gateway.store import open_store
 
 from .test_cli import EXAMPLE, cli, run_cli
 
@@ -249,3 +250,24 @@ async def test_an_offline_command_says_which_postgresql_database_does_not_exist(
         f"error: store.url: database '{name}' does not exist on the PostgreSQL server"
         " (3D000 InvalidCatalogNameError)"
     ]
+
+
+async def test_a_read_only_postgresql_target_is_one_error_line_not_a_traceback(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A url naming a standby (or a server in read-only mode): the migrations that make the
+    store at open raised asyncpg's ReadOnlySQLTransactionError, a traceback."""
+    await (await open_store(f"sqlite:///{workdir}/gw.db")).aclose()
+    async with fresh_schema() as url:
+        read_only = f"{url}&default_transaction_read_only=on"
+        code, out = await asyncio.to_thread(
+            cli, "migrate-store", "--from", "sqlite:///gw.db", "--to", read_only
+        )
+    err = capsys.readouterr().err
+    assert (code, out) == (1, "")
+    assert err.startswith("error: --to ")
+    assert err.rstrip().endswith(
+        ": the PostgreSQL server cannot do the work now: it is read-only: a standby, or a"
+        " failover under way (25006 ReadOnlySQLTransactionError)"
+    )
+    assert len(err.splitlines()) == 1

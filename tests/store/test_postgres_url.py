@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 from asyncpg import connect_utils
 
-from tests.pg import server_url
+from tests.pg import fresh_schema, server_url
 from webhook_bot_gateway.store import StoreError, check_url, open_store
 from webhook_bot_gateway.store.postgres._db import _refused
 from webhook_bot_gateway.store.postgres._url import login_of
@@ -233,3 +233,10 @@ async def test_a_pooler_refusing_the_origin_setting_is_named() -> None:
         " PostgreSQL; the url must reach PostgreSQL itself (docs/deployment.md#pool-sizes)"
     )
     assert PASSWORD not in shown(caught.value)
+
+
+async def test_a_read_only_server_that_must_make_the_store_is_a_store_error() -> None:
+    """``gateway serve`` on a standby: the migrations at open raised asyncpg's own error."""
+    async with fresh_schema() as url:
+        with pytest.raises(StoreError, match=r"it is read-only: .* \(25006 "):
+            await open_store(f"{url}&default_transaction_read_only=on")
