@@ -530,6 +530,14 @@ class Dispatcher:
                 result = await self._runner.answer_waiting(
                     sid, before_commit=_queue_answers, reply_guard=self._window_guard
                 )
+            except TurnTakenOver:  # before TurnActive, which it is: no turn of it runs now
+                log.warning(
+                    "session %s: its waiting messages were answered here, but another process"
+                    " took the session over meanwhile (this process's lease ran out): nothing"
+                    " was written; the user's next message's turn answers them",
+                    sid,
+                )
+                return False
             except (SessionDeletedError, SessionNotFound, RunActive, TurnActive):
                 return False  # erased, or a turn of the session runs: that one answers
             except Exception as exc:

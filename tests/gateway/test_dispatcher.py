@@ -32,7 +32,13 @@ from webhook_bot_gateway.gateway._metrics import Metrics
 from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
 from webhook_bot_gateway.gateway._wait import wait_event
 from webhook_bot_gateway.gateway.config import DispatcherConfig
-from webhook_bot_gateway.store import InboxIn, SessionInbox, SQLiteStore, StoreError
+from webhook_bot_gateway.store import (
+    InboxIn,
+    SessionInbox,
+    SQLiteStore,
+    StoreError,
+    TurnTakenOver,
+)
 
 from . import cancel_helpers
 from .cancel_helpers import CASES, Point, cancel_at, check_agrees
@@ -1232,3 +1238,25 @@ async def test_dispatcher_says_when_a_turn_that_ran_here_was_taken_over(
         assert ended == ["turn ended: taken_over", "turn ended: committed"]
         assert await harness.replies(sid) == ["re: hello"]  # the late reply was not written
         await harness.dispatcher.drain(1.0)
+
+
+async def test_dispatcher_says_when_an_answer_to_waiting_messages_was_taken_over(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator handed the session back to a bot, whose turn answering the messages the user
+    wrote meanwhile ran to its end while another process took the session over: nothing was
+    written, and the user's messages wait for their next one. That was dropped without a word,
+    as a refused begin is."""
+    harness = Harness(store, ScriptedModel())
+    runner = harness.dispatcher._runner
+
+    async def taken_over(*args: Any, **kwargs: Any) -> None:
+        raise TurnTakenOver("telegram-support-42")
+
+    monkeypatch.setattr(runner, "answer_waiting", taken_over)
+    caplog.set_level(logging.INFO, logger="gateway.dispatcher")
+    assert await harness.dispatcher.answer_waiting("telegram-support-42") is False
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "telegram-support-42" in warning.getMessage()
+    assert "another process took the session over" in warning.getMessage()
+    assert harness.dispatcher.running_turns == 0
