@@ -83,14 +83,25 @@ class RateLimiter:
         self._clock = clock
         self._chats: dict[str, Buckets] = {}
         self._accounts: dict[str, Buckets] = {}
+        self._groups: dict[str, Buckets] = {}  # a further limit of group chats (Telegram's)
 
     def configure(
-        self, channel: str, *, chat_rate: float, account_rate: float, burst: float
+        self,
+        channel: str,
+        *,
+        chat_rate: float,
+        account_rate: float,
+        burst: float,
+        group_rate: float | None = None,
     ) -> None:
-        """Set the limits of ``channel``; a channel never configured is not limited."""
+        """Set the limits of ``channel``; a channel never configured is not limited. With a
+        ``group_rate``, a group chat (a negative chat id, as Telegram gives groups) is held to
+        that rate too."""
         self._chats[channel] = Buckets(chat_rate, burst)
         # An account's burst is one second's worth: its limit is a rate over the whole second.
         self._accounts[channel] = Buckets(account_rate, max(account_rate, 1.0))
+        if group_rate is not None:
+            self._groups[channel] = Buckets(group_rate, burst)
 
     def wait(self, channel: str, account: str, chat_id: str) -> float:
         """Seconds until a message to this chat may go (0.0: now)."""
@@ -121,4 +132,8 @@ class RateLimiter:
         chats, accounts = self._chats.get(channel), self._accounts.get(channel)
         if chats is None or accounts is None:
             return []
-        return [chats.get((account, chat_id), now), accounts.get(account, now)]
+        pair = [chats.get((account, chat_id), now), accounts.get(account, now)]
+        groups = self._groups.get(channel)
+        if groups is not None and chat_id.startswith("-"):
+            pair.append(groups.get((account, chat_id), now))
+        return pair

@@ -65,6 +65,7 @@ def configure_limits(limiter: RateLimiter, config: SenderConfig) -> None:
         chat_rate=config.telegram_chat_per_second,
         account_rate=config.telegram_bot_per_second,
         burst=config.burst,
+        group_rate=config.telegram_group_per_minute / 60,
     )
     limiter.configure(
         "whatsapp",

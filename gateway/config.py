@@ -183,6 +183,7 @@ class SenderConfig(_Section):
     backoff_max_seconds: float = Field(default=300.0, gt=0)
     telegram_chat_per_second: float = Field(default=1.0, gt=0)
     telegram_bot_per_second: float = Field(default=30.0, gt=0)
+    telegram_group_per_minute: float = Field(default=20.0, gt=0)  # Telegram: 20 a minute a group
     whatsapp_number_per_second: float = Field(default=80.0, gt=0)
     whatsapp_chat_per_second: float = Field(default=1.0, gt=0)
     burst: int = Field(default=3, gt=0)  # messages a chat may get at once before pacing

@@ -107,3 +107,19 @@ def test_buckets_forget_refilled_buckets_when_full_of_keys() -> None:
     assert buckets.get("a", 0.5).wait(0.5) == pytest.approx(0.5)  # remembered, still paced
     buckets.get("d", 10.0)  # everything refilled by now: forgotten, memory stays bounded
     assert len(buckets._buckets) == 1
+
+
+def test_rate_limiter_holds_a_group_to_its_rate_per_minute_and_a_private_chat_not() -> None:
+    """Telegram takes at most 20 messages a minute in one group: a busy group bot's replies at
+    the chat's 1 a second were refused with 429 and used up their tries."""
+    clock = FakeClock()
+    limiter = RateLimiter(clock)
+    limiter.configure("tg", chat_rate=1.0, account_rate=30.0, burst=3, group_rate=20 / 60)
+    sent = {"-1001234": 0, "42": 0}
+    for _ in range(60):  # one minute, a second at a time
+        for chat in sent:
+            sent[chat] += drain(limiter, chat)
+        clock.now += 1.0
+    assert sent["-1001234"] == 3 + 20 - 1  # the burst, then one every 3 s
+    assert sent["42"] == 3 + 59  # a private chat: the chat's own 1 a second
+    assert limiter.available("tg", "bot", "-1001234", 10) == 1
