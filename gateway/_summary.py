@@ -30,9 +30,11 @@ def mask_url(url: str) -> str:
 
 
 def _pool(settings: Settings) -> str:
+    """The store's pool (PostgreSQL) and lease: what several processes on one store need."""
+    lease = f"; lease {settings.store.lease_seconds:g} s"
     if settings.store.url.startswith("postgres"):
-        return f"; up to {settings.store.pool_size} connections"
-    return ""
+        return f"; up to {settings.store.pool_size} connections{lease}"
+    return lease
 
 
 def summarize(settings: Settings) -> list[str]:

@@ -431,3 +431,28 @@ def test_serve_refuses_a_module_agent_whose_tool_is_a_dotted_path(tmp_path: Path
     )
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "gw.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("store", "shown"),
+    [
+        ("sqlite:///data/gw.db", "store: sqlite:///data/gw.db; lease 40 s"),
+        (
+            "postgresql://gw@db.internal/gw",
+            "store: postgresql://gw@db.internal/gw; up to 5 connections; lease 40 s",
+        ),
+    ],
+)
+def test_check_config_shows_the_stores_lease_and_pool(
+    tmp_path: Path, store: str, shown: str
+) -> None:
+    """The lease is what a failover must not outlast (docs/deployment.md): the summary says it."""
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f'[store]\nurl = "{store}"\nlease_seconds = 40\npool_size = 5\n'
+        '[agents]\nstarting_agent = "a"\n' + HUMAN,
+        encoding="utf-8",
+    )
+    code, out = cli("check-config", "--config", str(path))
+    assert code == 0
+    assert f"  {shown}\n" in out
