@@ -23,6 +23,7 @@ from .._api_models import (
     SessionOut,
     TicketAnswer,
 )
+from .._cancel_refusal import not_stopped
 from .._dispatcher import CANCEL_UNANSWERED, UNANSWERED_TEXT
 from .._keys import AGENTS, DISPATCHER, SETTINGS, STORE
 from .keys import TICKETS
@@ -69,7 +70,8 @@ async def cancel_turn(request: web.Request) -> web.Response:
     if taken is None:
         raise ApiError(503, CANCEL_UNANSWERED, UNANSWERED_TEXT)
     if not taken:
-        raise ApiError(409, "no_turn_running", "no turn of this session is running")
+        why = await not_stopped(request.app[STORE], session.session_id)
+        raise ApiError(409, "no_turn_running", why)
     return respond(CancelAnswer(cancelled=True), 202)
 
 

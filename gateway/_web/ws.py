@@ -25,6 +25,7 @@ from aiohttp import WSMsgType, web
 from webhook_bot_gateway.channels.web import CHANNEL, web_body, web_dedup_key
 from webhook_bot_gateway.store import DeliveryIn, SessionEvent, Store, StoreError
 
+from .._cancel_refusal import not_stopped
 from .._dispatcher import CANCEL_UNANSWERED, UNANSWERED_TEXT
 from .._http import json_http_errors
 from .._keys import (
@@ -234,7 +235,8 @@ async def _handle(request: web.Request, socket: Socket, text: str) -> None:
         if taken is None:
             raise FrameError(CANCEL_UNANSWERED, UNANSWERED_TEXT)
         if not taken:
-            raise FrameError("no_turn_running", "no turn of this session is running")
+            why = await not_stopped(request.app[STORE], socket.session.session_id)
+            raise FrameError("no_turn_running", why)
         return
     await _message(request, socket, frame.data)
 

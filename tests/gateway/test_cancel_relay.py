@@ -20,7 +20,7 @@ from webhook_bot_gateway.gateway import _dispatcher
 from webhook_bot_gateway.gateway._keys import METRICS
 from webhook_bot_gateway.gateway._metrics import CANCELS
 from webhook_bot_gateway.gateway.app import build_app
-from webhook_bot_gateway.store import Store
+from webhook_bot_gateway.store import SQLiteStore, Store
 from webhook_bot_gateway.store.postgres import PostgresStore
 
 from .ingest_helpers import AUTH, settings
@@ -69,3 +69,21 @@ async def test_a_cancel_the_running_process_does_not_answer_is_503(
             frame = await socket.has(lambda f: f["type"] == "error", "the error frame")
             assert frame["data"]["code"] == "cancel_unanswered"
     assert client.app[METRICS].value(CANCELS, outcome="unanswered") == 2
+
+
+async def test_a_cancel_of_a_turn_another_process_runs_on_sqlite_says_so(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """SQLite passes no cancel between processes (a rolling deploy's minutes): the 409 used to
+    say "no turn of this session is running" while GET /api/sessions/{id} said running."""
+    db = tmp_path / "gateway.db"
+    client: Client = await aiohttp_client(build_app(settings(db)))
+    async with SQLiteStore(db) as elsewhere:
+        sid = await turn_held_elsewhere(elsewhere)
+        response = await client.post(f"/api/sessions/{sid}/cancel", headers=AUTH)
+        session = await client.get(f"/api/sessions/{sid}", headers=AUTH)
+    assert response.status == 409
+    error = (await response.json())["error"]
+    assert error["code"] == "no_turn_running"
+    assert "another gateway process" in error["message"]
+    assert (await session.json())["status"] == "running"
