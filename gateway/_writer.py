@@ -17,7 +17,14 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from webhook_bot_gateway.store import Delivery, DeliveryIn, IngestResult, QuarantineIn, Store
+from webhook_bot_gateway.store import (
+    Delivery,
+    DeliveryIn,
+    IngestResult,
+    QuarantineIn,
+    Store,
+    StoreError,
+)
 
 log = logging.getLogger("gateway.writer")
 
@@ -145,7 +152,10 @@ class GroupCommitWriter:
 
     @staticmethod
     def _failed(batch: Sequence[_Waiting], exc: Exception) -> None:
-        log.warning("ingest of %d item(s) failed: %s", len(batch), type(exc).__name__)
+        # The store's own errors say why in words of its own (the reason a server gave, never a
+        # row's data); anything else is named by its type, as its text may quote a body.
+        why = f"{type(exc).__name__}: {exc}"[:300] if isinstance(exc, StoreError) else None
+        log.warning("ingest of %d item(s) failed: %s", len(batch), why or type(exc).__name__)
         for _, future in batch:
             if not future.done():
                 future.set_exception(exc)

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from webhook_bot_gateway.gateway._writer import GroupCommitWriter, WriterClosed
-from webhook_bot_gateway.store import Delivery, DeliveryIn, IngestResult, QuarantineIn, SQLiteStore
+from webhook_bot_gateway.store import (
+    Delivery,
+    DeliveryIn,
+    IngestResult,
+    QuarantineIn,
+    SQLiteStore,
+    StoreError,
+)
 
 LONG = 30.0  # a window no test waits out: batches close because they are full or flushed
 
@@ -203,3 +212,27 @@ async def test_writer_refuses_submits_before_start(store: SQLiteStore) -> None:
     writer = GroupCommitWriter(store, window=0, max_batch=10)
     with pytest.raises(WriterClosed):
         await writer.submit(delivery("k"))
+
+
+async def test_writer_names_why_the_store_failed_in_its_warning(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ "ingest of 3 item(s) failed: StoreUnavailable" said nothing of why (a read-only server
+    after a failover, a full disk): the store's own words are in the line now."""
+
+    async def unavailable(items: Any) -> Any:
+        raise StoreError("the database is read-only now (SQLSTATE 25006)")
+
+    monkeypatch.setattr(store, "ingest", unavailable)
+    writer = await started(store, window=0, max_batch=3)
+    try:
+        with caplog.at_level(logging.WARNING, logger="gateway.writer"):
+            await asyncio.gather(
+                *(writer.submit(delivery(f"k{i}")) for i in range(3)), return_exceptions=True
+            )
+    finally:
+        await writer.aclose()
+    assert any(
+        "failed: StoreError: the database is read-only now (SQLSTATE 25006)" in message
+        for message in caplog.messages
+    )
