@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from webhook_bot_gateway.store import storable_text
 
@@ -35,6 +35,27 @@ class _Message(_Wire):
     content: str | None = None
     tool_calls: list[_ToolCall] | None = None
     refusal: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _joined_text_parts(cls, value: object) -> object:
+        """Some compatible servers answer content as parts (``[{"type": "text", "text":
+        ...}]``, as requests may send it): their texts, joined; a part of another kind is
+        refused as before."""
+        if not isinstance(value, list):
+            return value
+        texts = [_text_of(part) for part in value]
+        if not texts or any(text is None for text in texts):
+            return value  # not text parts only: the str check refuses it
+        return "".join(text for text in texts if text is not None)
+
+
+def _text_of(part: object) -> str | None:
+    """The text of a ``{"type": "text", "text": ...}`` content part, else None."""
+    if isinstance(part, dict) and part.get("type") == "text":
+        text = part.get("text")
+        return text if isinstance(text, str) else None
+    return None
 
 
 class _Choice(_Wire):

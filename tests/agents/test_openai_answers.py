@@ -363,3 +363,17 @@ async def test_an_answer_past_the_size_bound_is_cut_and_not_kept_in_memory(
         await model.complete(HI, [])
     fake.answer(completion("short"))
     assert (await model.complete(HI, [])).text == "short"
+
+
+async def test_openai_content_sent_as_text_parts_is_read_as_text(
+    api: tuple[StrictOpenAI, TestServer], model: OpenAIModel
+) -> None:
+    """Some compatible servers answer content as parts, as requests may send it: the answer was
+    refused as "not a chat completion", on every try."""
+    fake, _ = api
+    parts = [{"type": "text", "text": "Open Settings, "}, {"type": "text", "text": "then Reset."}]
+    fake.answer(completion(parts))
+    assert (await model.complete(HI, [])).text == "Open Settings, then Reset."
+    fake.answer(completion([{"type": "image_url", "image_url": {"url": "data:x"}}]))
+    with pytest.raises(ModelBackendError, match="not a chat completion"):
+        await model.complete(HI, [])
