@@ -221,7 +221,7 @@ def _asked_wait(headers: Mapping[str, str], now: float) -> float | None:
         return millis / 1000
     value = headers.get("Retry-After")
     if value is None:
-        return None
+        return _exhausted_limit_reset(headers)
     seconds = _number(value)
     if seconds is not None:
         return seconds
@@ -232,6 +232,35 @@ def _asked_wait(headers: Mapping[str, str], now: float) -> float | None:
     if when.tzinfo is None:  # an HTTP date is GMT; one without a zone is read so
         when = when.replace(tzinfo=UTC)
     return max(0.0, when.timestamp() - now)
+
+
+_DURATION = re.compile(
+    r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?"
+)
+
+
+def _exhausted_limit_reset(headers: Mapping[str, str]) -> float | None:
+    """OpenAI's own word on a 429 without Retry-After: when a limit whose remaining count is 0
+    resets (``x-ratelimit-remaining-requests: 0`` with ``x-ratelimit-reset-requests: 6m0s``;
+    the same for tokens); the later of those, None when none is spent."""
+    waits = []
+    for limit in ("requests", "tokens"):
+        if _number(headers.get(f"x-ratelimit-remaining-{limit}")) == 0:
+            wait = _duration(headers.get(f"x-ratelimit-reset-{limit}"))
+            if wait is not None:
+                waits.append(wait)
+    return max(waits) if waits else None
+
+
+def _duration(value: str | None) -> float | None:
+    """Seconds of a duration as OpenAI writes it (``1s``, ``6m0s``, ``20ms``, ``1h2m3.5s``)."""
+    if not value:
+        return None
+    found = _DURATION.fullmatch(value.strip())
+    if found is None or not any(found.groups()):
+        return None
+    hours, minutes, seconds, millis = (float(part or 0) for part in found.groups())
+    return hours * 3600 + minutes * 60 + seconds + millis / 1000
 
 
 def _number(value: str | None) -> float | None:

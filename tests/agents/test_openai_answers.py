@@ -377,3 +377,22 @@ async def test_openai_content_sent_as_text_parts_is_read_as_text(
     fake.answer(completion([{"type": "image_url", "image_url": {"url": "data:x"}}]))
     with pytest.raises(ModelBackendError, match="not a chat completion"):
         await model.complete(HI, [])
+
+
+async def test_openai_429_without_retry_after_waits_for_the_spent_limit_to_reset(
+    api: tuple[StrictOpenAI, TestServer], model: OpenAIModel
+) -> None:
+    """OpenAI tells when a spent limit resets (``x-ratelimit-reset-requests: 6m0s``) rather
+    than in Retry-After: the retries came at 0.5, 1 and 2 s, each refused again."""
+    fake, _ = api
+    limited = {
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "1.5s",
+        "x-ratelimit-remaining-tokens": "0",
+        "x-ratelimit-reset-tokens": "2s",
+    }
+    fake.answer({"error": {"message": "Rate limit reached"}}, status=429, **limited)
+    fake.answer({"error": {"message": "Rate limit reached"}}, status=429)  # says nothing
+    fake.answer(completion("hello"))
+    assert (await model.complete(HI, [])).text == "hello"
+    assert model._sleep.delays == [2.0, 1.0]  # the later reset; then the backoff's own
