@@ -314,14 +314,19 @@ class Conversations:
             assert self._replies(chat) == self._expected(chat), chat.session_id
 
 
-def check_nothing_stuck(gateway: Gateway) -> None:
+async def check_nothing_stuck(gateway: Gateway) -> None:
     """No session running, every inbox row done, every outbox row sent, nothing left unparsed,
     and every loop of the pipeline still alive (a dead one would wait for a restart)."""
     log = gateway.log_path.read_text(encoding="utf-8")
     assert not PIPELINE_STOPPED.findall(log), gateway.log()
     assert gateway.query("SELECT count(*) FROM sessions WHERE status = 'running'") == [(0,)]
     assert gateway.query("SELECT DISTINCT state FROM inbox") == [("done",)]
-    assert gateway.query("SELECT DISTINCT state FROM outbox") == [("sent",)]
+    # A reply reaches the fake platform before the sender's commit marks its row sent.
+    await eventually(
+        lambda: gateway.query("SELECT DISTINCT state FROM outbox") == [("sent",)],
+        "every outbox row marked sent",
+        seconds=ANSWER_SECONDS,
+    )
     assert gateway.query("SELECT count(*) FROM deliveries") == [(0,)]
 
 
@@ -379,7 +384,7 @@ async def run_fault(
     fault.answered_seconds = time.monotonic() - cleared
     await no_session_running(gateway)
     conversations.check_exactly_once()
-    check_nothing_stuck(gateway)
+    await check_nothing_stuck(gateway)
     print(f"\n{fault.summary()}")
 
 
@@ -499,4 +504,4 @@ async def test_read_only_store_stops_the_start_with_a_clear_error_and_serves_onc
     await conversations.normal_round()
     await conversations.answered()
     conversations.check_exactly_once()
-    check_nothing_stuck(gateway)
+    await check_nothing_stuck(gateway)
