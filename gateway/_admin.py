@@ -227,8 +227,10 @@ async def json_body(request: web.Request, model: type[M]) -> M:
         data = await request.json(loads=_loads)  # the bytes read_body read
     except RecursionError:  # json's C scanner gives up deeper than the interpreter's stack
         raise _too_deep() from None
-    except (NumberTooLong, NotJsonValue) as exc:
+    except NumberTooLong as exc:
         raise ApiError(400, "invalid_json", str(exc)) from None
+    except NotJsonValue as exc:
+        raise ApiError(400, "invalid_json", exc.said_of("the body")) from None
     except (ValueError, LookupError):  # UnicodeDecodeError; LookupError: an unknown charset
         raise ApiError(400, "invalid_json", "the body is not JSON") from None
     if nested_deeper_than(data, MAX_JSON_DEPTH):
@@ -287,9 +289,17 @@ def _int(digits: str) -> int:
 class NotJsonValue(ValueError):
     """``NaN``, ``Infinity`` or ``-Infinity``: Python's json reads them, JSON has none."""
 
+    def __init__(self, constant: str) -> None:
+        super().__init__(constant)
+        self.constant = constant
+
+    def said_of(self, what: str) -> str:
+        """The refusal's words, for ``what`` was sent (``the body``, ``the frame``)."""
+        return f"{what} is not JSON: {self.constant} is not a JSON value"
+
 
 def refuse_constant(name: str) -> NoReturn:
-    raise NotJsonValue(f"the body is not JSON: {name} is not a JSON value")
+    raise NotJsonValue(name)
 
 
 def _loads(text: str) -> object:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from webhook_bot_gateway.store import HistoryPurged, Store, StoreError
 
-from ._media.files import attachment_path, session_dir
+from ._media.files import attachment_path, remove_attachment_files
 from ._media.orphans import sweep_orphans
 from ._wait import wait_event
 from .config import Settings
@@ -123,7 +123,7 @@ class Purger:
             return None
         root = self._retention.media_root
         files = (*self._files_left, *purged.attachments)
-        self._files_left = await asyncio.to_thread(remove_files, root, files)
+        self._files_left = await asyncio.to_thread(remove_attachment_files, root, files)
         await self.sweep_once(
             tried=frozenset(attachment_path(root, sid, aid) for sid, aid in files)
         )
@@ -149,35 +149,3 @@ class Purger:
             log.warning("the media root's sweep failed, will try again: %s", exc)
         else:
             self._orphans_left = swept.left
-
-
-def remove_files(
-    root: Path, attachments: tuple[tuple[str, str], ...]
-) -> tuple[tuple[str, str], ...]:
-    """Delete these attachments' files, and their sessions' folders once empty; return the
-    (session, attachment) pairs whose file could not be removed, each logged."""
-    left = tuple(pair for pair in attachments if not _removed(root, *pair))
-    for session_id in {sid for sid, _ in attachments}:
-        try:
-            session_dir(root, session_id).rmdir()
-        except OSError:  # not empty (newer files), or already gone
-            pass
-    return left
-
-
-def _removed(root: Path, session_id: str, attachment_id: str) -> bool:
-    """Unlink one attachment's file (gone already counts as removed); False, with a WARNING
-    naming the attachment (never the user's file name), when the file system refuses."""
-    try:
-        attachment_path(root, session_id, attachment_id).unlink(missing_ok=True)
-    except OSError as exc:
-        log.warning(
-            "retention: the file of attachment %s (session %s) could not be removed: %s;"
-            " its row is gone, the file stays until a later pass of this process or an operator"
-            " removes it",
-            attachment_id,
-            session_id,
-            exc.strerror or type(exc).__name__,
-        )
-        return False
-    return True

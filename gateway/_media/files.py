@@ -12,6 +12,7 @@ import re
 import shutil
 import time
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,11 +30,48 @@ def session_dir(root: Path, session_id: str) -> Path:
     return root / validate_session_id(session_id)
 
 
+def is_attachment_id(name: str) -> bool:
+    """Whether ``name`` is an id the gateway gives attachments (and their files): 32 hex digits."""
+    return len(name) == 32 and set(name) <= _HEX
+
+
 def attachment_path(root: Path, session_id: str, attachment_id: str) -> Path:
     """The file of one attachment; ValueError for an id that is not 32 hex digits."""
-    if len(attachment_id) != 32 or not set(attachment_id) <= _HEX:
+    if not is_attachment_id(attachment_id):
         raise ValueError("attachment id must be 32 lowercase hex digits")
     return session_dir(root, session_id) / attachment_id
+
+
+def remove_attachment_files(
+    root: Path, attachments: Sequence[tuple[str, str]]
+) -> tuple[tuple[str, str], ...]:
+    """Delete the files of these (session, attachment) pairs, whose rows are gone, and their
+    sessions' folders once empty; return the pairs whose file could not be removed, each
+    logged."""
+    left = tuple(pair for pair in attachments if not _removed(root, *pair))
+    for session_id in {sid for sid, _ in attachments}:
+        try:
+            session_dir(root, session_id).rmdir()
+        except OSError:  # not empty (files with rows, or newer ones), or already gone
+            pass
+    return left
+
+
+def _removed(root: Path, session_id: str, attachment_id: str) -> bool:
+    """Unlink one attachment's file (gone already counts as removed); False, with a WARNING
+    naming the attachment (never the user's file name), when the file system refuses."""
+    try:
+        attachment_path(root, session_id, attachment_id).unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning(
+            "the file of attachment %s (session %s) could not be removed: %s; no row names it"
+            " any more, and it stays until a later pass (or an operator) removes it",
+            attachment_id,
+            session_id,
+            exc.strerror or type(exc).__name__,
+        )
+        return False
+    return True
 
 
 @dataclass(frozen=True)

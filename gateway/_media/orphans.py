@@ -18,12 +18,11 @@ from pathlib import Path
 
 from webhook_bot_gateway.store import SessionNotFound, Store, validate_session_id
 
-from .files import attachment_path, session_dir
+from .files import attachment_path, is_attachment_id, remove_attachment_files
 
 log = logging.getLogger("gateway.media")
 
 GRACE = 3600.0  # seconds: far longer than a file's write and its row's insert take
-_HEX = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True)
@@ -44,13 +43,13 @@ async def sweep_orphans(
     for session_id, attachment_ids in candidates.items():
         named = await _named(store, session_id)
         orphans = [
-            aid
+            (session_id, aid)
             for aid in attachment_ids
             if aid not in named and attachment_path(root, session_id, aid) not in tried
         ]
-        gone, stuck = await asyncio.to_thread(_remove, root, session_id, orphans)
-        removed += gone
-        left += stuck
+        stuck = await asyncio.to_thread(remove_attachment_files, root, orphans)
+        removed += len(orphans) - len(stuck)
+        left += [attachment_path(root, sid, aid) for sid, aid in stuck]
     if removed or left:
         log.info("media root: removed %d file(s) no row names, %d not", removed, len(left))
     return Swept(removed, tuple(left))
@@ -85,7 +84,7 @@ def _attachment_files(root: Path) -> Iterator[tuple[str, Path]]:
         if not folder.is_dir() or not _is_session_id(folder.name):
             continue
         for path in folder.iterdir():
-            if len(path.name) == 32 and set(path.name) <= _HEX:
+            if is_attachment_id(path.name):
                 yield folder.name, path
 
 
@@ -95,26 +94,3 @@ def _is_session_id(name: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _remove(root: Path, session_id: str, attachment_ids: list[str]) -> tuple[int, list[Path]]:
-    """Unlink these files (and the session's folder once empty): (how many went, those left)."""
-    gone, left = 0, []
-    for attachment_id in attachment_ids:
-        path = attachment_path(root, session_id, attachment_id)
-        try:
-            path.unlink(missing_ok=True)
-        except OSError as exc:
-            log.warning(
-                "media root: file %s of no attachment row could not be removed: %s",
-                path,
-                exc.strerror or type(exc).__name__,
-            )
-            left.append(path)
-        else:
-            gone += 1
-    try:
-        session_dir(root, session_id).rmdir()
-    except OSError:  # not empty (files with rows, or newer ones), or gone
-        pass
-    return gone, left

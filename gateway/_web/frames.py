@@ -73,8 +73,7 @@ def parse_frame(text: str) -> MessageFrame | CancelFrame:
     except RecursionError:  # json's C scanner gives up deeper than the interpreter's stack
         raise _too_deep() from None
     except NotJsonValue as exc:
-        message = str(exc).replace("the body", "the frame", 1)
-        raise FrameError("invalid_json", message) from None
+        raise FrameError("invalid_json", exc.said_of("the frame")) from None
     except ValueError:
         raise FrameError("invalid_json", "the frame is not JSON") from None
     if nested_deeper_than(raw, MAX_JSON_DEPTH):

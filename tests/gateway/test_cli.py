@@ -400,3 +400,29 @@ def test_check_config_names_an_undeclared_bot_starting_agent_of_module_agents(
     err = capsys.readouterr().err
     assert "telegram.bots[1].starting_agent" in err
     assert "Traceback" not in err
+
+
+def test_purge_without_retention_removes_old_files_no_row_names(tmp_path: Path) -> None:
+    """An erasure cut by a crash after its rows' commit left the user's files: `gateway purge`
+    removes those over an hour old, with or without store.retention_days; a named one stays."""
+    media = tmp_path / "media"
+
+    async def write() -> tuple[Path, Path]:
+        async with SQLiteStore(tmp_path / "gw.db") as store:
+            sid = (await store.create_session("telegram", "support", "41", "triage")).session_id
+            made = await store.create_attachment(sid, name="a", content_type="x/y", source="upload")
+        return attachment_path(media, sid, made.id), attachment_path(media, "web-gone", "f" * 32)
+
+    named, orphan = asyncio.run(write())
+    an_hour_ago = time.time() - 7200
+    for path in (named, orphan):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x")
+        os.utime(path, (an_hour_ago, an_hour_ago))
+    code, out = cli(
+        "purge", "--config", str(config_with_store(tmp_path, f'[media]\nroot = "{media}"\n'))
+    )
+    assert code == 0, out
+    assert named.exists()
+    assert not orphan.exists()
+    assert not orphan.parent.exists()
