@@ -29,7 +29,7 @@ def mask_url(url: str) -> str:
     return f"{scheme}://{user}{location}{'?***' if question else ''}"
 
 
-def _pool(settings: Settings) -> str:
+def _store_extras(settings: Settings) -> str:
     """The store's pool (PostgreSQL) and lease: what several processes on one store need."""
     lease = f"; lease {settings.store.lease_seconds:g} s"
     if settings.store.url.startswith("postgres"):
@@ -50,7 +50,7 @@ def summarize(settings: Settings) -> list[str]:
     )
     return [
         f"server: {s.server.host}:{s.server.port}",
-        f"store: {mask_url(s.store.url)}{_pool(s)}",
+        f"store: {mask_url(s.store.url)}{_store_extras(s)}",
         f"dedup: processed ids kept {s.dedup.ttl_hours:g} h",
         f"admin token: {_admin_token(s)}",
         f"sandbox: {'on' if s.sandbox.enabled else 'off'}",
