@@ -21,7 +21,7 @@ from pytest_aiohttp import AiohttpServer
 from tests.channels import whatsapp_fakes as wa
 from webhook_bot_gateway.gateway._keys import STORE
 from webhook_bot_gateway.gateway.app import build_app
-from webhook_bot_gateway.store import Store
+from webhook_bot_gateway.store import SessionNotFound, Store
 
 from .ingest_helpers import NUMBER, settings, wa_delivery, wa_headers, wa_text
 
@@ -102,7 +102,10 @@ def sent_times(count: int, store: Store) -> Callable[[], Awaitable[bool]]:
     """Whether the session's replies were recorded as sent ``count`` times in all."""
 
     async def check() -> bool:
-        events = await store.list_events(SESSION)
+        try:
+            events = await store.list_events(SESSION)
+        except SessionNotFound:  # the ack came before the dispatcher stored the session
+            return False
         sent = [e for e in events if e.kind == "status" and e.detail["state"] == "sent"]
         return len(sent) >= count
 
