@@ -19,7 +19,11 @@ from webhook_bot_gateway.channels import (
 )
 from webhook_bot_gateway.store import Attachment, InboxItem, OutboxIn, Session, storable_text
 
-MIGRATED_CHAT = "migrated_to_chat_id"  # session metadata: where a Telegram group moved to
+# Session metadata: where replies go instead of the session's chat (a Telegram group that became
+# a supergroup; a WhatsApp user who changed their number).
+MIGRATED_CHAT = "migrated_to_chat_id"
+NUMBER_CHANGED = "user_changed_number"  # WhatsApp's system notice: the user has a new number
+ASKS_NOTHING = frozenset({"reaction", "system"})  # kinds recorded without running an agent
 START_PAYLOAD = "start_payload"  # session metadata: the payload of the last /start deep link
 # What a t.me/<bot>?start=<payload> link can carry (Telegram: up to 64 of A-Z a-z 0-9 _ -).
 DEEP_LINK_PAYLOAD = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -158,10 +162,25 @@ def _reference(message: InboundMessage) -> dict[str, Any]:
     return reference | {key: value for key, value in dumped.items() if value not in (None, [])}
 
 
-def only_reactions(events: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether a turn's messages are all reactions: recorded, not answered (the agent sees
-    them in the history with the user's next message)."""
-    return bool(events) and all(event.get("kind") == "reaction" for event in events)
+def asks_nothing(events: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a turn's messages are all reactions or platform notices (a WhatsApp user changed
+    their number): recorded, not answered (the agent sees them in the history with the user's
+    next message)."""
+    return bool(events) and all(event.get("kind") in ASKS_NOTHING for event in events)
+
+
+def changed_number(events: Sequence[Mapping[str, Any]]) -> str | None:
+    """The new id a WhatsApp ``user_changed_number`` notice among a turn's events gives (the
+    last one), else None: the user's old number no longer reaches them."""
+    moved = None
+    for event in events:
+        notice = event.get("system")
+        if event.get("kind") != "system" or not isinstance(notice, Mapping):
+            continue
+        new_id = notice.get("new_user_id")
+        if notice.get("type") == NUMBER_CHANGED and isinstance(new_id, str) and new_id:
+            moved = new_id
+    return moved
 
 
 def reply_target(chat_id: str, metadata: Mapping[str, Any]) -> str:

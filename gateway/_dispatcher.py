@@ -446,7 +446,7 @@ class Dispatcher:
         """Run one turn of ``batch``; None once it committed, else seconds until a new look."""
         typing = self._typing(batch[-1])
         events = [row.event for row in batch]
-        reactions = convert.only_reactions(events)  # recorded by no agent: nothing to stop
+        reactions = convert.asks_nothing(events)  # recorded by no agent: nothing to stop
         ids = [row.id for row in batch]
         running = self._cancels[sid] = _Running(ids, committing=reactions)
         if not reactions and not self._cancelled.get(sid, frozenset()).isdisjoint(ids):
@@ -758,6 +758,7 @@ def _before_commit(
     payload = convert.last_start_payload([row.event for row in batch])
     if payload is not None:
         turn.update_metadata({convert.START_PAYLOAD: payload})
+    _follow_number_change(turn, [row.event for row in batch])
     thread = convert.thread_of(batch)
     session = turn.session
     parked = reachability.is_blocked(session.metadata)
@@ -767,6 +768,17 @@ def _before_commit(
         returned.append(session.session_id)
         parked = False
     _queue_replies(turn, replies, thread, parked=parked)
+
+
+def _follow_number_change(turn: Turn, events: Sequence[Mapping[str, Any]]) -> None:
+    """A WhatsApp user who changed their number: the session's replies (agents', operators')
+    go to the new number from now on, as a migrated Telegram group's do."""
+    new_chat = convert.changed_number(events)
+    session = turn.session
+    if new_chat is None or new_chat == convert.reply_target(session.chat_id, session.metadata):
+        return
+    turn.update_metadata({convert.MIGRATED_CHAT: new_chat})
+    turn.record_event("chat_migrated", {"from": session.chat_id, "to": new_chat})
 
 
 def _queue_replies(

@@ -16,7 +16,7 @@ from webhook_bot_gateway.agents import Runner
 from webhook_bot_gateway.agents.testing import ScriptedModel, reply
 from webhook_bot_gateway.channels import InboundMessage
 from webhook_bot_gateway.channels.whatsapp import parse_delivery
-from webhook_bot_gateway.gateway._convert import message_text, user_input
+from webhook_bot_gateway.gateway._convert import message_text, reply_target, user_input
 from webhook_bot_gateway.gateway._dispatcher import Dispatcher
 from webhook_bot_gateway.gateway._metrics import Metrics
 from webhook_bot_gateway.gateway.config import DispatcherConfig
@@ -126,3 +126,29 @@ async def test_a_reaction_with_a_question_is_answered_in_one_turn(
     assert seen.text == "[reaction 😮 to message wamid.yzxyzx=]\nand my refund?"
     db = tmp_path / "gateway.db"
     assert rows(db, "SELECT count(*) FROM outbox WHERE session_id = ?", sid) == [(1,)]
+
+
+def system_row(n: int) -> InboxIn:
+    event = parsed("system_user_changed_number.json").model_copy(
+        update={"dedup_key": f"whatsapp:system{n}", "account": "support"}
+    )
+    return InboxIn(
+        "whatsapp", "support", event.chat_id, event.dedup_key, event.model_dump(mode="json")
+    )
+
+
+async def test_a_number_change_notice_runs_no_agent_and_moves_the_replies(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    # Meta's notice comes from the old number and names the new one; nothing was asked, and a
+    # reply to the old number would reach no one (or whoever gets that number next).
+    sid = await answer(store, ScriptedModel(), system_row(1))
+    db = tmp_path / "gateway.db"
+    assert rows(db, "SELECT role, text FROM messages WHERE session_id = ?", sid) == [
+        ("user", "User A changed from 972987654321 to 972912345678")
+    ]
+    assert rows(db, "SELECT state FROM inbox WHERE session_id = ?", sid) == [("done",)]
+    assert rows(db, "SELECT count(*) FROM outbox") == [(0,)]
+    session = await store.get_session(sid)
+    assert session.chat_id == "972987654321"
+    assert reply_target(session.chat_id, session.metadata) == "972912345678"
