@@ -84,11 +84,8 @@ def to_parsed(
         if isinstance(event, InboundMessage):
             inbox.append(_inbox_item(event, agents.get((event.channel, event.account))))
         elif isinstance(event, DeliveryStatus):
-            statuses.append(_status(event, resend_at(event, resend_times)))
-            if _undeliverable(event):  # the user cannot be reached: park what is queued
-                agent = agents.get((event.channel, event.account))
-                gone = MembershipIn(event.channel, event.account, event.chat_id, True, agent)
-                memberships.append(gone)
+            # The user cannot be reached: the session of the reply it reports on is parked.
+            statuses.append(_status(event, resend_at(event, resend_times), _undeliverable(event)))
         elif isinstance(event, MembershipEvent):
             blocked = event.state == "blocked"
             agent = agents.get((event.channel, event.account))
@@ -135,13 +132,17 @@ def _inbox_item(event: InboundMessage, starting_agent: str | None = None) -> Inb
     )
 
 
-def _status(event: DeliveryStatus, again: tuple[float, ...] = ()) -> StatusIn:
+def _status(
+    event: DeliveryStatus, again: tuple[float, ...] = (), unreachable: bool = False
+) -> StatusIn:
     error = None
     if event.errors:
         first = event.errors[0]
         parts = [str(first.code) if first.code is not None else None, first.title, first.message]
         error = ": ".join(p for p in parts if p)[:MAX_ERROR] or "failed"
-    return StatusIn(event.channel, event.account, event.message_id, event.state, error, again)
+    return StatusIn(
+        event.channel, event.account, event.message_id, event.state, error, again, unreachable
+    )
 
 
 class Intake:

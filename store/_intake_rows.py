@@ -115,6 +115,7 @@ def _status_row(item: StatusIn) -> dict[str, Any]:
         "error": None if item.error is None else storable_text(item.error),
         "rank": STATUS_RANK[item.state],
         "resend_at": _resend_at(item),
+        "unreachable": _unreachable(item),
     }
 
 
@@ -125,6 +126,14 @@ def _resend_at(item: StatusIn) -> list[float]:
     if times and item.state != "failed":
         raise ValueError("StatusIn.resend_at is for a failed status only")
     return [float(t) for t in times]
+
+
+def _unreachable(item: StatusIn) -> bool:
+    if not isinstance(item.unreachable, bool):
+        raise ValueError("StatusIn.unreachable must be a bool")
+    if item.unreachable and item.state != "failed":
+        raise ValueError("StatusIn.unreachable is for a failed status only")
+    return item.unreachable
 
 
 def _is_time(value: object) -> bool:

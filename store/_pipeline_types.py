@@ -92,6 +92,10 @@ class StatusIn:
     # the reply again from the failed part, by the tries it made: ``resend_at[n - 1]`` for n
     # tries (the failed one included); none past the end (out of tries). Empty: not sent again.
     resend_at: tuple[float, ...] = ()
+    # A failed status saying the user cannot be reached (WhatsApp 131026): the session of the
+    # reply it reports on is marked as if the user had blocked the bot. A status of a message
+    # no outbox row sent (another app's, a deleted session's) marks no session.
+    unreachable: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -162,10 +162,13 @@ async def _apply(
         if session_id is not None:
             fresh[session_id] = None
             await _arrived(conn, session_id, str(row[1]), arrival, now)
-    for session_id, status in await outbox.apply_statuses(conn, rows.statuses):
+    memberships = list(rows.memberships)
+    for session_id, status, unreachable in await outbox.apply_statuses(conn, rows.statuses):
         await add_event(conn, session_id, "status", status, now)
-    await _set_blocked(conn, rows.memberships, now)
-    for blocked, _, member in rows.memberships:
+        if unreachable:  # the user cannot be reached: as a block, for the session that sent
+            memberships.append(("true", now, session_id))
+    await _set_blocked(conn, memberships, now)
+    for blocked, _, member in memberships:
         await _membership_changed(conn, str(member), blocked == "true", now)
     if source is not None:
         if rows.failure is not None:

@@ -120,13 +120,14 @@ async def status_sessions(
 
 async def apply_statuses(
     conn: asyncpg.Connection, statuses: Sequence[dict[str, Any]]
-) -> list[tuple[str, dict[str, Any]]]:
+) -> list[tuple[str, dict[str, Any], bool]]:
     """Set ``delivery_state`` of the rows that sent these platform ids; others are ignored.
 
-    Returns ``(session_id, event detail)`` of each row that moved, for the session's log.
+    Returns ``(session_id, event detail, unreachable)`` of each row that moved, for the
+    session's log (``unreachable``: the status says the user cannot be reached).
     One statement per status, in order: a later status of the same row sees the earlier one.
     """
-    moved: list[tuple[str, dict[str, Any]]] = []
+    moved: list[tuple[str, dict[str, Any], bool]] = []
     for status in statuses:
         row = await conn.fetchrow(
             _APPLY_STATUS,
@@ -144,7 +145,8 @@ async def apply_statuses(
             detail: dict[str, Any] = {"outbox_id": row[0], "state": status["state"]}
             if status["state"] == "failed":
                 detail["error"] = status["error"] or "delivery failed"
-            moved.append((str(row[1]), detail | ({} if again is None else again.detail())))
+            detail |= {} if again is None else again.detail()
+            moved.append((str(row[1]), detail, bool(status["unreachable"])))
     return moved
 
 

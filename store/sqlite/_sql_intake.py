@@ -36,14 +36,17 @@ def record(conn: sqlite3.Connection, delivery_id: int | None, rows: Rows, now: f
         if sid is not None:
             fresh[sid] = None
             _arrived(conn, sid, str(row[1]), arrival, now)
-    for sid, status in outbox.apply_statuses(conn, rows.statuses):
+    memberships = list(rows.memberships)
+    for sid, status, unreachable in outbox.apply_statuses(conn, rows.statuses):
         add_event(conn, sid, "status", status, now)
+        if unreachable:  # the user cannot be reached: as a block, for the session that sent
+            memberships.append(("true", now, sid))
     conn.executemany(
         "UPDATE sessions SET metadata = json_set(metadata, '$.blocked', json(?)),"
         " updated_at = ? WHERE session_id = ?",
-        rows.memberships,
+        memberships,
     )
-    for blocked, _, member in rows.memberships:
+    for blocked, _, member in memberships:
         _membership_changed(conn, str(member), blocked == "true", now)
     if source is not None:
         if rows.failure is not None:

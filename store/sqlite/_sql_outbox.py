@@ -55,12 +55,13 @@ def insert(conn: sqlite3.Connection, values: dict[str, Any], now: float) -> Outb
 
 def apply_statuses(
     conn: sqlite3.Connection, statuses: Sequence[dict[str, Any]]
-) -> list[tuple[str, dict[str, Any]]]:
+) -> list[tuple[str, dict[str, Any], bool]]:
     """Set ``delivery_state`` of the rows that sent these platform ids; others are ignored.
 
-    Returns ``(session_id, event detail)`` of each row that moved, for the session's log.
+    Returns ``(session_id, event detail, unreachable)`` of each row that moved, for the
+    session's log (``unreachable``: the status says the user cannot be reached).
     """
-    moved: list[tuple[str, dict[str, Any]]] = []
+    moved: list[tuple[str, dict[str, Any], bool]] = []
     for status in statuses:
         row = conn.execute(_APPLY_STATUS, status).fetchone()
         if row is None:
@@ -70,7 +71,8 @@ def apply_statuses(
             detail: dict[str, Any] = {"outbox_id": row[0], "state": status["state"]}
             if status["state"] == "failed":
                 detail["error"] = status["error"] or "delivery failed"
-            moved.append((row[1], detail | ({} if again is None else again.detail())))
+            detail |= {} if again is None else again.detail()
+            moved.append((row[1], detail, bool(status["unreachable"])))
     return moved
 
 

@@ -4,6 +4,7 @@ failed with 131026 marks the user's session like a block."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 from webhook_bot_gateway.channels import (
     DeliveryStatus,
@@ -13,7 +14,7 @@ from webhook_bot_gateway.channels import (
 )
 from webhook_bot_gateway.gateway import _reachability as reachability
 from webhook_bot_gateway.gateway._intake import to_parsed
-from webhook_bot_gateway.store import Delivery, MembershipIn
+from webhook_bot_gateway.store import Delivery, SQLiteStore
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -51,10 +52,23 @@ def status(code: int | None, state: str = "failed") -> DeliveryStatus:
     )
 
 
-def test_failed_status_131026_marks_the_users_session_blocked() -> None:
+def test_failed_status_131026_marks_the_reply_unreachable() -> None:
     events = (status(131026), status(131047), status(None, "delivered"))
     keys = frozenset(event.dedup_key for event in events)
     delivery = Delivery(1, "whatsapp", None, b"{}", keys, NOW)
     parsed = to_parsed(delivery, ParseResult(events=events), {("whatsapp", "1555"): "sales"})
-    assert len(parsed.statuses) == 3
-    assert parsed.memberships == (MembershipIn("whatsapp", "1555", "4477", True, "sales"),)
+    assert [s.unreachable for s in parsed.statuses] == [True, False, False]
+    assert parsed.memberships == ()  # the store marks the session that sent the reply
+
+
+async def test_failed_status_131026_of_a_message_not_sent_here_makes_no_session(
+    tmp_path: Path,
+) -> None:
+    """Meta sends every app of the business account the statuses of every app's messages, and
+    a deleted session may get a late status: an unknown wamid is nobody's session."""
+    event = status(131026)
+    delivery = Delivery(1, "whatsapp", None, b"{}", frozenset({event.dedup_key}), NOW)
+    async with SQLiteStore(tmp_path / "gateway.db") as store:
+        parsed = to_parsed(delivery, ParseResult(events=(event,)))
+        await store.record_parsed(None, parsed, starting_agent="triage")
+        assert await store.list_sessions() == []

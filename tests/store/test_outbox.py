@@ -528,6 +528,35 @@ async def test_a_block_parks_the_sessions_replies_and_an_unblock_releases_them(
     assert events[-2:] == [("user_blocked", {"parked": 1}), ("user_unblocked", {"released": 1})]
 
 
+async def test_an_unreachable_status_parks_the_session_that_sent_the_reply(
+    store: Store,
+) -> None:
+    [sent, waiting] = await queued(store, "a", count=2)
+    await store.outbox_sent(sent.id, ["wamid.out1"])
+    gone = StatusIn(CHANNEL, ACCOUNT, "wamid.out1", "failed", "131026", unreachable=True)
+    await statuses(store, gone)
+    a = await store.get_session(sid("a"))
+    assert a is not None
+    assert a.metadata == {"blocked": True}
+    [_, parked] = await store.list_outbox(sid("a"))
+    assert (parked.id, parked.error) == (waiting.id, PARKED_ERROR)
+    events = [(e.kind, e.detail) for e in await store.list_events(sid("a"))]
+    assert events[-1] == ("user_blocked", {"parked": 1})
+
+
+async def test_an_unreachable_status_of_a_message_not_sent_here_makes_no_session(
+    store: Store,
+) -> None:
+    """Meta sends every app of the business account the statuses of every app's messages; a
+    session the operator deleted may get a late status of its reply. Neither is a session."""
+    await store.get_or_create_session(CHANNEL, ACCOUNT, "a", AGENT)
+    others = StatusIn(CHANNEL, ACCOUNT, "wamid.theirs", "failed", "131026", unreachable=True)
+    await statuses(store, others)
+    sessions = await store.list_sessions()
+    assert [s.session_id for s in sessions] == [sid("a")]
+    assert sessions[0].metadata == {}
+
+
 async def test_a_turns_outbox_rows_commit_in_order_parked_ones_too(
     store: Store, clock: FakeClock
 ) -> None:
