@@ -71,7 +71,19 @@ def _describe(event: InboundMessage) -> str:
         return f"[form {event.flow.name or 'flow'} submitted: {answers}]"
     if event.system is not None:
         return f"[notice: {event.system.body or event.system.type or 'system'}]"
+    if event.kind == "unsupported":
+        return _unsupported(event)
     return f"[{event.platform_type or event.kind}]"
+
+
+def _unsupported(event: InboundMessage) -> str:
+    """A message the platform did not give us the content of (WhatsApp ``unsupported``, or a
+    known type that came without its object, with ``errors``): said so, with the platform's
+    reason, so that the agent does not take ``[interactive]`` for a button the user pressed."""
+    what = event.platform_type or "unknown"
+    first = event.errors[0] if event.errors else None
+    reason = " ".join(str(p) for p in (first.code, first.title) if p is not None) if first else ""
+    return f"[unsupported message: {what}{f' ({reason})' if reason else ''}]"
 
 
 def _location(where: Location) -> str:

@@ -36,6 +36,9 @@ LINES = {
     " SODA x2 at 10 ILS]",
     "interactive_nfm_reply.json": '[form flow submitted: {"flow_token":"ticket-4711",'
     '"issue":"damaged_item","order_number":"A-1017","contact_by_phone":true}]',
+    "unsupported.json": "[unsupported message: pool (131051 Message type unknown)]",
+    "errors_value_level.json": "[unsupported message: interactive (131000 Something went wrong)]",
+    "unknown_type.json": "[unsupported message: request_welcome]",
 }
 STRUCTURED = {
     "location.json": "location",
