@@ -50,11 +50,16 @@ def sandbox_warnings(settings: Settings) -> list[str]:
         warnings.append("the sandbox is enabled with a real-looking Telegram bot token")
     if any(n.access_token.get_secret_value().startswith("EAA") for n in settings.whatsapp.numbers):
         warnings.append("the sandbox is enabled with a real-looking WhatsApp access token")
-    for key, url in (
-        ("telegram.api_base_url", settings.telegram.api_base_url),
-        ("whatsapp.graph_base_url", settings.whatsapp.graph_base_url),
+    for key, url, has_accounts in (
+        ("telegram.api_base_url", settings.telegram.api_base_url, bool(settings.telegram.bots)),
+        (
+            "whatsapp.graph_base_url",
+            settings.whatsapp.graph_base_url,
+            bool(settings.whatsapp.numbers),
+        ),
     ):
-        if "/sandbox/" not in url:
+        # A channel without accounts never calls its API: where its URL points does not matter.
+        if has_accounts and "/sandbox/" not in url:
             shown = mask_url(url)  # its password or query may be a credential
             warnings.append(f"the sandbox is enabled but {key} does not point at it: {shown}")
     return warnings

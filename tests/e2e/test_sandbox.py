@@ -204,6 +204,16 @@ def test_the_sandbox_says_when_it_is_misplaced() -> None:
     assert sandbox_warnings(parse_settings(raw, {})) == []
 
 
+def test_a_channel_without_accounts_is_not_warned_about_where_its_api_url_points() -> None:
+    """Its API is never called; the warning named a URL nothing uses, as if it were wrong."""
+    raw = tomllib.loads((REPO / "config.example.toml").read_text(encoding="utf-8"))
+    raw["telegram"] = {"api_base_url": "https://api.telegram.org"}  # no bots: WhatsApp only
+    assert sandbox_warnings(parse_settings(raw, {})) == []
+    raw["whatsapp"]["graph_base_url"] = "https://graph.facebook.com"
+    [warning] = sandbox_warnings(parse_settings(raw, {}))
+    assert warning.startswith("the sandbox is enabled but whatsapp.graph_base_url does not point")
+
+
 async def _has(
     http: aiohttp.ClientSession, gateway: Demo, channel: str, chat: str, text: str
 ) -> bool:

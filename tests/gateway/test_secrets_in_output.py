@@ -14,6 +14,8 @@ from webhook_bot_gateway.gateway.cli import main
 from webhook_bot_gateway.gateway.config import Settings
 
 AGENTS = '[agents]\nstarting_agent = "a"\n[[agents.list]]\nname = "a"\nkind = "human"\n'
+BOT = {"name": "support", "token": "1:t", "secret_token": "own-secret"}
+NUMBER = {"phone_number_id": "1", "access_token": "own-token"}
 
 
 @pytest.mark.parametrize(
@@ -90,7 +92,9 @@ def test_the_sandbox_warning_about_a_base_url_masks_its_password_and_query(
 ) -> None:
     """It printed the URL whole, once in check-config and once in every start's log."""
     section, option = key.split(".")
-    settings = Settings.model_validate({"sandbox": {"enabled": True}, section: {option: url}})
+    accounts = {"telegram": {"bots": [BOT]}, "whatsapp": {"numbers": [NUMBER]}}[section]
+    raw = {"sandbox": {"enabled": True}, section: {option: url} | accounts}
+    settings = Settings.model_validate(raw)
     [warning] = [line for line in sandbox_warnings(settings) if key in line]
     assert warning == f"the sandbox is enabled but {key} does not point at it: {shown}"
 
@@ -100,8 +104,10 @@ def test_check_config_prints_no_credential_of_a_base_url_in_its_warnings(tmp_pat
     path.write_text(
         "[sandbox]\nenabled = true\n"
         '[telegram]\napi_base_url = "https://user:TG-PASS@tg.example/x?k=TG-QUERY"\n'
+        '[[telegram.bots]]\nname = "support"\ntoken = "1:t"\nsecret_token = "own-secret"\n'
         '[whatsapp]\ngraph_base_url = "https://user:WA-PASS@graph.example/?access_token=WA-Q"\n'
-        + AGENTS,
+        'app_secret = "own-app-secret"\nverify_token = "own-verify"\n'
+        '[[whatsapp.numbers]]\nphone_number_id = "1"\naccess_token = "own-token"\n' + AGENTS,
         encoding="utf-8",
     )
     out = io.StringIO()
