@@ -12,6 +12,7 @@ from typing import TextIO
 
 from pydantic import BaseModel
 
+from webhook_bot_gateway.channels import ChannelError, RetryableSendError
 from webhook_bot_gateway.store import (
     SessionNotFound,
     Store,
@@ -32,7 +33,7 @@ from ._sandbox import sandbox_warnings
 from ._store_open import naming_store_url, open_configured_store
 from ._summary import mask_url, summarize
 from ._webhook_url import check_webhook_url
-from .config import Settings
+from .config import Settings, own_url
 
 MEMORY = ":memory:"
 
@@ -236,15 +237,31 @@ async def telegram_command(settings: Settings, args: argparse.Namespace, out: Te
         print(f"warning: {warning}", file=sys.stderr)
     telegram = settings.telegram
     secrets = configured_secrets(settings)
-    await set_webhook(
-        bots[args.bot],
-        args.url,
-        telegram.api_base_url,
-        request_timeout=telegram.request_timeout,
-        redact=secrets,  # its error is printed: none of them may be in it
-    )
+    try:
+        await set_webhook(
+            bots[args.bot],
+            args.url,
+            telegram.api_base_url,
+            request_timeout=telegram.request_timeout,
+            redact=secrets,  # its error is printed: none of them may be in it
+        )
+    except RetryableSendError as exc:
+        raise _unanswered_sandbox(settings, exc) from None
     print(f"webhook of bot {args.bot} set to {_shown_url(args.url, secrets)}", file=out)
     return 0
+
+
+def _unanswered_sandbox(settings: Settings, exc: RetryableSendError) -> ChannelError:
+    """``exc``, with what to do when the Bot API that did not answer is this gateway's own
+    sandbox: only a running ``gateway serve`` answers there."""
+    base = settings.telegram.api_base_url
+    if not (settings.sandbox.enabled and base.startswith(own_url(settings) + "/")):
+        return exc
+    return ChannelError(
+        exc.channel,
+        f"{exc.reason}; telegram.api_base_url is this gateway's own sandbox ({mask_url(base)}),"
+        " which answers only while `gateway serve` runs with this config: start it first",
+    )
 
 
 def _shown_url(url: str, secrets: tuple[str, ...]) -> str:

@@ -257,7 +257,7 @@ def _checked(settings: Settings) -> Settings:
     if declared is not None:  # with agents.module, checked once the registry is built
         check_account_agents(settings, declared)
     settings = with_local_urls(settings)
-    check_base_urls(settings, _own_url(settings))  # absolute http(s); no sandbox URL without it
+    check_base_urls(settings, own_url(settings))  # absolute http(s); no sandbox URL without it
     return settings
 
 
@@ -282,7 +282,7 @@ def with_local_urls(settings: Settings, prefix: str = "/") -> Settings:
     """An API base URL that is a path (``/sandbox/telegram``) means this gateway itself: it is
     made absolute with the server's own address, so the sandbox follows ``server.port``.
     (``prefix``: what such a URL starts with; see ``with_bound_port``.)"""
-    own = _own_url(settings)
+    own = own_url(settings)
     telegram, whatsapp = settings.telegram, settings.whatsapp
     if telegram.api_base_url.startswith(prefix):
         path = telegram.api_base_url[len(prefix) - 1 :]
@@ -298,12 +298,13 @@ def with_bound_port(settings: Settings, port: int) -> Settings:
     settings name it, and the base URLs made for this gateway itself follow (they held ``:0``)."""
     if settings.server.port == port:
         return settings
-    unbound = _own_url(settings) + "/"
+    unbound = own_url(settings) + "/"
     server = settings.server.model_copy(update={"port": port})
     return with_local_urls(settings.model_copy(update={"server": server}), unbound)
 
 
-def _own_url(settings: Settings) -> str:
+def own_url(settings: Settings) -> str:
+    """Where this gateway is reached from itself (the base of its sandbox URLs)."""
     return f"http://{loopback_host(settings.server.host)}:{settings.server.port}"
 
 

@@ -12,6 +12,7 @@ from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
 from tests.channels.telegram_fakes import FakeBotApi, Recorded
+from tests.e2e.gateway_proc import free_port
 from webhook_bot_gateway.channels.telegram import ALLOWED_UPDATES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,4 +196,43 @@ async def test_an_answer_that_is_not_json_is_the_one_error_line(
     assert err == (
         "error: telegram: NetworkError: Bad Gateway (502). Parsing the server response"
         f" b'{page}' failed\n"
+    )
+
+
+async def test_the_sandbox_not_served_is_named_with_what_to_do(tmp_path: Path) -> None:
+    """With the sandbox, the Bot API is `gateway serve` itself: the error said only that it
+    could not connect to "the Bot API", which a newcomer takes for Telegram."""
+    port = free_port()  # nobody listens there: the gateway is not started
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f"[server]\nport = {port}\n[sandbox]\nenabled = true\n"
+        '[telegram]\napi_base_url = "/sandbox/telegram"\n'
+        f'[[telegram.bots]]\nname = "support"\ntoken = "{TOKEN}"\nsecret_token = "{SECRET}"\n',
+        encoding="utf-8",
+    )
+    url = "https://bots.example.com/webhooks/telegram/support"
+    code, out, err = await run_gateway_apart(
+        "telegram", "set-webhook", "--bot", "support", "--url", url, "--config", str(config)
+    )
+    assert (code, out) == (1, "")
+    assert err == (
+        "error: telegram: NetworkError: cannot connect to the Bot API (ClientConnectorError):"
+        " not sent (ConnectError); telegram.api_base_url is this gateway's own sandbox"
+        f" (http://127.0.0.1:{port}/sandbox/telegram), which answers only while `gateway serve`"
+        " runs with this config: start it first\n"
+    )
+
+
+async def test_an_unreachable_bot_api_of_its_own_is_not_said_to_be_the_sandbox(
+    tmp_path: Path,
+) -> None:
+    config = write_config(tmp_path, f"http://127.0.0.1:{free_port()}")
+    url = "https://bots.example.com/webhooks/telegram/support"
+    code, _, err = await run_gateway_apart(
+        "telegram", "set-webhook", "--bot", "support", "--url", url, "--config", str(config)
+    )
+    assert code == 1
+    assert err == (
+        "error: telegram: NetworkError: cannot connect to the Bot API (ClientConnectorError):"
+        " not sent (ConnectError)\n"
     )
