@@ -71,14 +71,19 @@ def summarize(settings: Settings) -> list[str]:
 
 def _admin_token(settings: Settings) -> str:
     """Masked; with ``admin.token_file`` not made yet (check-config makes nothing), where the
-    first ``gateway serve`` will make it."""
+    first ``gateway serve`` will make it; with neither, that the admin API is off."""
     admin = settings.admin
-    if admin.token_file and not admin.token.get_secret_value():
+    if admin.token.get_secret_value():
+        return mask(admin.token)
+    if admin.token_file:
         return (
             f"none yet: the first start of `gateway serve` makes one in {admin.token_file}"
             " (mode 0600) and prints it once"
         )
-    return mask(admin.token)
+    return (
+        "(empty): admin.token and admin.token_file are empty, so the admin API and the console"
+        " are off (403 admin_disabled)"
+    )
 
 
 def _log_format(style: str) -> str:

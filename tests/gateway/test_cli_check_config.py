@@ -456,3 +456,16 @@ def test_check_config_shows_the_stores_lease_and_pool(
     code, out = cli("check-config", "--config", str(path))
     assert code == 0
     assert f"  {shown}\n" in out
+
+
+def test_check_config_says_the_admin_api_is_off_without_a_token_or_a_token_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It printed only `admin token: (empty)`, as if a token were merely unset; the console and
+    the sandbox's simulator then refuse every sign-in."""
+    code, out, _ = check_config(tmp_path, '[agents]\nstarting_agent = "a"\n' + HUMAN, capsys)
+    assert code == 0
+    assert (
+        "  admin token: (empty): admin.token and admin.token_file are empty, so the admin API"
+        " and the console are off (403 admin_disabled)\n"
+    ) in out
