@@ -25,6 +25,7 @@ from webhook_bot_gateway.store import (
 from ._accounts import dead_letter_warnings, gateway_registry
 from ._admin_token import check_token_file_can_be_made
 from ._api_models import MessageOut, SessionDetail, SessionOut, SessionsPage
+from ._demo_credentials import demo_credential_warnings
 from ._export import export_command
 from ._logging import REDACTED, configured_secrets, secrets_pattern
 from ._media.files import erase_session, require_media_root
@@ -100,6 +101,7 @@ async def check_config(settings: Settings, path: Path, out: TextIO) -> int:
     try:
         lines = [*summarize(settings), f"agents declared: {', '.join(registry.names)}"]
         lines += [f"warning: {warning}" for warning in sandbox_warnings(settings)]
+        lines += [f"warning: {warning}" for warning in demo_credential_warnings(settings)]
         lines += [f"warning: {warning}" for warning in settings.agents.timing_warnings()]
         handoff = settings.dispatcher.dead_letter_handoff
         if handoff and registry.get(handoff) is None:

@@ -22,6 +22,7 @@ from ._channels_ctx import channels_ctx
 from ._console import add_console_routes
 from ._console.keys import TICKETS
 from ._console.tickets import SECRET_NAME as TICKET_SECRET
+from ._demo_credentials import demo_credential_warnings
 from ._gc import freeze_startup_objects
 from ._handed import HandedDeliveries
 from ._http import unmatched
@@ -293,6 +294,8 @@ def build_app(
     add_sandbox_routes(app, settings)
     for warning in sandbox_warnings(settings):
         log.warning("SANDBOX: %s", warning)
+    for warning in demo_credential_warnings(settings):
+        log.warning("%s", warning)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
