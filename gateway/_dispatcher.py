@@ -12,49 +12,24 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
-from functools import partial
-from itertools import takewhile
 from typing import Any
 
-from webhook_bot_gateway.agents import DEAD_LETTER, AgentError, ModelBackendError, Reply, Runner
-from webhook_bot_gateway.channels import ChannelAdapter, ChannelError
-from webhook_bot_gateway.channels.web import CHANNEL as WEB
-from webhook_bot_gateway.store import (
-    InboxItem,
-    InboxNotFound,
-    InboxNotPending,
-    RunActive,
-    Session,
-    SessionDeletedError,
-    SessionInbox,
-    SessionNotFound,
-    Store,
-    StoreError,
-    Turn,
-    TurnActive,
-    TurnTakenOver,
-)
+from webhook_bot_gateway.agents import Runner
+from webhook_bot_gateway.channels import ChannelAdapter
+from webhook_bot_gateway.store import InboxItem, SessionInbox, Store, StoreError
 
-from . import _convert as convert
-from . import _log_context as log_context
-from . import _reachability as reachability
-from ._dead_letter import DeadLetterRoute, record_dead_letter
+from . import _turns as turns
+from ._cancels import Cancels
+from ._dead_letter import DeadLetterRoute
+from ._lanes import DRAINED, PENDING_PAGE, Known, next_batch
 from ._media.wait import MediaWait, StoredFiles
-from ._metrics import CANCELS, HANDOFFS, STORE_ERRORS, TURN_SECONDS, TURNS, Metrics
+from ._metrics import CANCELS, STORE_ERRORS, Metrics
 from ._pacer import AckPacer
-from ._templates import TEMPLATE_TOOL, queued_templates, template_outbox
-from ._typing import Typing
 from ._wait import OTHERS_GRACE, Later, wait_event
-from ._window import free_text_refusal
 from .config import DispatcherConfig
-from .errors import GatewayError
 
 log = logging.getLogger("gateway.dispatcher")
 
-MAX_ASKED_WAIT = 3600.0  # a model server's Retry-After is honoured up to an hour
-BUSY_RETRY_SECONDS = 0.5  # a session whose turn runs elsewhere is tried again this soon
-BUSY_WARN_SECONDS = 30.0  # a session refused this long is logged (and again each such period)
 TAKEN_SHOWN = 10  # sessions named in the line of a takeover
 
 # A cancel of a turn another process runs waits this long for that process's answer.
@@ -64,15 +39,6 @@ UNANSWERED_TEXT = (
     f"the process running this session's turn did not answer the cancel within"
     f" {CANCEL_RELAY_SECONDS:g} s; the turn may still be running: try again"
 )
-PENDING_PAGE = 100  # pending rows read per turn, or held in memory per lane
-# A committed turn took every pending row it read: new rows wake the lane (the intake's wake,
-# or the poll for rows another process wrote), so it ends without reading the store again.
-DRAINED = -1.0
-MAX_ERROR = 500
-# The errors our packages raise on purpose: their messages are written to be shown, with no
-# secret in them (a model backend's takes its key out, a channel's its token). Any other
-# exception is kept by its type only (see ``failure_text``).
-OWN_ERRORS = (AgentError, StoreError, ChannelError, GatewayError)
 
 Clock = Callable[[], float]
 
@@ -101,38 +67,42 @@ class Dispatcher:
         self._runner = runner
         self._config = config
         self._metrics = metrics
-        self._adapters = dict(adapters or {})
-        self._on_outbox = on_outbox
-        # Where a dead-lettered session goes, and its apology (a person promised only if one
-        # holds the session afterwards).
-        self._dead_letters = DeadLetterRoute.of(runner.registry, config, handoff_agent)
-        self._media = media or StoredFiles(store)
         self._clock = clock
+        self._cancels = Cancels()  # the turns running here, and the rows of accepted cancels
+        self._turns = turns.TurnRunner(
+            store,
+            runner,
+            config,
+            metrics=metrics,
+            cancels=self._cancels,
+            media=media or StoredFiles(store),
+            adapters=dict(adapters or {}),
+            on_outbox=on_outbox,
+            dead_letters=DeadLetterRoute.of(runner.registry, config, handoff_agent),
+            clock=clock,
+        )
         self._max_lanes = max_lanes or 8 * config.max_concurrent_turns
-        self._slots = asyncio.Semaphore(config.max_concurrent_turns)
         self._lanes: dict[str, asyncio.Task[None]] = {}
         self._answering: set[asyncio.Task[bool]] = set()  # answer_waiting_soon's turns
         self._again: set[str] = set()  # woken while running: look for rows once more
         # Lanes that hold every pending row of their session (the intake hands them over):
         # their turns start without a read. A lane with no entry reads the store.
-        self._known: dict[str, _Known] = {}
+        self._known: dict[str, Known] = {}
         self._heard: set[str] = set()  # another process's sessions, looked at after the grace
         self._wake_heard_later = Later(self._wake_heard, others_grace)
         # Sessions with rows and no lane while every lane was taken, in order: each gets a
         # lane when one ends. Past max_lanes of them, a poll finds the rest (``_overflow``) once
         # those all have lanes.
         # A left-out session's handed rows are kept as a lane would hold them (bounded alike).
-        self._left_out: dict[str, _Known | None] = {}
+        self._left_out: dict[str, Known | None] = {}
         self._overflow = False
         self._poll_now = asyncio.Event()
         self._stop = asyncio.Event()
-        self._cancels: dict[str, _Running] = {}  # running turns, by session
-        # The inbox rows of an accepted cancel whose turn did not commit (its begin was refused,
-        # or failed), by session: their next turn starts cancelled. Forgotten once such a turn
-        # commits, or when the rows are no longer pending (see ``_cancelled_rows``, ``poll``).
-        self._cancelled: dict[str, frozenset[int]] = {}
-        self._busy: dict[str, tuple[float, int, float]] = {}  # refused: since, tries, warned at
-        self.running_turns = 0
+
+    @property
+    def running_turns(self) -> int:
+        """Turns running now (their slots taken)."""
+        return self._turns.running_turns
 
     @property
     def lanes(self) -> frozenset[str]:
@@ -143,15 +113,16 @@ class Dispatcher:
         """Reconcile interrupted runs, then give every session with pending rows a lane. The
         cancels kept with pending rows (a process stopped before their turns committed) stick
         to those rows here too."""
-        self._cancelled.update(await self._store.cancelled_inbox())
+        self._cancels.accepted.update(await self._store.cancelled_inbox())
         await self.poll()
 
     async def poll(self) -> None:
         """Take over the turns of processes whose lease ran out, then look for sessions with
         pending rows (rows from another process, taken over, or left out)."""
         self._overflow = False
-        # Live view: a turn is registered in _cancels before it begins, and leaves after it ended.
-        taken = await self._store.interrupt_running(running_here=self._cancels.keys())
+        # Live view: a turn is registered in _cancels.running before it begins, and leaves after
+        # it ended.
+        taken = await self._store.interrupt_running(running_here=self._cancels.running.keys())
         if taken:
             shown = ", ".join(taken[:TAKEN_SHOWN]) + (", ..." if len(taken) > TAKEN_SHOWN else "")
             log.warning(
@@ -161,13 +132,14 @@ class Dispatcher:
                 shown,
             )
             kept = await self._store.cancelled_inbox(taken)  # cancels their old owner accepted
-            self._cancelled.update(kept.items() - self._cancelled.items())
+            accepted = self._cancels.accepted
+            accepted.update(kept.items() - accepted.items())
         # Cancelled rows no lane reads (its read failed): forgotten if they are no longer pending.
-        unread = {sid for sid in self._cancelled if sid not in self._lanes}
+        unread = {sid for sid in self._cancels.accepted if sid not in self._lanes}
         pending = await self._store.pending_sessions()
         for sid in unread.difference(pending):  # say, the session was deleted
             if sid not in self._lanes:
-                self._cancelled.pop(sid, None)
+                self._cancels.accepted.pop(sid, None)
         for sid in pending:  # rows a lane does not hold may be among them (a CLI wrote them)
             if (known := self._known.get(sid)) is not None:
                 known.recheck = True
@@ -203,14 +175,14 @@ class Dispatcher:
                     self._left_out[sid] = None  # more than a page waits: its lane reads them
             elif sid not in self._lanes:
                 whole = new.complete and len(new.new) <= PENDING_PAGE
-                self._start_lane(sid, _Known(list(new.new)) if whole else None)
+                self._start_lane(sid, Known(list(new.new)) if whole else None)
             elif (known := self._known.get(sid)) is None:
                 self._again.add(sid)  # the lane reads the store: these rows are there
             elif not known.learn(new.new):
                 del self._known[sid]  # more than a page waits: read them
                 self._again.add(sid)
 
-    def _start_lane(self, sid: str, known: _Known | None) -> None:
+    def _start_lane(self, sid: str, known: Known | None) -> None:
         if len(self._lanes) >= self._max_lanes:
             if sid in self._left_out:
                 self._left_out[sid] = None  # woken: its lane reads the store
@@ -270,34 +242,23 @@ class Dispatcher:
         commits it (or runs no agent: reactions). A StoreError leaves the turn stopped here,
         the cancel not kept; asked again, the cancel is kept then.
         """
-        ids = self._accept_cancel(session_id)
+        ids = self._cancels.accept(session_id)
         if ids is None:
             return False
         await self._store.cancel_inbox(sorted(ids))
         return True
 
-    def _accept_cancel(self, session_id: str) -> frozenset[int] | None:
-        """The inbox rows of the session's turn that this cancel stops (or that an earlier
-        accepted cancel stopped), else None."""
-        running = self._cancels.get(session_id)
-        if running is not None and running.stop():
-            self._cancelled[session_id] = running.inbox_ids  # until a turn of them commits
-            return running.inbox_ids
-        return self._cancelled.get(session_id)
-
     def session_erased(self, session_id: str) -> None:
         """The session was deleted: its turn running here (if any) stops now instead of asking
         its model, and showing "typing…" to the erased user, until it ends. It writes
         nothing, as any turn of a deleted session (the store refuses its commit)."""
-        running = self._cancels.get(session_id)
-        if running is not None:
-            running.stop()
+        self._cancels.stop(session_id)
 
     async def cancel(self, session_id: str) -> bool | None:
         """``cancel_turn`` here, else in the process whose lease holds the session's running
         turn (the store relays it, PostgreSQL only): None when that process did not answer
         within ``CANCEL_RELAY_SECONDS``."""
-        if session_id in self._cancels or session_id in self._cancelled:
+        if self._cancels.here(session_id):
             taken: bool | None = await self.cancel_turn(session_id)  # here: this process decides
             outcome = "taken" if taken else "refused"
         else:
@@ -343,7 +304,7 @@ class Dispatcher:
                         continue
                     return
                 if wait > 0 and self._stop.is_set():  # a cancel's rows: tried within the grace
-                    await asyncio.sleep(min(wait, BUSY_RETRY_SECONDS))
+                    await asyncio.sleep(min(wait, turns.BUSY_RETRY_SECONDS))
                 elif wait > 0:
                     await wait_event(self._stop, wait)
         except StoreError as exc:  # its rows could not be read: a poll finds them again
@@ -352,7 +313,7 @@ class Dispatcher:
         except Exception:
             log.exception("lane of session %s stopped", sid)
         finally:
-            self._busy.pop(sid, None)
+            self._turns.refusals.forget(sid)
             if self._lanes.get(sid) is asyncio.current_task():
                 del self._lanes[sid]
                 self._known.pop(sid, None)
@@ -375,18 +336,18 @@ class Dispatcher:
         every pending row (no need to read again unless woken), else seconds to wait first."""
         if self._pacer is not None:
             await self._pacer.admit(1)  # before the slot: a paced lane holds none
-        async with self._slots:
+        async with self._turns.slots:
             if self._stopping(sid):
                 return 0.0
             rows = await self._pending(sid)
-            cancelled = self._cancelled_rows(sid, rows)
+            cancelled = self._cancels.rows(sid, rows)
             if not rows:
                 return None
             wait = rows[0].next_attempt_at - self._clock()
             if wait > 0:
                 return wait  # a retry in backoff; later rows wait behind it
-            batch = cancelled or _next_batch(rows, self._config.double_texting)
-            retry = await self._logged_turn(sid, batch)
+            batch = cancelled or next_batch(rows, self._config.double_texting)
+            retry = await self._turns.run(sid, batch)
             known = self._known.get(sid)
             if retry is not None:
                 self._known.pop(sid, None)  # failed, refused, taken elsewhere: read again
@@ -399,19 +360,7 @@ class Dispatcher:
         """The lane ends: the gateway stops, and the lane holds no rows of an accepted cancel.
         Those rows get their turn (the user's message alone, no model asked) during the drain,
         at once, so the cancel is not lost with the process."""
-        return self._stop.is_set() and sid not in self._cancelled
-
-    def _cancelled_rows(self, sid: str, rows: Sequence[InboxItem]) -> Sequence[InboxItem]:
-        """The first pending rows when a cancel was accepted for them: the batch of their turn
-        that did not commit, alone (a message written since is not cancelled). The rows that
-        are no longer pending ended otherwise (answered elsewhere, deleted, dead): forgotten."""
-        ids = self._cancelled.pop(sid, None)
-        if ids is None:
-            return ()
-        held = list(takewhile(lambda row: row.id in ids, rows))
-        if held:
-            self._cancelled[sid] = frozenset(row.id for row in held)
-        return held
+        return self._stop.is_set() and sid not in self._cancels.accepted
 
     async def _pending(self, sid: str) -> Sequence[InboxItem]:
         """The session's pending rows: those the lane holds, else read. A read that found
@@ -423,91 +372,8 @@ class Dispatcher:
         self._known.pop(sid, None)  # or held none, and a poll saw rows: read once
         rows = await self._store.pending_inbox(sid, PENDING_PAGE)
         if len(rows) < PENDING_PAGE and sid not in self._again and sid in self._lanes:
-            self._known[sid] = _Known(list(rows))
+            self._known[sid] = Known(list(rows))
         return rows
-
-    async def _logged_turn(self, sid: str, batch: Sequence[InboxItem]) -> float | None:
-        """``_turn``, every line logged meanwhile tagged with the session and its inbox rows, and
-        one line at its end naming its outcome (docs/logging.md)."""
-        ids, keys = [row.id for row in batch], [row.dedup_key for row in batch]
-        started = time.monotonic()
-        with log_context.turn(sid, ids, keys):
-            try:
-                return await self._turn(sid, batch)
-            finally:
-                _log_turn_end(log_context.outcome(), time.monotonic() - started)
-
-    def _ended(self, outcome: str) -> None:
-        """Count how the turn ended; its last log line says it too."""
-        self._metrics.inc(TURNS, outcome=outcome)
-        log_context.record_outcome(outcome)
-
-    async def _turn(self, sid: str, batch: Sequence[InboxItem]) -> float | None:
-        """Run one turn of ``batch``; None once it committed, else seconds until a new look."""
-        typing = self._typing(batch[-1])
-        events = [row.event for row in batch]
-        reactions = convert.asks_nothing(events)  # recorded by no agent: nothing to stop
-        ids = [row.id for row in batch]
-        running = self._cancels[sid] = _Running(ids, committing=reactions)
-        if not reactions and not self._cancelled.get(sid, frozenset()).isdisjoint(ids):
-            running.cancel.set()  # cancelled while an earlier turn of these rows ran
-        returned: list[str] = []  # the session, if the turn released its parked replies
-        started = time.perf_counter()
-        self.running_turns += 1
-        try:
-            typing.start()
-            with_files = [row.dedup_key for row in batch if convert.has_files(row.event)]
-            files = await self._media.settle(with_files) if with_files else []
-            inbound = convert.user_input(events, files)
-            commit = partial(_before_commit, batch, typing, returned, running)
-            if reactions:
-                result = await self._runner.record_turn(
-                    sid, inbound, before_commit=commit, inbox_ids=ids
-                )
-            else:
-                result = await self._runner.run_turn(
-                    sid,
-                    replace(inbound, images=await self._media.images(files)),
-                    cancel=running.cancel,
-                    before_commit=commit,
-                    inbox_ids=ids,
-                    reply_guard=self._window_guard,
-                )
-        except (SessionDeletedError, SessionNotFound):
-            log.info("session %s was deleted during its turn; nothing written", sid)
-            self._cancelled.pop(sid, None)
-            self._ended("deleted")
-            return 0.0
-        except TurnTakenOver:
-            _say_taken_over(sid, time.perf_counter() - started)
-            self._ended("taken_over")
-            return max(BUSY_RETRY_SECONDS, self._config.retry_base_seconds)
-        except (RunActive, TurnActive):
-            self._refused(sid)
-            return max(BUSY_RETRY_SECONDS, self._config.retry_base_seconds)
-        except (InboxNotPending, InboxNotFound):
-            # Another process answered these rows (or they were deleted) since they were read.
-            log.info("inbox rows of session %s were no longer pending; looking again", sid)
-            return 0.0
-        except asyncio.CancelledError:
-            self._ended("cancelled")  # shutdown: rolled back, runs again
-            raise
-        except Exception as exc:
-            return await self._failed(sid, batch, exc)
-        finally:
-            self.running_turns -= 1
-            self._cancels.pop(sid, None)
-            await typing.aclose()  # before the sender may send the reply
-        self._cancelled.pop(sid, None)  # the rows a cancel was accepted for are done
-        self._ended("cancelled_by_user" if result.cancelled else "committed")
-        self._metrics.observe(
-            TURN_SECONDS, time.perf_counter() - started, agent=result.agent_before
-        )
-        self._busy.pop(sid, None)
-        if returned:
-            await self._release(sid)
-        self._on_outbox()
-        return None
 
     def answer_waiting_soon(self, sid: str) -> None:
         """``answer_waiting`` in a task of its own (an operator handed the session back to a
@@ -524,304 +390,4 @@ class Dispatcher:
         handoff back to a bot does too); whether it committed. A failure is logged: the
         messages wait for the next start (a gone agent's) or the user's next message, whose
         turn sees them."""
-        async with self._slots:
-            self.running_turns += 1
-            try:
-                result = await self._runner.answer_waiting(
-                    sid, before_commit=_queue_answers, reply_guard=self._window_guard
-                )
-            except TurnTakenOver:  # before TurnActive, which it is: no turn of it runs now
-                log.warning(
-                    "session %s: its waiting messages were answered here, but another process"
-                    " took the session over meanwhile (this process's lease ran out): nothing"
-                    " was written; the user's next message's turn answers them",
-                    sid,
-                )
-                return False
-            except (SessionDeletedError, SessionNotFound, RunActive, TurnActive):
-                return False  # erased, or a turn of the session runs: that one answers
-            except Exception as exc:
-                error = failure_text(exc)
-                log.warning(
-                    "session %s: its waiting messages could not be answered: %s", sid, error
-                )
-                if not isinstance(exc, OWN_ERRORS):
-                    log.debug("answering the waiting messages of %s raised", sid, exc_info=exc)
-                return False
-            finally:
-                self.running_turns -= 1
-        if result is None:
-            return False
-        self._ended("committed")
-        self._on_outbox()
-        return True
-
-    def _window_guard(self, session: Session) -> str | None:
-        """Why an agent's text cannot go now: WhatsApp's window closed (error 131047)."""
-        closed = free_text_refusal(session, self._clock())
-        if closed is None:
-            return None
-        return f"{closed.describe()}; send one with the {TEMPLATE_TOOL} tool, if you have it"
-
-    async def _release(self, sid: str) -> None:
-        """The parked replies of a user who is back: due now, before this turn's own."""
-        try:
-            await self._store.unpark_outbox(sid)
-        except StoreError as exc:  # they stay parked, and this turn's replies behind them
-            self._metrics.inc(STORE_ERRORS, component="dispatcher")
-            log.warning("parked replies of session %s not released: %s", sid, exc)
-
-    def _refused(self, sid: str) -> None:
-        """Count a turn refused because one of the session runs; say so when it lasts."""
-        now = self._clock()
-        since, tries, warned = self._busy.get(sid, (now, 0, now))
-        tries += 1
-        if now - warned >= BUSY_WARN_SECONDS:
-            log.warning(
-                "session %s: its turns have been refused for %.0f s (%d tries): a turn of it is"
-                " marked running (here or in another process)",
-                sid,
-                now - since,
-                tries,
-            )
-            warned = now
-        self._busy[sid] = (since, tries, warned)
-
-    def _typing(self, row: InboxItem) -> Typing:
-        event = row.event
-        channel, account, chat_id = (
-            str(event.get(k, "")) for k in ("channel", "account", "chat_id")
-        )
-        message_id = event.get("message_id")
-        return Typing(
-            self._adapters.get(channel),
-            account,
-            chat_id,
-            message_id if isinstance(message_id, str) else None,
-            convert.thread_of([row]),
-            after=self._config.typing_after_seconds,
-            interval=self._config.typing_interval_seconds,
-        )
-
-    # failures
-
-    async def _failed(self, sid: str, batch: Sequence[InboxItem], exc: Exception) -> float:
-        """Record the failed try; the seconds the lane waits before it reads the rows again: 0
-        once recorded (the rows' retry time says how long), else the backoff itself (the
-        store failed too, say a full disk: the rows were readable, and were tried in a loop)."""
-        error = failure_text(exc)
-        if not isinstance(exc, OWN_ERRORS):
-            log.debug("turn of session %s raised", sid, exc_info=exc)
-        ids = [row.id for row in batch]
-        attempts = max(row.attempts for row in batch) + 1
-        hopeless = isinstance(exc, ModelBackendError) and exc.permanent
-        dead = hopeless or attempts >= self._config.max_attempts
-        delay: float = max(self._config.retry_base_seconds * 2 ** (attempts - 1), _asked_wait(exc))
-        log.warning(
-            "turn of session %s failed (try %d): %s%s",
-            sid,
-            attempts,
-            error,
-            _next_try(dead, hopeless, delay),
-        )
-        try:
-            await self._store.fail_inbox(
-                ids, error, next_attempt_at=self._clock() + (0 if dead else delay), dead=dead
-            )
-            self._ended("dead" if dead else "failed")
-            if dead:
-                await self._dead_letter(sid, batch)
-        except StoreError as store_exc:
-            # The rows stay pending and the lane tries again after the backoff; the attempt
-            # is not counted.
-            self._metrics.inc(STORE_ERRORS, component="dispatcher")
-            log.error("could not record the failed turn of %s: %s", sid, store_exc)
-            return delay
-        return 0.0
-
-    async def _dead_letter(self, sid: str, batch: Sequence[InboxItem]) -> None:
-        """Apologise to the user and, if configured, hand the session to a person; the
-        message, the apology and the handoff go in the history (see ``record_dead_letter``)."""
-        events = [row.event for row in batch]
-        try:
-            handoff = await record_dead_letter(
-                self._store, sid, events, self._dead_letters, self._window_guard
-            )
-        except (SessionDeletedError, SessionNotFound):
-            return
-        except (RunActive, TurnActive):  # a new turn of the session started meanwhile
-            log.warning("session %s: the dead letter could not be recorded (a turn runs)", sid)
-            return
-        if self._dead_letters.apology or self._dead_letters.apology_no_person:
-            self._on_outbox()
-        if handoff is not None:
-            source, target = handoff
-            self._metrics.inc(HANDOFFS, from_agent=source, to_agent=target, reason=DEAD_LETTER)
-
-
-class _Running:
-    """A turn running here: its cancel event, honoured until the turn reaches its commit."""
-
-    __slots__ = ("cancel", "committing", "inbox_ids")
-
-    def __init__(self, inbox_ids: Iterable[int], *, committing: bool = False) -> None:
-        self.cancel = asyncio.Event()
-        self.inbox_ids = frozenset(inbox_ids)  # the batch: a cancel accepted sticks to them
-        # Past the point of no return (``_before_commit``): the turn commits what it has.
-        self.committing = committing
-
-    def stop(self) -> bool:
-        """Set the cancel event; False if it was set already or the turn is committing."""
-        if self.committing or self.cancel.is_set():
-            return False
-        self.cancel.set()
-        return True
-
-
-class _Known:
-    """The pending rows of a session, oldest first, as its lane knows them."""
-
-    __slots__ = ("rows", "last_id", "recheck")
-
-    def __init__(self, rows: list[InboxItem]) -> None:
-        self.rows = rows
-        self.last_id = rows[-1].id if rows else 0  # the newest row this lane has seen
-        self.recheck = False  # a poll saw the session's rows: read once these are done
-
-    def learn(self, handed: Sequence[InboxItem]) -> bool:
-        """Add the rows newer than any seen (older ones were taken); False past a page."""
-        new = [row for row in handed if row.id > self.last_id]
-        if new:
-            self.rows += new
-            self.last_id = new[-1].id
-        return len(self.rows) <= PENDING_PAGE
-
-    def took(self, batch: Sequence[InboxItem]) -> float:
-        """A turn committed ``batch`` (the first rows): DRAINED when none is left (and no
-        read is due), else 0."""
-        del self.rows[: len(batch)]
-        return 0.0 if self.rows or self.recheck else DRAINED
-
-
-def _say_taken_over(sid: str, seconds: float) -> None:
-    """The turn ran to its end here, but another process took its session over meanwhile
-    (TurnTakenOver), so nothing of it was written: its model calls and tools ran for nothing."""
-    log.warning(
-        "session %s: its turn ran %.1f s here and was dropped: another process took the session"
-        " over meanwhile, as this process's lease ran out (it, or its database link, stalled"
-        " longer than store.lease_seconds); nothing of the turn was written, and its messages"
-        " are answered anew (its tools may run again)",
-        sid,
-        seconds,
-    )
-
-
-def _log_turn_end(outcome: str | None, seconds: float) -> None:
-    """The line that ends a turn. None: no outcome was recorded (another process runs the
-    session's turn, answered its rows, or the failure could not be written): the rows are looked
-    at again, at DEBUG, as it can repeat every half second."""
-    extra = {"outcome": outcome or "retry", "duration_ms": round(seconds * 1000, 1)}
-    if outcome is None:
-        log.debug("turn ended with no outcome recorded; its rows are looked at again", extra=extra)
-    else:
-        log.info("turn ended: %s", outcome, extra=extra)
-
-
-def _next_batch(rows: Sequence[InboxItem], double_texting: str) -> Sequence[InboxItem]:
-    """The rows of the next turn: one with "enqueue"; with "merge" every pending row, but a
-    retry takes only the rows of the turn that failed (those with attempts), so a message sent
-    during the backoff is not tried, or dead-lettered, with them."""
-    if double_texting == "enqueue":
-        return rows[:1]
-    if rows[0].attempts:
-        return list(takewhile(lambda row: row.attempts > 0, rows))
-    return rows
-
-
-def _before_commit(
-    batch: Sequence[InboxItem],
-    typing: Typing,
-    returned: list[str],
-    running: _Running,
-    turn: Turn,
-    replies: Sequence[Reply],
-) -> None:
-    """Inside the turn's transaction: finish the inbox rows, keep a deep link's payload in the
-    session's metadata, queue one outbox row per reply (parked while the user is blocked; a
-    WhatsApp user who writes again is back: ``returned`` gets the session).
-
-    The runner calls it at the turn's point of no return, once it has looked at the cancel
-    event for the last time: from here a cancel is refused, as the turn commits what it has."""
-    running.committing = True
-    typing.stop()
-    turn.complete_inbox([row.id for row in batch])
-    payload = convert.last_start_payload([row.event for row in batch])
-    if payload is not None:
-        turn.update_metadata({convert.START_PAYLOAD: payload})
-    _follow_number_change(turn, [row.event for row in batch])
-    thread = convert.thread_of(batch)
-    session = turn.session
-    parked = reachability.is_blocked(session.metadata)
-    if reachability.released_by_message(session.channel, session.metadata):
-        turn.update_metadata({reachability.BLOCKED: False})
-        turn.record_event("user_unblocked", {"reason": "the user wrote again"})
-        returned.append(session.session_id)
-        parked = False
-    _queue_replies(turn, replies, thread, parked=parked)
-
-
-def _follow_number_change(turn: Turn, events: Sequence[Mapping[str, Any]]) -> None:
-    """A WhatsApp user who changed their number: the session's replies (agents', operators')
-    go to the new number from now on, as a migrated Telegram group's do."""
-    new_chat = convert.changed_number(events)
-    session = turn.session
-    if new_chat is None or new_chat == convert.reply_target(session.chat_id, session.metadata):
-        return
-    turn.update_metadata({convert.MIGRATED_CHAT: new_chat})
-    turn.record_event("chat_migrated", {"from": session.chat_id, "to": new_chat})
-
-
-def _queue_replies(
-    turn: Turn, replies: Sequence[Reply], thread: str | None = None, *, parked: bool
-) -> None:
-    """One outbox row per reply and per template a tool queued (none for a web session)."""
-    session = turn.session
-    if session.channel == WEB:
-        return  # the commit writes the replies to the session's event log: that is the send
-    for template in queued_templates(turn):
-        turn.add_outbox(template_outbox(session, template))
-    chat = convert.reply_target(session.chat_id, session.metadata)
-    for reply in replies:
-        message = convert.outbound(session.channel, session.account, chat, reply, thread)
-        turn.add_outbox(convert.outbox_row(session, message, parked=parked))
-
-
-def _queue_answers(turn: Turn, replies: Sequence[Reply]) -> None:
-    """``answer_waiting``'s commit hook: the replies, parked while the user is blocked."""
-    _queue_replies(turn, replies, parked=reachability.is_blocked(turn.session.metadata))
-
-
-def failure_text(exc: Exception) -> str:
-    """A failed turn's error, as its log line and its inbox rows (``inbox.error``, which the
-    dead letters API shows) keep it: one of our own errors (``OWN_ERRORS``) with its message; any
-    other by its type only, as a tool's (docs/agents.md): its message is whatever the code that
-    raised it wrote (the model backend of an agent declared in Python, a library below it),
-    which may hold a password. The traceback, message included, is logged at DEBUG only."""
-    if isinstance(exc, OWN_ERRORS):
-        return f"{type(exc).__name__}: {exc}"[:MAX_ERROR]
-    return f"{type(exc).__name__} (its message is not kept: it is logged at DEBUG only)"
-
-
-def _next_try(dead: bool, hopeless: bool, delay: float) -> str:
-    """The end of a failed turn's log line: when it is tried again, or why it is not."""
-    if hopeless:
-        return "; not tried again: the model's server refuses such a request"
-    return "" if dead else f"; next try in {delay:g}s"
-
-
-def _asked_wait(exc: Exception) -> float:
-    """How long the model's server asked to be left alone (its Retry-After), at most an hour:
-    a turn tried sooner would only be refused again and use up its attempts."""
-    if isinstance(exc, ModelBackendError) and exc.retry_after is not None:
-        return min(exc.retry_after, MAX_ASKED_WAIT)
-    return 0.0
+        return await self._turns.answer_waiting(sid)

@@ -2,7 +2,7 @@
 or the reply (session, outbox row) being handled when it was written.
 
 They live in a context variable set where the handling starts (``gateway/_webhooks.py``,
-``gateway/_dispatcher.py``, ``gateway/_sender.py``); ``LogContext``, a filter on the root
+``gateway/_turns.py``, ``gateway/_sender.py``); ``LogContext``, a filter on the root
 handlers, copies them onto every record, so a line carries them whoever logs it and no log call
 has to pass them. Tasks started while handling inherit them (asyncio copies the context). See
 docs/logging.md.

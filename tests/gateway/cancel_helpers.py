@@ -13,9 +13,9 @@ import pytest
 
 from webhook_bot_gateway.agents import Runner
 from webhook_bot_gateway.agents.testing import ScriptedModel, reply
-from webhook_bot_gateway.gateway import _dispatcher
-from webhook_bot_gateway.gateway._dispatcher import TURNS, Dispatcher
-from webhook_bot_gateway.gateway._metrics import Metrics
+from webhook_bot_gateway.gateway import _turns
+from webhook_bot_gateway.gateway._dispatcher import Dispatcher
+from webhook_bot_gateway.gateway._metrics import TURNS, Metrics
 from webhook_bot_gateway.gateway.config import DispatcherConfig
 from webhook_bot_gateway.store import InboxIn, RunActive, Store, Turn
 
@@ -94,7 +94,7 @@ async def cancel_at(
     """Run the turn of ``event`` (answered "the answer"), cancel it while it waits at ``at``."""
     held = HeldTurn(at)
     held.install(store, monkeypatch)
-    monkeypatch.setattr(_dispatcher, "BUSY_RETRY_SECONDS", 0.0)  # a refused turn: again at once
+    monkeypatch.setattr(_turns, "BUSY_RETRY_SECONDS", 0.0)  # a refused turn: again at once
     metrics = Metrics()
     runner = Runner(store, registry(ScriptedModel(reply("the answer"))))
     dispatcher = Dispatcher(store, runner, DispatcherConfig(retry_base_seconds=0), metrics=metrics)

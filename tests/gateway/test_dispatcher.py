@@ -25,11 +25,12 @@ from webhook_bot_gateway.agents import (
     tool,
 )
 from webhook_bot_gateway.agents.testing import Hang, ScriptedModel, call, reply
-from webhook_bot_gateway.gateway import _dispatcher
+from webhook_bot_gateway.gateway import _dispatcher, _turns
 from webhook_bot_gateway.gateway._dead_letter import NO_PERSON_APOLOGY
-from webhook_bot_gateway.gateway._dispatcher import BUSY_WARN_SECONDS, TURNS, Dispatcher
-from webhook_bot_gateway.gateway._metrics import Metrics
+from webhook_bot_gateway.gateway._dispatcher import Dispatcher
+from webhook_bot_gateway.gateway._metrics import TURNS, Metrics
 from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
+from webhook_bot_gateway.gateway._turn_log import BUSY_WARN_SECONDS
 from webhook_bot_gateway.gateway._wait import wait_event
 from webhook_bot_gateway.gateway.config import DispatcherConfig
 from webhook_bot_gateway.store import (
@@ -1147,7 +1148,7 @@ async def test_dispatcher_cancel_accepted_before_a_refused_begin_spares_a_later_
     answered after it."""
     held = cancel_helpers.HeldTurn("refused")
     held.install(store, monkeypatch)
-    monkeypatch.setattr(_dispatcher, "BUSY_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr(_turns, "BUSY_RETRY_SECONDS", 0.0)
     harness = Harness(store, ScriptedModel(echo(), echo()))  # the cancelled turn may ask too
     sid = await harness.feed("hello")
     try:
