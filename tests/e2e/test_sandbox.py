@@ -105,8 +105,10 @@ async def test_telegram_round_trip_with_a_button_press(
     await eventually(lambda: _has(http, demo, "telegram", "42", BILLING), "billing's reply")
     async with http.get(f"{demo.url}/api/sessions/telegram-support-42", headers=demo.auth) as r:
         assert (await r.json())["active_agent"] == "billing"
-    states = demo.query("SELECT state FROM outbox WHERE session_id = 'telegram-support-42'")
-    assert {s for (s,) in states} == {"sent"}
+    # The fake Bot API records a reply before the sender's commit marks its row sent.
+    await eventually(
+        lambda: outbox_states(demo, "telegram-support-42") == {"sent"}, "every reply marked sent"
+    )
 
 
 async def test_whatsapp_invoice_status_and_image(demo: Demo, http: aiohttp.ClientSession) -> None:
@@ -115,6 +117,9 @@ async def test_whatsapp_invoice_status_and_image(demo: Demo, http: aiohttp.Clien
     invoice = "Invoice INV-1001: 49.00 EUR, paid, due 2024-05-01."
     await eventually(lambda: _has(http, demo, "whatsapp", WA_USER, invoice), "the invoice")
     [reply] = await sent_texts(http, demo, "whatsapp", WA_USER)
+    # A status names the reply by the id the sender records with its row once the fake Graph
+    # API answered; a status for an id not recorded yet would be dropped.
+    await eventually(lambda: outbox_states(demo, sid) == {"sent"}, "the reply marked sent")
     await simulate(
         http,
         demo,
@@ -212,6 +217,11 @@ def test_a_channel_without_accounts_is_not_warned_about_where_its_api_url_points
     raw["whatsapp"]["graph_base_url"] = "https://graph.facebook.com"
     [warning] = sandbox_warnings(parse_settings(raw, {}))
     assert warning.startswith("the sandbox is enabled but whatsapp.graph_base_url does not point")
+
+
+def outbox_states(gateway: Demo, session_id: str) -> set[str]:
+    rows = gateway.query("SELECT state FROM outbox WHERE session_id = ?", session_id)
+    return {state for (state,) in rows}
 
 
 async def _has(
