@@ -81,6 +81,12 @@ async def test_e2e_faults_429_5xx_and_hang_each_reply_arrives_once(
     for chat in ("15557000001", "15557000002"):
         assert graph.texts(chat) == [HELP]
 
+    async def counted() -> bool:
+        """The sender counts a sent or uncertain row after the commit ``settled`` saw."""
+        sent = await metric(http, gateway, "sent", "telegram")
+        return sent >= 3 and await metric(http, gateway, "uncertain", "telegram") >= 1
+
+    await eventually(counted, "the sends settled to be counted", seconds=10)
     assert await metric(http, gateway, "uncertain", "telegram") == 1
     assert await metric(http, gateway, "retried", "telegram") == 3
     assert await metric(http, gateway, "retried", "whatsapp") == 2

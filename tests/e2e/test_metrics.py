@@ -151,7 +151,14 @@ async def test_metrics_after_a_scripted_run_show_every_series_with_its_value(
     await scripted_run(http, gateway)
     await eventually(lambda: settled(gateway), "the run to settle", seconds=30)
     await eventually(lambda: lanes_idle(gateway), "no turn left running", seconds=10)
-    samples = await scrape(http, gateway)
+    scraped: list[Samples] = []
+
+    async def counted() -> bool:
+        scraped[:] = [await scrape(http, gateway)]
+        return caught_up(scraped[0])
+
+    await eventually(counted, "the counts of what settled", seconds=10)
+    samples = scraped[0]
 
     check_webhooks(samples)
     check_turns_and_agents(samples)
@@ -165,6 +172,24 @@ async def test_metrics_after_a_scripted_run_show_every_series_with_its_value(
 
 def lanes_idle(gateway: Gateway) -> bool:
     return gateway.query("SELECT count(*) FROM sessions WHERE status != 'idle'") == [(0,)]
+
+
+def caught_up(samples: Samples) -> bool:
+    """Whether the counts of the states ``settled`` and ``lanes_idle`` saw have been added:
+    each comes after its commit (a row sent or dead, a turn committed or dead-lettered), the
+    rate-limit wait in the sender's pass after the first WhatsApp reply was recorded sent. The
+    checks then want these values exactly."""
+    outbox, turns = "gateway_outbox_total", "gateway_turns_total"
+    dead_letter = {"from_agent": "triage", "to_agent": "human", "reason": "dead_letter"}
+    return (
+        value(samples, outbox, channel="telegram", outcome="sent") >= 4
+        and value(samples, outbox, channel="telegram", outcome="dead") >= 1
+        and value(samples, outbox, channel="whatsapp", outcome="sent") >= 1
+        and value(samples, "gateway_rate_limit_waits_total", channel="whatsapp") >= 1
+        and value(samples, turns, outcome="committed") >= 6
+        and value(samples, turns, outcome="dead") >= 1
+        and value(samples, "gateway_handoffs_total", **dead_letter) >= 1
+    )
 
 
 def check_webhooks(samples: Samples) -> None:
