@@ -405,8 +405,11 @@ async def test_sender_run_sends_what_a_wake_up_announces(
         item = await queue(store, "Hello")
         wake.set()  # as the dispatcher does after a commit; the next poll is a minute away
         await asyncio.wait_for(notifying.sent.wait(), 5)
+        # The send records its outcome after the platform answered: wait for that, not for
+        # stop's grace, which cuts a send still in flight (a slow write under load).
+        await asyncio.wait_for(sender.flush(), 10)
     finally:
-        await sender.stop(1.0)  # lets the send in flight record its outcome
+        await sender.stop(1.0)
         await asyncio.wait_for(task, 5)
     assert texts(bots) == ["Hello"]
     assert (await row(store, item)).state == "sent"
