@@ -145,11 +145,14 @@ class TurnRunner:
             raise
         except Exception as exc:
             return await self._failures.failed(sid, batch, exc)
+        else:
+            # Forgotten before the wait below: the rows a cancel was accepted for are done, and
+            # a cancel now must be refused, not accepted again for a turn that has committed.
+            self._cancels.accepted.pop(sid, None)
         finally:
             self.running_turns -= 1
             self._cancels.running.pop(sid, None)
             await typing.aclose()  # before the sender may send the reply
-        self._cancels.accepted.pop(sid, None)  # the rows a cancel was accepted for are done
         ended(self._metrics, "cancelled_by_user" if result.cancelled else "committed")
         self._metrics.observe(
             TURN_SECONDS, time.perf_counter() - started, agent=result.agent_before

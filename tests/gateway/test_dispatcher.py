@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -1261,3 +1262,64 @@ async def test_dispatcher_says_when_an_answer_to_waiting_messages_was_taken_over
     assert "telegram-support-42" in warning.getMessage()
     assert "another process took the session over" in warning.getMessage()
     assert harness.dispatcher.running_turns == 0
+
+
+@dataclass
+class HeldTypingStop(RecordingAdapter):
+    """A Telegram adapter whose indicator, once shown, takes until ``release`` to stop: the
+    turn has committed, and the lane still waits for its indicator to end."""
+
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def send_typing(
+        self,
+        account: str,
+        chat_id: str,
+        message_id: str | None = None,
+        thread_id: str | None = None,
+    ) -> None:
+        await super().send_typing(account, chat_id, message_id, thread_id)
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.stopping.set()
+            while not self.release.is_set():  # stopped again by the lane's wait: held still
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.release.wait()
+            raise
+
+
+async def test_dispatcher_a_second_cancel_after_the_cancelled_turn_committed_is_refused(
+    store: SQLiteStore,
+) -> None:
+    """The turn had committed its cancel (the user saw turn_cancelled) while its lane waited
+    for the typing indicator to stop: a cancel then was accepted again, for rows already done."""
+    hang = Hang()
+    adapter = HeldTypingStop("telegram")
+    harness = Harness(store, ScriptedModel(hang), {"telegram": adapter}, typing_after_seconds=0)
+    sid = await harness.feed("hello")
+    await asyncio.wait_for(hang.started.wait(), 5)
+    await asyncio.wait_for(adapter.typed.wait(), 5)
+    try:
+        assert await harness.dispatcher.cancel_turn(sid) is True
+        await asyncio.wait_for(adapter.stopping.wait(), 5)  # stopped before the commit...
+        await asyncio.wait_for(_logged(store, sid, "turn_cancelled"), 5)
+        assert await harness.dispatcher.cancel_turn(sid) is False  # ...which is done
+    finally:
+        adapter.release.set()
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+
+
+async def _logged(store: SQLiteStore, sid: str, kind: str) -> None:
+    """Until the session's event log holds an event of ``kind``: looked at after each commit
+    that logs an event."""
+    loop = asyncio.get_running_loop()
+    changed = asyncio.Event()
+    stop = store.watch_events(lambda _: loop.call_soon_threadsafe(changed.set))
+    try:
+        while kind not in [e.kind for e in await store.list_events(sid)]:
+            await changed.wait()
+            changed.clear()
+    finally:
+        stop()
