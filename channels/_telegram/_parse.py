@@ -37,6 +37,7 @@ from .._model import Reaction as ReactionModel
 from ._audience import Audience, BotIdentity, wanted
 from ._call import CHANNEL
 from ._content import message_content
+from ._plain import plain_text
 
 ANYONE = Audience(BotIdentity(None), groups="all", edited="new_turn")  # every message is wanted
 
@@ -77,6 +78,9 @@ def parse_update(
     if handler is None:
         raise ChannelError(CHANNEL, unhandled_type(update_type))
     context = _Context(account, update_id, now, audience)
+    plain = plain_text(data, context.common())
+    if plain is not None:
+        return ParseResult(events=(plain,))
     try:
         event = handler(Update.de_json(data, bot), context)
     except ChannelError:
