@@ -109,6 +109,31 @@ class SystemNotice(_Model):
     new_user_id: str | None = None  # the user's new id, where the notice gives one
 
 
+class Referral(_Model):
+    """The ad or post a user came from: a Click-to-WhatsApp ad, or a post's WhatsApp button
+    (WhatsApp ``referral``, on the first message the user sends from it)."""
+
+    source_type: str | None = None  # "ad" or "post"
+    source_id: str | None = None  # the ad's or post's id
+    source_url: str | None = None
+    headline: str | None = None
+    body: str | None = None  # the ad's primary text
+    media_type: str | None = None  # "image" or "video"
+    image_url: str | None = None  # image ads
+    video_url: str | None = None  # video ads
+    thumbnail_url: str | None = None  # video ads
+    ctwa_clid: str | None = None  # the ad click id (for Meta's Conversions API); none on Status ads
+    welcome_message: str | None = None  # the greeting the ad showed the user (``.text``)
+
+
+class ReferredProduct(_Model):
+    """The catalog product a user asks about (WhatsApp ``context.referred_product``: the user
+    tapped "Message business" on a product)."""
+
+    product_id: str  # product_retailer_id, as in OrderItem
+    catalog_id: str | None = None
+
+
 class Command(_Model):
     name: str  # without the leading slash or the @botname suffix
     args: str = ""
@@ -136,6 +161,8 @@ class InboundMessage(_Model):
     reaction: Reaction | None = None
     order: Order | None = None
     system: SystemNotice | None = None
+    referral: Referral | None = None  # the ad or post the user came from
+    referred_product: ReferredProduct | None = None  # the product the user asks about
     reply_to: str | None = None
     thread_id: str | None = None  # Telegram forum topic; replies go back to it
     edited_message_id: str | None = None

@@ -25,10 +25,20 @@ from .._model import (
     InboundMessage,
     ParseResult,
     PlatformError,
+    Referral,
+    ReferredProduct,
     TemplateUpdate,
 )
 from ._content import content
-from ._wire import WireContact, WireError, WireMessage, WireStatus, WireTemplateUpdate
+from ._wire import (
+    WireContact,
+    WireContext,
+    WireError,
+    WireMessage,
+    WireReferral,
+    WireStatus,
+    WireTemplateUpdate,
+)
 
 CHANNEL = "whatsapp"
 ENVELOPE_OBJECT = "whatsapp_business_account"
@@ -192,10 +202,27 @@ def _message(
         reaction=body.reaction,
         order=body.order,
         system=body.system,
+        referral=_referral(wire.referral),
+        referred_product=_referred_product(wire.context),
         reply_to=wire.context.id if wire.context else None,
         platform_type=body.platform_type,
         errors=value_errors + _platform_errors(raw.get("errors")),
     )
+
+
+def _referral(wire: WireReferral | None) -> Referral | None:
+    if wire is None:
+        return None
+    fields = wire.model_dump(exclude={"welcome_message"})
+    welcome = wire.welcome_message.text if wire.welcome_message else None
+    return Referral(**fields, welcome_message=welcome)
+
+
+def _referred_product(context: WireContext | None) -> ReferredProduct | None:
+    product = context.referred_product if context else None
+    if product is None:
+        return None
+    return ReferredProduct(product_id=product.product_retailer_id, catalog_id=product.catalog_id)
 
 
 def _sender(wire: WireMessage, contact: WireContact | None) -> str:

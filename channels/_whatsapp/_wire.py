@@ -42,9 +42,36 @@ class WireContact(_Wire):
 Timestamp = StrictStr | StrictInt
 
 
+class WireReferredProduct(_Wire):
+    catalog_id: str | None = None
+    product_retailer_id: str = Field(min_length=1)
+
+
 class WireContext(_Wire):
     id: str | None = None
     from_: str | None = Field(default=None, alias="from")
+    referred_product: WireReferredProduct | None = None
+
+
+class WireWelcome(_Wire):
+    text: str | None = None
+
+
+class WireReferral(_Wire):
+    """A Click-to-WhatsApp ad's (or a post's) ``referral``: every field optional, as Meta leaves
+    out what does not apply (``ctwa_clid`` on Status ads, the image or video URLs)."""
+
+    source_url: str | None = None
+    source_id: str | None = None
+    source_type: str | None = None
+    headline: str | None = None
+    body: str | None = None
+    media_type: str | None = None
+    image_url: str | None = None
+    video_url: str | None = None
+    thumbnail_url: str | None = None
+    ctwa_clid: str | None = None
+    welcome_message: WireWelcome | None = None
 
 
 class WireMessage(_Wire):
@@ -56,6 +83,7 @@ class WireMessage(_Wire):
     from_: str | None = Field(default=None, alias="from")
     from_user_id: str | None = None
     context: WireContext | None = None
+    referral: WireReferral | None = None
 
 
 class WireStatus(_Wire):

@@ -22,6 +22,8 @@ from webhook_bot_gateway.channels import (
     ParseResult,
     PlatformError,
     Reaction,
+    Referral,
+    ReferredProduct,
     SystemNotice,
     TemplateUpdate,
 )
@@ -36,6 +38,10 @@ ERR_131000 = PlatformError(
     title="Something went wrong",
     message="Something went wrong",
     details="Unsupported webhook payload",
+)
+CTWA_CLID = (
+    "Aff-n8ZTODiE79d22KtAwQKj9e_mIEOOj27vDVwFjN80dp4_0NiNhEgpGo0AHemvuSoifXaytfTzcchptiErTKCqTrJ5"
+    "nW1h7IHYeYymGb5K5J5iTROpBhWAGaIAeUzHL50"
 )
 ERR_131051 = PlatformError(
     code=131051,
@@ -211,6 +217,47 @@ SINGLE_MESSAGE: dict[str, dict[str, Any]] = {
         "errors": (ERR_131051,),
     },
     "unknown_type.json": {"kind": "unsupported", "platform_type": "request_welcome"},
+    "text_referral_ad.json": {
+        "kind": "text",
+        "text": "Hi! Do you ship the aloe to Haifa?",
+        "reply_to": None,
+        "referred_product": None,
+        "referral": Referral(
+            source_type="ad",
+            source_id="120226305854810726",
+            source_url="https://fb.me/3cr4Wqqkv",
+            headline="Chat with us",
+            body="Summer succulents are here!",
+            media_type="image",
+            image_url="https://scontent.xx.fbcdn.net/v/t45.1600-4/"
+            "434531036_120226305854700726_n.png",
+            ctwa_clid=CTWA_CLID,
+            welcome_message="Hi there! Let us know how we can help!",
+        ),
+    },
+    "image_referral_video_ad.json": {
+        "kind": "image",
+        "media": Media(id="1003383421387256", mime_type="image/jpeg"),
+        "referral": Referral(
+            source_type="ad",
+            source_id="120226305854810990",
+            source_url="https://fb.me/9kLp2Xw7q",
+            headline="Repot like a pro",
+            body="Repotting in 3 easy steps.\nWatch, then ask us anything.",
+            media_type="video",
+            video_url="https://video.xx.fbcdn.net/v/t42.1790-2/449276345_120226305854811026_n.mp4",
+            thumbnail_url="https://scontent.xx.fbcdn.net/v/t15.5256-10/"
+            "449276345_120226305854811026_n.jpg",
+            welcome_message="Hi there! Let us know how we can help!",
+        ),
+    },
+    "text_referred_product.json": {
+        "kind": "text",
+        "text": "Is this in stock?",
+        "reply_to": "wamid.HBgLMTY1MDM4Nzk0MzkVAgARGBI5QTNDQTVCM0Q0Q0Q2RTY3RTcA",
+        "referral": None,
+        "referred_product": ReferredProduct(product_id="HAMBURGER", catalog_id="354160437058781"),
+    },
     "errors_value_level.json": {
         "kind": "unsupported",
         "platform_type": "interactive",
@@ -460,6 +507,12 @@ def test_parse_message_without_any_sender_is_a_failure() -> None:
         ({"id": ""}, "id"),
         ({"type": "contacts", "contacts": {"name": "x"}}, "contacts"),
         ({"type": "reaction", "reaction": {"emoji": "x"}}, "message_id"),
+        ({"referral": "an ad"}, "referral: Input should be"),
+        ({"referral": {"source_url": 17}}, "referral.source_url: Input should be"),
+        ({"referral": {"welcome_message": "hi"}}, "referral.welcome_message: Input should be"),
+        ({"context": {"referred_product": {"catalog_id": "1"}}}, "product_retailer_id"),
+        ({"context": {"referred_product": {"product_retailer_id": ""}}}, "product_retailer_id"),
+        ({"context": {"referred_product": []}}, "context.referred_product: Input should be"),
     ],
 )
 def test_parse_bad_message_parts_become_failures(change: dict[str, Any], reason: str) -> None:
@@ -468,6 +521,23 @@ def test_parse_bad_message_parts_become_failures(change: dict[str, Any], reason:
     assert result.events == ()
     (failure,) = result.failures
     assert reason in failure
+
+
+def test_parse_referral_and_referred_product_ignore_keys_they_do_not_know() -> None:
+    referral = {"source_url": "https://fb.me/x", "ads_context_data": {"photo_url": "u"}, "n": 1}
+    product = {"product_retailer_id": "SKU-1", "catalog_id": "9", "variant": {"size": "L"}}
+    context = {"from": "972123456789", "id": "wamid.p", "referred_product": product}
+    message = {"from": PHONE, "text": {"body": "hi"}, "referral": referral, "context": context}
+    (event,) = parse_delivery(_text_body(message, None)).events
+    assert isinstance(event, InboundMessage)
+    assert event.referral == Referral(source_url="https://fb.me/x")
+    assert event.referred_product == ReferredProduct(product_id="SKU-1", catalog_id="9")
+
+
+def test_parse_message_without_referral_or_product_has_neither() -> None:
+    (event,) = parse("reply_with_context.json").events
+    assert isinstance(event, InboundMessage)
+    assert (event.referral, event.referred_product) == (None, None)
 
 
 def test_parse_integer_timestamp_is_accepted() -> None:
