@@ -16,6 +16,8 @@ from webhook_bot_gateway.channels import (
     Order,
     OutboundMessage,
     Reaction,
+    Referral,
+    ReferredProduct,
 )
 from webhook_bot_gateway.store import Attachment, InboxItem, OutboxIn, Session, storable_text
 
@@ -29,10 +31,19 @@ START_PAYLOAD = "start_payload"  # session metadata: the payload of the last /st
 DEEP_LINK_PAYLOAD = re.compile(r"[A-Za-z0-9_-]{1,64}")
 TELEGRAM_CALLBACK_BYTES = 64  # a button's callback_data
 WHATSAPP_ROW_ID = 200  # a list row's id (a reply button's may be 256)
+AD_BODY_CHARS = 200  # of an ad's primary text in the agent's line (the data keeps it whole)
 
 
 def message_text(event: InboundMessage) -> str:
-    """What the agent reads for one inbound message; never empty."""
+    """What the agent reads for one inbound message; never empty. The ad the user came from
+    and the product they ask about come first, so that "is this in stock?" names its subject."""
+    where = [_referral(event.referral)] if event.referral is not None else []
+    if event.referred_product is not None:
+        where.append(_referred_product(event.referred_product))
+    return " ".join([*where, _own_text(event)])
+
+
+def _own_text(event: InboundMessage) -> str:
     if event.kind == "command" and event.command is not None:
         return f"/{event.command.name} {event.command.args}".rstrip()
     text = _describe(event) if event.kind == "order" or not event.text else event.text
@@ -113,8 +124,35 @@ def _order(order: Order, text: str | None) -> str:
     return f"[order of {len(order.items)} item(s): {items}{note}]"
 
 
+def _referral(referral: Referral) -> str:
+    """``[from ad: <headline> | <primary text> | <url>]``: what the ad showed the user, on one
+    line (an ad's text may have several), its text cut to ``AD_BODY_CHARS``."""
+    body = " ".join((referral.body or "").split())
+    if len(body) > AD_BODY_CHARS:
+        body = body[: AD_BODY_CHARS - 1] + "…"
+    parts = [" ".join((referral.headline or "").split()), body, referral.source_url or ""]
+    shown = " | ".join(filter(None, parts)) or referral.source_id
+    source = referral.source_type or "ad"
+    return f"[from {source}: {shown}]" if shown else f"[from {source}]"
+
+
+def _referred_product(product: ReferredProduct) -> str:
+    catalog = f" in catalog {product.catalog_id}" if product.catalog_id else ""
+    return f"[about product {product.product_id}{catalog}]"
+
+
 # The structured part of a message the agent gets beside its text (UserInput.data).
-STRUCTURED = ("location", "contacts", "interactive", "flow", "reaction", "order", "system")
+STRUCTURED = (
+    "location",
+    "contacts",
+    "interactive",
+    "flow",
+    "reaction",
+    "order",
+    "system",
+    "referral",
+    "referred_product",
+)
 
 
 def user_input(events: Sequence[Mapping[str, Any]], files: Sequence[Attachment] = ()) -> UserInput:
@@ -163,7 +201,8 @@ def _size(size: int) -> str:
 
 def _reference(message: InboundMessage) -> dict[str, Any]:
     """What the stored user message keeps of each event: enough to find it again, and the
-    structured part of a location, contacts, choice, form, reaction or order."""
+    structured part of a location, contacts, choice, form, reaction or order, and the ad and
+    product a message refers to."""
     reference = {
         "message_id": message.message_id,
         "dedup_key": message.dedup_key,

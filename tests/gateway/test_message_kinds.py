@@ -5,6 +5,7 @@ alone is recorded without running an agent."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,12 @@ LINES = {
     "unsupported.json": "[unsupported message: pool (131051 Message type unknown)]",
     "errors_value_level.json": "[unsupported message: interactive (131000 Something went wrong)]",
     "unknown_type.json": "[unsupported message: request_welcome]",
+    "text_referral_ad.json": "[from ad: Chat with us | Summer succulents are here!"
+    " | https://fb.me/3cr4Wqqkv] Hi! Do you ship the aloe to Haifa?",
+    "image_referral_video_ad.json": "[from ad: Repot like a pro | Repotting in 3 easy steps."
+    " Watch, then ask us anything. | https://fb.me/9kLp2Xw7q] [image]",
+    "text_referred_product.json": "[about product HAMBURGER in catalog 354160437058781]"
+    " Is this in stock?",
 }
 STRUCTURED = {
     "location.json": "location",
@@ -48,6 +55,9 @@ STRUCTURED = {
     "reaction_removed.json": "reaction",
     "order.json": "order",
     "interactive_nfm_reply.json": "flow",
+    "text_referral_ad.json": "referral",
+    "image_referral_video_ad.json": "referral",
+    "text_referred_product.json": "referred_product",
 }
 
 
@@ -70,6 +80,44 @@ def test_stored_user_message_keeps_the_structured_part(name: str) -> None:
     key = STRUCTURED[name]
     assert reference[key] == event.model_dump(mode="json")[key]
     assert reference["kind"] == event.kind
+
+
+@pytest.mark.parametrize(
+    ("change", "line"),
+    [
+        ({"headline": None, "body": None}, "[from ad: https://fb.me/3cr4Wqqkv] hi"),
+        (
+            {"source_type": "post", "body": None},
+            "[from post: Chat with us | https://fb.me/3cr4Wqqkv] hi",
+        ),
+        ({"headline": None, "body": None, "source_url": None}, "[from ad: 120226305854810726] hi"),
+        ({"source_id": None, "headline": None, "body": None, "source_url": None}, "[from ad] hi"),
+        ({"headline": None, "source_url": None, "body": "x" * 300}, f"[from ad: {'x' * 199}…] hi"),
+    ],
+)
+def test_the_ad_line_shows_what_the_referral_has(change: dict[str, Any], line: str) -> None:
+    event = parsed("text_referral_ad.json")
+    assert event.referral is not None
+    referral = event.referral.model_copy(update=change)
+    assert message_text(event.model_copy(update={"referral": referral, "text": "hi"})) == line
+
+
+def test_a_product_without_its_catalog_still_names_the_product() -> None:
+    event = parsed("text_referred_product.json")
+    assert event.referred_product is not None
+    product = event.referred_product.model_copy(update={"catalog_id": None})
+    line = message_text(event.model_copy(update={"referred_product": product}))
+    assert line == "[about product HAMBURGER] Is this in stock?"
+
+
+def test_ad_and_product_together_come_in_that_order() -> None:
+    ad = parsed("text_referral_ad.json")
+    product = parsed("text_referred_product.json").referred_product
+    line = message_text(ad.model_copy(update={"referred_product": product, "text": "hi"}))
+    assert line.startswith("[from ad: Chat with us")
+    assert line.endswith(
+        "| https://fb.me/3cr4Wqqkv] [about product HAMBURGER in catalog 354160437058781] hi"
+    )
 
 
 def test_flow_answers_reach_the_agent_as_json() -> None:
@@ -155,3 +203,42 @@ async def test_a_number_change_notice_runs_no_agent_and_moves_the_replies(
     session = await store.get_session(sid)
     assert session.chat_id == "972987654321"
     assert reply_target(session.chat_id, session.metadata) == "972912345678"
+
+
+def fixture_row(name: str, n: int) -> InboxIn:
+    event = parsed(name).model_copy(
+        update={"dedup_key": f"whatsapp:{name}{n}", "account": "support"}
+    )
+    return InboxIn(
+        "whatsapp", "support", event.chat_id, event.dedup_key, event.model_dump(mode="json")
+    )
+
+
+async def test_an_ad_lead_asking_about_a_product_reaches_the_agent_and_the_history(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    # The user came from an ad, then asked about a product: the agent reads both, and the stored
+    # user message keeps the ad's attribution (ctwa_clid) and the product for operators and tools.
+    model = ScriptedModel(reply("Yes, we ship there."))
+    rows_in = (
+        fixture_row("text_referral_ad.json", 1),
+        fixture_row("text_referred_product.json", 2),
+    )
+    sid = await answer(store, model, *rows_in)
+    assert model.calls[0].messages[-1].text == "\n".join(
+        [LINES["text_referral_ad.json"], LINES["text_referred_product.json"]]
+    )
+    [(data,)] = rows(
+        tmp_path / "gateway.db",
+        "SELECT data FROM messages WHERE session_id = ? AND role = 'user'",
+        sid,
+    )
+    ad, product = json.loads(data)["messages"]
+    assert ad["referral"]["ctwa_clid"].startswith("Aff-n8ZTOD")
+    assert ad["referral"]["welcome_message"] == "Hi there! Let us know how we can help!"
+    assert "referred_product" not in ad
+    assert product["referred_product"] == {
+        "product_id": "HAMBURGER",
+        "catalog_id": "354160437058781",
+    }
+    assert "referral" not in product
