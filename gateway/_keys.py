@@ -11,16 +11,16 @@ from aiohttp import web
 from webhook_bot_gateway.channels import AdapterFactory, ChannelAdapter
 from webhook_bot_gateway.store import Store
 
-from ._backlog import Backlog
-from ._dispatcher import Dispatcher
-from ._handed import HandedDeliveries
+from ._admin._operator_writes import OperatorWrites
 from ._metrics import Metrics
-from ._operator_writes import OperatorWrites
-from ._pacer import AckPacer
+from ._pipeline._backlog import Backlog
+from ._pipeline._dispatcher import Dispatcher
+from ._pipeline._handed import HandedDeliveries
+from ._pipeline._pacer import AckPacer
+from ._pipeline._writer import GroupCommitWriter
 from ._store_gauges import StoreGauges
 from ._web.feed import EventFeed
 from ._web.ids import WebIds
-from ._writer import GroupCommitWriter
 from .config import Settings
 
 

@@ -2,10 +2,10 @@
 or the reply (session, outbox row) being handled when it was written.
 
 They live in a context variable set where the handling starts (``gateway/_webhooks.py``,
-``gateway/_turns.py``, ``gateway/_sender.py``); ``LogContext``, a filter on the root
-handlers, copies them onto every record, so a line carries them whoever logs it and no log call
-has to pass them. Tasks started while handling inherit them (asyncio copies the context). See
-docs/logging.md.
+``gateway/_pipeline/_turns.py``, ``gateway/_pipeline/_sender.py``); ``LogContext``, a filter on
+the root handlers, copies them onto every record, so a line carries them whoever logs it and no
+log call has to pass them. Tasks started while handling inherit them (asyncio copies the
+context). See docs/logging.md.
 """
 
 from __future__ import annotations

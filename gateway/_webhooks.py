@@ -28,7 +28,6 @@ from webhook_bot_gateway.channels import (
 from webhook_bot_gateway.store import DeliveryIn, IngestResult, QuarantineIn
 
 from . import _log_context as log_context
-from ._backlog import Backlog
 from ._http import (
     UNSUPPORTED_ENCODING,
     ReadSlots,
@@ -49,7 +48,8 @@ from ._metrics import (
     STORE_ERRORS,
     Metrics,
 )
-from ._writer import GroupCommitWriter, Item
+from ._pipeline._backlog import Backlog
+from ._pipeline._writer import GroupCommitWriter, Item
 
 log = logging.getLogger("gateway.webhooks")
 

@@ -15,16 +15,15 @@ from webhook_bot_gateway.channels import ADAPTERS, AdapterFactory
 from webhook_bot_gateway.store import Delivery
 
 from ._accounts import gateway_registry
-from ._admin import add_admin_routes
+from ._admin._routes import add_admin_routes
 from ._admin_token import check_token_file_can_be_made
-from ._backlog import Backlog
 from ._channels_ctx import channels_ctx
+from ._cli._output import OutputError, discard_rest, guarded
 from ._console import add_console_routes
 from ._console.keys import TICKETS
 from ._console.tickets import SECRET_NAME as TICKET_SECRET
 from ._demo_credentials import demo_credential_warnings
 from ._gc import freeze_startup_objects
-from ._handed import HandedDeliveries
 from ._http import unmatched
 from ._keys import ADAPTERS as CHANNEL_ADAPTERS
 from ._keys import (
@@ -45,15 +44,17 @@ from ._keys import (
     WEB_IDS,
     WRITER,
 )
-from ._lease import Lease
 from ._logging import configure_logging
 from ._loop import listening_sockets, loop_name, new_event_loop
 from ._metrics import BACKLOG as BACKLOG_GAUGE
 from ._metrics import BATCH_SIZE, PACED_RATE, Metrics
 from ._open_files import raise_open_files_limit, too_few_open_files
-from ._output import OutputError, discard_rest, guarded
-from ._pacer import AckPacer
-from ._pipeline import pipeline_ctx
+from ._pipeline._backlog import Backlog
+from ._pipeline._handed import HandedDeliveries
+from ._pipeline._lease import Lease
+from ._pipeline._pacer import AckPacer
+from ._pipeline._wiring import pipeline_ctx
+from ._pipeline._writer import GroupCommitWriter
 from ._sandbox import add_sandbox_routes, sandbox_warnings
 from ._store_gauges import StoreGauges
 from ._store_open import open_configured_store
@@ -63,7 +64,6 @@ from ._web.ids import SECRET_NAME as WEB_SECRET
 from ._web.ids import WebIds
 from ._web.ws import add_ws_route
 from ._webhooks import add_webhook_routes
-from ._writer import GroupCommitWriter
 from .config import Settings, loopback_host, with_admin_token_file, with_bound_port
 
 log = logging.getLogger("gateway")

@@ -13,9 +13,7 @@ from webhook_bot_gateway.agents import AgentError
 from webhook_bot_gateway.channels import ChannelError
 from webhook_bot_gateway.store import QuarantineNotFound, StoreError
 
-from . import _commands, _quarantine
-from ._admin_token import admin_token_source
-from ._api_models import (
+from ._admin._api_models import (
     DEFAULT_PAGE,
     MAX_PAGE,
     MAX_ROW_ID,
@@ -24,9 +22,10 @@ from ._api_models import (
     Channel,
     Status,
 )
-from ._logging import configure_logging
-from ._migrate import migrate_store
-from ._output import (
+from ._admin_token import admin_token_source
+from ._cli import _commands, _quarantine
+from ._cli._migrate import migrate_store
+from ._cli._output import (
     BROKEN_PIPE_STATUS,
     OutputError,
     discard_rest,
@@ -34,6 +33,7 @@ from ._output import (
     is_broken_pipe,
     reserve_standard_descriptors,
 )
+from ._logging import configure_logging
 from .config import (
     Settings,
     parse_settings,

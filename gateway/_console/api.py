@@ -10,8 +10,7 @@ from aiohttp import web
 
 from webhook_bot_gateway.store import Waiting
 
-from .._admin import ApiError, admin_route, existing_session, parse, respond
-from .._api_models import (
+from .._admin._api_models import (
     AgentOut,
     AgentsPage,
     CancelAnswer,
@@ -23,9 +22,10 @@ from .._api_models import (
     SessionOut,
     TicketAnswer,
 )
+from .._admin._routes import ApiError, admin_route, existing_session, parse, respond
 from .._cancel_refusal import not_stopped
-from .._dispatcher import CANCEL_UNANSWERED, UNANSWERED_TEXT
 from .._keys import AGENTS, DISPATCHER, SETTINGS, STORE
+from .._pipeline._dispatcher import CANCEL_UNANSWERED, UNANSWERED_TEXT
 from .keys import TICKETS
 from .tickets import TICKET_SECONDS
 

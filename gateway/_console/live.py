@@ -24,7 +24,7 @@ from webhook_bot_gateway.store import (
     validate_session_id,
 )
 
-from .._api_models import MAX_ROW_ID
+from .._admin._api_models import MAX_ROW_ID
 from .._keys import FEED, SOCKETS, STORE
 from .._wait import wait_event
 from .._web.feed import Changes, follow_log

@@ -16,7 +16,7 @@ import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .._admin import ApiError, admin_route, json_body, parse
+from .._admin._routes import ApiError, admin_route, json_body, parse
 from .._keys import SETTINGS
 from ..config import Settings, loopback_host
 from .keys import SANDBOX

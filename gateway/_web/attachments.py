@@ -43,8 +43,8 @@ from webhook_bot_gateway.store import (
     validate_session_id,
 )
 
-from .._admin import ApiError, admin_route, check_identity, existing_session, store_failed
-from .._api_models import AttachmentAnswer, AttachmentOut
+from .._admin._api_models import AttachmentAnswer, AttachmentOut
+from .._admin._routes import ApiError, admin_route, check_identity, existing_session, store_failed
 from .._http import ReadSlots, json_error
 from .._keys import SETTINGS, STORE, WEB_IDS
 from .._media.files import attachment_path, clean_name

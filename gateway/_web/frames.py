@@ -11,8 +11,8 @@ from pydantic_core import PydanticCustomError
 
 from webhook_bot_gateway.store import SessionEvent
 
-from .._admin import NotJsonValue, nested_deeper_than, refuse_constant
-from .._api_models import MAX_JSON_DEPTH
+from .._admin._api_models import MAX_JSON_DEPTH
+from .._admin._routes import NotJsonValue, nested_deeper_than, refuse_constant
 
 ClientFrameType = Literal["message", "cancel_turn"]
 CLIENT_ID = r"^[A-Za-z0-9_.:-]{1,128}$"

@@ -26,7 +26,6 @@ from webhook_bot_gateway.channels.web import CHANNEL, web_body, web_dedup_key
 from webhook_bot_gateway.store import DeliveryIn, SessionEvent, Store, StoreError
 
 from .._cancel_refusal import not_stopped
-from .._dispatcher import CANCEL_UNANSWERED, UNANSWERED_TEXT
 from .._http import json_http_errors
 from .._keys import (
     BACKLOG,
@@ -39,6 +38,7 @@ from .._keys import (
     WEB_IDS,
     WRITER,
 )
+from .._pipeline._dispatcher import CANCEL_UNANSWERED, UNANSWERED_TEXT
 from .feed import follow_log
 from .frames import CancelFrame, FrameError, MessageData, error_frame, event_frame, parse_frame
 

@@ -25,7 +25,7 @@ from tests.channels.telegram_fakes import (
 from webhook_bot_gateway.channels import ChannelError
 from webhook_bot_gateway.channels._telegram import _webhook
 from webhook_bot_gateway.channels.telegram import set_webhook
-from webhook_bot_gateway.gateway._commands import telegram_command
+from webhook_bot_gateway.gateway._cli._commands import telegram_command
 from webhook_bot_gateway.gateway.config import Settings
 
 URL = "https://gateway.example.com/webhooks/telegram/support"

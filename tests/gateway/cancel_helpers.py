@@ -13,9 +13,9 @@ import pytest
 
 from webhook_bot_gateway.agents import Runner
 from webhook_bot_gateway.agents.testing import ScriptedModel, reply
-from webhook_bot_gateway.gateway import _turns
-from webhook_bot_gateway.gateway._dispatcher import Dispatcher
 from webhook_bot_gateway.gateway._metrics import TURNS, Metrics
+from webhook_bot_gateway.gateway._pipeline import _turns
+from webhook_bot_gateway.gateway._pipeline._dispatcher import Dispatcher
 from webhook_bot_gateway.gateway.config import DispatcherConfig
 from webhook_bot_gateway.store import InboxIn, RunActive, Store, Turn
 

@@ -33,7 +33,7 @@ from webhook_bot_gateway.agents import (
     UserInput,
 )
 from webhook_bot_gateway.agents.testing import ScriptedModel, reply
-from webhook_bot_gateway.gateway import _handoff as handoff_module
+from webhook_bot_gateway.gateway._admin import _handoff as handoff_module
 from webhook_bot_gateway.gateway._keys import STORE
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.store import OutboxIn, SessionEvent, Store, Turn, TurnActive

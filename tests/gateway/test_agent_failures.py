@@ -25,8 +25,8 @@ from webhook_bot_gateway.agents import (
     Tool,
     tool,
 )
-from webhook_bot_gateway.gateway._dispatcher import Dispatcher
 from webhook_bot_gateway.gateway._metrics import Metrics
+from webhook_bot_gateway.gateway._pipeline._dispatcher import Dispatcher
 from webhook_bot_gateway.gateway.config import DispatcherConfig
 from webhook_bot_gateway.store import SQLiteStore
 

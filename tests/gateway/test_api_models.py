@@ -12,10 +12,10 @@ from aiohttp.test_utils import TestClient
 from pydantic import BaseModel, ValidationError
 
 from webhook_bot_gateway.channels import ADAPTERS
-from webhook_bot_gateway.gateway._api_models import SessionsQuery
-from webhook_bot_gateway.gateway._export import ExportQuery
+from webhook_bot_gateway.gateway._admin._api_models import SessionsQuery
+from webhook_bot_gateway.gateway._admin._export import ExportQuery
+from webhook_bot_gateway.gateway._admin._openapi import OPERATIONS
 from webhook_bot_gateway.gateway._keys import STORE
-from webhook_bot_gateway.gateway._openapi import OPERATIONS
 from webhook_bot_gateway.gateway._sandbox.simulate import SimulateBody
 from webhook_bot_gateway.gateway.app import build_app
 

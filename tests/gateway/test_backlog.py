@@ -17,9 +17,9 @@ from pytest_aiohttp import AiohttpServer
 
 from tests.channels import whatsapp_fakes as wa
 from tests.e2e.ws_client import SlowModel, WebClient
-from webhook_bot_gateway.gateway import _backlog
-from webhook_bot_gateway.gateway._backlog import Backlog
 from webhook_bot_gateway.gateway._keys import BACKLOG, METRICS
+from webhook_bot_gateway.gateway._pipeline import _backlog
+from webhook_bot_gateway.gateway._pipeline._backlog import Backlog
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.gateway.config import parse_settings
 from webhook_bot_gateway.gateway.errors import ConfigError

@@ -16,9 +16,9 @@ from aiohttp.test_utils import TestClient
 
 from tests.e2e.ws_client import WebClient
 from tests.pg import fresh_schema
-from webhook_bot_gateway.gateway import _dispatcher
 from webhook_bot_gateway.gateway._keys import METRICS
 from webhook_bot_gateway.gateway._metrics import CANCELS
+from webhook_bot_gateway.gateway._pipeline import _dispatcher
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.store import SQLiteStore, Store
 from webhook_bot_gateway.store.postgres import PostgresStore

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from webhook_bot_gateway.gateway._api_models import (
+from webhook_bot_gateway.gateway._admin._api_models import (
     MessageOut,
     QuarantineOut,
     SessionOut,

@@ -26,12 +26,12 @@ from webhook_bot_gateway.agents import (
     tool,
 )
 from webhook_bot_gateway.agents.testing import Hang, ScriptedModel, call, reply
-from webhook_bot_gateway.gateway import _dispatcher, _turns
-from webhook_bot_gateway.gateway._dead_letter import NO_PERSON_APOLOGY
-from webhook_bot_gateway.gateway._dispatcher import Dispatcher
 from webhook_bot_gateway.gateway._metrics import TURNS, Metrics
-from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
-from webhook_bot_gateway.gateway._turn_log import BUSY_WARN_SECONDS
+from webhook_bot_gateway.gateway._pipeline import _dispatcher, _turns
+from webhook_bot_gateway.gateway._pipeline._dead_letter import NO_PERSON_APOLOGY
+from webhook_bot_gateway.gateway._pipeline._dispatcher import Dispatcher
+from webhook_bot_gateway.gateway._pipeline._pacer import WINDOW, AckPacer
+from webhook_bot_gateway.gateway._pipeline._turn_log import BUSY_WARN_SECONDS
 from webhook_bot_gateway.gateway._wait import wait_event
 from webhook_bot_gateway.gateway.config import DispatcherConfig
 from webhook_bot_gateway.store import (

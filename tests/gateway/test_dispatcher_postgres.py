@@ -16,8 +16,8 @@ import pytest
 from tests.pg import fresh_schema
 from webhook_bot_gateway.agents import ModelBackendError, Runner
 from webhook_bot_gateway.agents.testing import ScriptedModel
-from webhook_bot_gateway.gateway._dispatcher import Dispatcher
 from webhook_bot_gateway.gateway._metrics import TURNS, Metrics
+from webhook_bot_gateway.gateway._pipeline._dispatcher import Dispatcher
 from webhook_bot_gateway.gateway.config import DispatcherConfig
 from webhook_bot_gateway.store import InboxIn, Store, open_store
 

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from webhook_bot_gateway.gateway._export import export_schema
+from webhook_bot_gateway.gateway._admin._export import export_schema
 from webhook_bot_gateway.gateway._keys import STORE
 from webhook_bot_gateway.gateway._media.files import attachment_path
 from webhook_bot_gateway.gateway.app import build_app
@@ -160,7 +160,7 @@ async def test_export_refusals_name_the_cause(
 
 def test_the_schema_file_is_the_one_the_model_generates() -> None:
     """docs/export.schema.json is regenerated, not edited: `python -c 'import json; from
-    gateway._export import export_schema; print(json.dumps(export_schema(), indent=2,
+    gateway._admin._export import export_schema; print(json.dumps(export_schema(), indent=2,
     sort_keys=True))' > docs/export.schema.json`."""
     assert json.loads(SCHEMA_FILE.read_text(encoding="utf-8")) == export_schema()
 

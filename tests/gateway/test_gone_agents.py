@@ -11,9 +11,9 @@ import pytest
 
 from webhook_bot_gateway.agents import Runner
 from webhook_bot_gateway.agents.testing import ScriptedModel, reply
-from webhook_bot_gateway.gateway._dispatcher import Dispatcher
-from webhook_bot_gateway.gateway._gone_agents import answer_gone
 from webhook_bot_gateway.gateway._metrics import Metrics
+from webhook_bot_gateway.gateway._pipeline._dispatcher import Dispatcher
+from webhook_bot_gateway.gateway._pipeline._gone_agents import answer_gone
 from webhook_bot_gateway.gateway.config import DispatcherConfig
 from webhook_bot_gateway.store import OUTSIDE_TURNS, SQLiteStore
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from webhook_bot_gateway.gateway._handed import HandedDeliveries
+from webhook_bot_gateway.gateway._pipeline._handed import HandedDeliveries
 from webhook_bot_gateway.store import Delivery
 
 

@@ -18,11 +18,16 @@ from tests.channels import whatsapp_fakes as wa
 from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.channels.telegram import USERNAME_UNKNOWN, TelegramAdapter
 from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
-from webhook_bot_gateway.gateway._handed import HandedDeliveries
-from webhook_bot_gateway.gateway._intake import IGNORED, QUARANTINED, Intake, ParsedDelivery
 from webhook_bot_gateway.gateway._metrics import DELIVERY_FAILURES, TEMPLATE_UPDATES, Metrics
-from webhook_bot_gateway.gateway._pacer import WINDOW, AckPacer
-from webhook_bot_gateway.gateway._username_replay import UsernameReplay
+from webhook_bot_gateway.gateway._pipeline._handed import HandedDeliveries
+from webhook_bot_gateway.gateway._pipeline._intake import (
+    IGNORED,
+    QUARANTINED,
+    Intake,
+    ParsedDelivery,
+)
+from webhook_bot_gateway.gateway._pipeline._pacer import WINDOW, AckPacer
+from webhook_bot_gateway.gateway._pipeline._username_replay import UsernameReplay
 from webhook_bot_gateway.store import (
     Delivery,
     DeliveryIn,

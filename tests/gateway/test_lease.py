@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 
-from webhook_bot_gateway.gateway._lease import Lease
+from webhook_bot_gateway.gateway._pipeline._lease import Lease
 from webhook_bot_gateway.store import Store, StoreError
 
 

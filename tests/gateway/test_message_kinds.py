@@ -18,8 +18,8 @@ from webhook_bot_gateway.agents.testing import ScriptedModel, reply
 from webhook_bot_gateway.channels import InboundMessage
 from webhook_bot_gateway.channels.whatsapp import parse_delivery
 from webhook_bot_gateway.gateway._convert import message_text, reply_target, user_input
-from webhook_bot_gateway.gateway._dispatcher import Dispatcher
 from webhook_bot_gateway.gateway._metrics import Metrics
+from webhook_bot_gateway.gateway._pipeline._dispatcher import Dispatcher
 from webhook_bot_gateway.gateway.config import DispatcherConfig
 from webhook_bot_gateway.store import InboxIn, SQLiteStore
 

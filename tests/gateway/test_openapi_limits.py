@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from webhook_bot_gateway.gateway._admin._openapi import OPERATIONS, cached_document
 from webhook_bot_gateway.gateway._keys import STORE
-from webhook_bot_gateway.gateway._openapi import OPERATIONS, cached_document
 from webhook_bot_gateway.gateway.app import build_app
 
 from .ingest_helpers import AUTH, settings

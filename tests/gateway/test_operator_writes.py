@@ -1,6 +1,6 @@
 """Operator writes to one session at the same moment (two operators, a double submit) wait for
 each other and all land, in order; a model's turn running for the session still refuses them
-with 409 ``run_active`` (gateway/_operator_writes.py)."""
+with 409 ``run_active`` (gateway/_admin/_operator_writes.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpServer
 
 from tests.openai_strict import completion
+from webhook_bot_gateway.gateway._admin._operator_writes import OperatorWrites, WaitedTooLong
 from webhook_bot_gateway.gateway._keys import DISPATCHER, OPERATOR_WRITES, STORE
-from webhook_bot_gateway.gateway._operator_writes import OperatorWrites, WaitedTooLong
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.store import Store
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.pg import fresh_schema
 from tests.store.pipeline import inbox_of, message, sid
-from webhook_bot_gateway.gateway._dispatcher import Dispatcher
+from webhook_bot_gateway.gateway._pipeline._dispatcher import Dispatcher
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.store import open_store
 

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from webhook_bot_gateway.gateway._pacer import CUT, FLOOR, GROWTH, QUIET, WINDOW, AckPacer
+from webhook_bot_gateway.gateway._pipeline._pacer import CUT, FLOOR, GROWTH, QUIET, WINDOW, AckPacer
 
 TARGET = 0.010
 STEP = WINDOW * 1.02  # a window's length on the test's clock (a little over, whatever rounding)

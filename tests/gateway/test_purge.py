@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.gateway_proc import eventually
 from webhook_bot_gateway.gateway._media.files import attachment_path
-from webhook_bot_gateway.gateway._purge import Purger, Retention
+from webhook_bot_gateway.gateway._pipeline._purge import Purger, Retention
 from webhook_bot_gateway.store import OutboxIn, SQLiteStore
 
 from .pipeline_helpers import FakeClock, add_inbox, inbound, rows

@@ -15,8 +15,8 @@ from aiohttp.test_utils import TestClient
 from tests.e2e.gateway_proc import eventually
 from webhook_bot_gateway.channels import ADAPTERS, ChannelAdapter, ChannelError, WhatsAppAdapter
 from webhook_bot_gateway.gateway._channels_ctx import open_adapters
-from webhook_bot_gateway.gateway._intake import to_parsed
-from webhook_bot_gateway.gateway._quarantine import replay
+from webhook_bot_gateway.gateway._cli._quarantine import replay
+from webhook_bot_gateway.gateway._pipeline._intake import to_parsed
 from webhook_bot_gateway.gateway.app import build_app
 from webhook_bot_gateway.gateway.cli import main
 from webhook_bot_gateway.gateway.config import Settings

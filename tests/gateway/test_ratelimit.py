@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook_bot_gateway.gateway._ratelimit import Buckets, RateLimiter, TokenBucket
+from webhook_bot_gateway.gateway._pipeline._ratelimit import Buckets, RateLimiter, TokenBucket
 
 
 class FakeClock:

@@ -13,7 +13,7 @@ from webhook_bot_gateway.channels import (
     PlatformError,
 )
 from webhook_bot_gateway.gateway import _reachability as reachability
-from webhook_bot_gateway.gateway._intake import to_parsed
+from webhook_bot_gateway.gateway._pipeline._intake import to_parsed
 from webhook_bot_gateway.store import Delivery, SQLiteStore
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

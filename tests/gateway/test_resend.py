@@ -8,8 +8,8 @@ import pytest
 
 from webhook_bot_gateway.channels import DeliveryStatus, PlatformError
 from webhook_bot_gateway.gateway._metrics import Metrics
-from webhook_bot_gateway.gateway._resend import resend_at, retry_of
-from webhook_bot_gateway.gateway._sender import Sender
+from webhook_bot_gateway.gateway._pipeline._resend import resend_at, retry_of
+from webhook_bot_gateway.gateway._pipeline._sender import Sender
 from webhook_bot_gateway.gateway.config import SenderConfig
 
 from .pipeline_helpers import FakeClock

@@ -20,7 +20,7 @@ from webhook_bot_gateway.channels import ChannelAdapter, OutboundMessage, SendRe
 from webhook_bot_gateway.channels.telegram import TelegramAdapter
 from webhook_bot_gateway.channels.whatsapp import WhatsAppAdapter
 from webhook_bot_gateway.gateway._metrics import Metrics
-from webhook_bot_gateway.gateway._sender import OUTBOX, Sender
+from webhook_bot_gateway.gateway._pipeline._sender import OUTBOX, Sender
 from webhook_bot_gateway.gateway.config import SenderConfig
 from webhook_bot_gateway.store import PARKED_ERROR, OutboxIn, OutboxItem, SQLiteStore, StoreError
 

@@ -14,8 +14,8 @@ import pytest
 from webhook_bot_gateway.agents import NOT_SENT, Agent, ModelBackendError, Registry, Runner
 from webhook_bot_gateway.agents.testing import ScriptedModel, call, reply
 from webhook_bot_gateway.channels import WhatsAppConfig, WhatsAppTemplateConfig
-from webhook_bot_gateway.gateway._dispatcher import Dispatcher
 from webhook_bot_gateway.gateway._metrics import Metrics
+from webhook_bot_gateway.gateway._pipeline._dispatcher import Dispatcher
 from webhook_bot_gateway.gateway._templates import TEMPLATE_TOOL, template_tool
 from webhook_bot_gateway.gateway._window import WINDOW_SECONDS, window_of
 from webhook_bot_gateway.gateway.config import DispatcherConfig

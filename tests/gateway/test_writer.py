@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from webhook_bot_gateway.gateway._writer import GroupCommitWriter, WriterClosed
+from webhook_bot_gateway.gateway._pipeline._writer import GroupCommitWriter, WriterClosed
 from webhook_bot_gateway.store import (
     Delivery,
     DeliveryIn,

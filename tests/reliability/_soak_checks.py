@@ -20,8 +20,9 @@ from tests.e2e.test_crash import Chat, repeats_outside_the_window, replies
 from ._soak import Plan
 
 Query = Callable[[str], Awaitable[list[tuple[Any, ...]]]]
-# The sender's log lines (gateway/_sender.py) for the two ways a reply can reach a user twice
-# or not knowingly: an attempt whose outcome was never recorded, and a send cut off unanswered.
+# The sender's log lines (gateway/_pipeline/_sender.py) for the two ways a reply can reach a user
+# twice or not knowingly: an attempt whose outcome was never recorded, and a send cut off
+# unanswered.
 RESENT = re.compile(r"outbox row (\d+): sending again after an attempt whose outcome")
 UNCERTAIN = re.compile(r"outbox row (\d+) uncertain: ")
 SENDS = ("sendMessage", "message")

@@ -10,7 +10,7 @@ import statistics
 from contextlib import closing
 from pathlib import Path
 
-from webhook_bot_gateway.gateway._purge import CHUNK
+from webhook_bot_gateway.gateway._pipeline._purge import CHUNK
 from webhook_bot_gateway.store import SQLiteStore
 
 from .scale import pick

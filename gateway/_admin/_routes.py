@@ -44,7 +44,31 @@ from webhook_bot_gateway.store import (
     validate_session_id,
 )
 
-from ._accounts import account_allowed, gateway_registry
+from .._accounts import account_allowed, gateway_registry
+from .._convert import outbox_row, reply_target, text_message
+from .._http import UNSUPPORTED_ENCODING, body_encoding, encoding_message
+from .._keys import (
+    AGENT_NAMES,
+    AGENTS,
+    DISPATCHER,
+    METRICS,
+    OPERATOR_WRITES,
+    SENDER_WAKE,
+    SETTINGS,
+    STORE,
+    AgentInfo,
+)
+from .._media.files import erase_session
+from .._metrics import HANDOFFS
+from .._reachability import is_blocked
+from .._templates import (
+    TemplateRefused,
+    checked,
+    summary,
+    template_data,
+    template_outbox,
+)
+from .._window import applies, free_text_refusal
 from ._api_models import (
     MAX_JSON_DEPTH,
     MAX_ROW_ID,
@@ -74,34 +98,10 @@ from ._api_models import (
     SessionsQuery,
     TemplateBody,
 )
-from ._convert import outbox_row, reply_target, text_message
 from ._export import ExportQuery, SessionExport, build_export, write_zip
 from ._handoff import hand_over, left_waiting
-from ._http import UNSUPPORTED_ENCODING, body_encoding, encoding_message
-from ._keys import (
-    AGENT_NAMES,
-    AGENTS,
-    DISPATCHER,
-    METRICS,
-    OPERATOR_WRITES,
-    SENDER_WAKE,
-    SETTINGS,
-    STORE,
-    AgentInfo,
-)
-from ._media.files import erase_session
-from ._metrics import HANDOFFS
 from ._openapi import openapi_json
 from ._operator_writes import OperatorWrites, WaitedTooLong
-from ._reachability import is_blocked
-from ._templates import (
-    TemplateRefused,
-    checked,
-    summary,
-    template_data,
-    template_outbox,
-)
-from ._window import applies, free_text_refusal
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 log = logging.getLogger("gateway.admin")

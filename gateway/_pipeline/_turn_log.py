@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from . import _log_context as log_context
-from ._metrics import TURNS, Metrics
+from .. import _log_context as log_context
+from .._metrics import TURNS, Metrics
 
 log = logging.getLogger("gateway.dispatcher")
 

@@ -28,7 +28,7 @@ import logging
 
 from webhook_bot_gateway.store import Store
 
-from ._wait import wait_event
+from .._wait import wait_event
 
 log = logging.getLogger("gateway.backlog")
 

@@ -17,11 +17,11 @@ from webhook_bot_gateway.store import (
     TurnActive,
 )
 
+from .._metrics import HANDOFFS, STORE_ERRORS, Metrics
+from ..config import DispatcherConfig
+from ..errors import GatewayError
 from ._dead_letter import DeadLetterRoute, record_dead_letter
-from ._metrics import HANDOFFS, STORE_ERRORS, Metrics
 from ._turn_log import ended
-from .config import DispatcherConfig
-from .errors import GatewayError
 
 log = logging.getLogger("gateway.dispatcher")
 

@@ -26,11 +26,11 @@ from webhook_bot_gateway.store import (
     Turn,
 )
 
+from .._convert import outbox_row, reply_target, text_message
+from .._keys import AgentInfo
+from .._reachability import is_blocked
+from .._window import free_text_refusal
 from ._api_models import OPERATOR
-from ._convert import outbox_row, reply_target, text_message
-from ._keys import AgentInfo
-from ._reachability import is_blocked
-from ._window import free_text_refusal
 
 CHANGED = "agent_changed"
 

@@ -40,9 +40,8 @@ from webhook_bot_gateway.store import (
     make_session_id,
 )
 
-from ._handed import HandedDeliveries
-from ._media.files import clean_name
-from ._metrics import (
+from .._media.files import clean_name
+from .._metrics import (
     DELIVERY_FAILURES,
     IGNORED,
     QUARANTINED,
@@ -50,10 +49,11 @@ from ._metrics import (
     TEMPLATE_UPDATES,
     Metrics,
 )
+from .._reachability import is_undeliverable
+from .._wait import wait_event
+from ._handed import HandedDeliveries
 from ._pacer import AckPacer
-from ._reachability import is_undeliverable
 from ._resend import ResendTimes, resend_at, retry_of
-from ._wait import wait_event
 
 log = logging.getLogger("gateway.intake")
 MEDIA_CHANNELS = frozenset(ATTACHMENT_SOURCES) - {"upload"}

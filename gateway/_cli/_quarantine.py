@@ -25,12 +25,12 @@ from webhook_bot_gateway.store import (
     Store,
 )
 
-from ._accounts import account_agents
-from ._api_models import QuarantineList, QuarantineOut
-from ._channels_ctx import open_adapters
+from .._accounts import account_agents
+from .._admin._api_models import QuarantineList, QuarantineOut
+from .._channels_ctx import open_adapters
+from .._pipeline._intake import AccountAgents, to_parsed
+from ..config import Settings
 from ._commands import dump, opened_store
-from ._intake import AccountAgents, to_parsed
-from .config import Settings
 
 PAGE = 500
 

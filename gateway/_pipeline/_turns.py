@@ -26,19 +26,19 @@ from webhook_bot_gateway.store import (
     TurnTakenOver,
 )
 
-from . import _convert as convert
-from . import _log_context as log_context
+from .. import _convert as convert
+from .. import _log_context as log_context
+from .._media.wait import MediaWait
+from .._metrics import STORE_ERRORS, TURN_SECONDS, Metrics
+from .._templates import TEMPLATE_TOOL
+from .._window import free_text_refusal
+from ..config import DispatcherConfig
 from ._cancels import Cancels
 from ._dead_letter import DeadLetterRoute
-from ._media.wait import MediaWait
-from ._metrics import STORE_ERRORS, TURN_SECONDS, Metrics
-from ._templates import TEMPLATE_TOOL
 from ._turn_commit import before_commit, queue_answers
 from ._turn_failures import OWN_ERRORS, TurnFailures, failure_text
 from ._turn_log import Refusals, ended, log_turn_end, say_taken_over
 from ._typing import Typing
-from ._window import free_text_refusal
-from .config import DispatcherConfig
 
 log = logging.getLogger("gateway.dispatcher")
 

@@ -38,13 +38,13 @@ from webhook_bot_gateway.channels import (
 )
 from webhook_bot_gateway.store import OutboxItem, Store, StoreError
 
-from . import _convert as convert
-from . import _log_context as log_context
-from . import _reachability as reachability
-from ._metrics import OUTBOX, RATE_LIMIT_WAITS, SEND_SECONDS, STORE_ERRORS, Metrics
+from .. import _convert as convert
+from .. import _log_context as log_context
+from .. import _reachability as reachability
+from .._metrics import OUTBOX, RATE_LIMIT_WAITS, SEND_SECONDS, STORE_ERRORS, Metrics
+from .._wait import wait_event
+from ..config import SenderConfig
 from ._ratelimit import RateLimiter
-from ._wait import wait_event
-from .config import SenderConfig
 
 log = logging.getLogger("gateway.sender")
 # A row is claimed for one send attempt (every part of a split reply) before it goes out, so

@@ -19,12 +19,8 @@ from webhook_bot_gateway.agents import ModelOutcome, Registry, Runner
 from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.store import Store
 
-from ._accounts import account_agents, dead_letter_warnings, gateway_registry
-from ._dispatcher import Dispatcher
-from ._gone_agents import answer_gone
-from ._handed import HandedDeliveries
-from ._intake import Intake
-from ._keys import (
+from .._accounts import account_agents, dead_letter_warnings, gateway_registry
+from .._keys import (
     ADAPTERS,
     DISPATCHER,
     HANDED,
@@ -37,15 +33,19 @@ from ._keys import (
     STOPPING,
     STORE,
 )
-from ._media.fetch import FetchPolicy
-from ._media.worker import MediaWorker
-from ._metrics import HANDOFFS, MODEL_SECONDS, TURNS_IN_FLIGHT, Metrics
+from .._media.fetch import FetchPolicy
+from .._media.worker import MediaWorker
+from .._metrics import HANDOFFS, MODEL_SECONDS, TURNS_IN_FLIGHT, Metrics
+from .._wait import Later
+from ..config import Settings
+from ._dispatcher import Dispatcher
+from ._gone_agents import answer_gone
+from ._handed import HandedDeliveries
+from ._intake import Intake
 from ._pacer import AckPacer
 from ._purge import Purger, retention_of
 from ._sender import Sender
 from ._username_replay import UsernameReplay
-from ._wait import Later
-from .config import Settings
 
 log = logging.getLogger("gateway.pipeline")
 

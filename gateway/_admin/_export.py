@@ -21,8 +21,8 @@ from pydantic import Field
 
 from webhook_bot_gateway.store import Attachment, Message, SessionNotFound, Store
 
+from .._media.files import attachment_path, require_media_root
 from ._api_models import EventOut, SessionDetail, Timestamp, _Input, _Output
-from ._media.files import attachment_path, require_media_root
 
 log = logging.getLogger("gateway.export")
 

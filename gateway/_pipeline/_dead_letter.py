@@ -16,9 +16,9 @@ from webhook_bot_gateway.agents import DEAD_LETTER, NOT_SENT, Registry, ReplyGua
 from webhook_bot_gateway.channels.web import CHANNEL as WEB
 from webhook_bot_gateway.store import NewMessage, Session, Store, Turn
 
-from . import _convert as convert
-from ._reachability import is_blocked
-from .config import DispatcherConfig
+from .. import _convert as convert
+from .._reachability import is_blocked
+from ..config import DispatcherConfig
 
 NO_PERSON_APOLOGY = "Sorry, something went wrong on our side. Please write again in a moment."
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from webhook_bot_gateway.store import HistoryPurged, Store, StoreError
 
-from ._media.files import attachment_path, remove_attachment_files
-from ._media.orphans import sweep_orphans
-from ._wait import wait_event
-from .config import Settings
+from .._media.files import attachment_path, remove_attachment_files
+from .._media.orphans import sweep_orphans
+from .._wait import wait_event
+from ..config import Settings
 
 log = logging.getLogger("gateway.purge")
 

@@ -9,10 +9,10 @@ from webhook_bot_gateway.agents import Reply
 from webhook_bot_gateway.channels.web import CHANNEL as WEB
 from webhook_bot_gateway.store import InboxItem, Turn
 
-from . import _convert as convert
-from . import _reachability as reachability
+from .. import _convert as convert
+from .. import _reachability as reachability
+from .._templates import queued_templates, template_outbox
 from ._cancels import Running
-from ._templates import queued_templates, template_outbox
 from ._typing import Typing
 
 

@@ -18,15 +18,15 @@ from webhook_bot_gateway.agents import Runner
 from webhook_bot_gateway.channels import ChannelAdapter
 from webhook_bot_gateway.store import InboxItem, SessionInbox, Store, StoreError
 
+from .._media.wait import MediaWait, StoredFiles
+from .._metrics import CANCELS, STORE_ERRORS, Metrics
+from .._wait import OTHERS_GRACE, Later, wait_event
+from ..config import DispatcherConfig
 from . import _turns as turns
 from ._cancels import Cancels
 from ._dead_letter import DeadLetterRoute
 from ._lanes import DRAINED, PENDING_PAGE, Known, next_batch
-from ._media.wait import MediaWait, StoredFiles
-from ._metrics import CANCELS, STORE_ERRORS, Metrics
 from ._pacer import AckPacer
-from ._wait import OTHERS_GRACE, Later, wait_event
-from .config import DispatcherConfig
 
 log = logging.getLogger("gateway.dispatcher")
 

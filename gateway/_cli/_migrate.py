@@ -31,8 +31,8 @@ from webhook_bot_gateway.store import (
     why_no_store,
 )
 
+from .._summary import mask_url
 from ._same_store import MEMORY, same_store
-from ._summary import mask_url
 
 _SQLITE_FILES = ("", "-wal", "-shm", "-journal")  # a database and the files SQLite adds to it
 

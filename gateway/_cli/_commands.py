@@ -22,19 +22,19 @@ from webhook_bot_gateway.store import (
     why_no_store,
 )
 
-from ._accounts import dead_letter_warnings, gateway_registry
-from ._admin_token import check_token_file_can_be_made
-from ._api_models import MessageOut, SessionDetail, SessionOut, SessionsPage
-from ._demo_credentials import demo_credential_warnings
-from ._export import export_command
-from ._logging import REDACTED, configured_secrets, secrets_pattern
-from ._media.files import erase_session, require_media_root
-from ._purge import DAY, Purger, retention_of
-from ._sandbox import sandbox_warnings
-from ._store_open import naming_store_url, open_configured_store
-from ._summary import mask_url, summarize
+from .._accounts import dead_letter_warnings, gateway_registry
+from .._admin._api_models import MessageOut, SessionDetail, SessionOut, SessionsPage
+from .._admin._export import export_command
+from .._admin_token import check_token_file_can_be_made
+from .._demo_credentials import demo_credential_warnings
+from .._logging import REDACTED, configured_secrets, secrets_pattern
+from .._media.files import erase_session, require_media_root
+from .._pipeline._purge import DAY, Purger, retention_of
+from .._sandbox import sandbox_warnings
+from .._store_open import naming_store_url, open_configured_store
+from .._summary import mask_url, summarize
+from ..config import Settings, own_url
 from ._webhook_url import check_webhook_url
-from .config import Settings, own_url
 
 MEMORY = ":memory:"
 
