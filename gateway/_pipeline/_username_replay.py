@@ -21,8 +21,8 @@ from webhook_bot_gateway.channels import ChannelAdapter, TelegramAdapter
 from webhook_bot_gateway.channels.telegram import USERNAME_UNKNOWN
 from webhook_bot_gateway.store import QuarantineItem, Store, StoreError
 
-from .._cli._quarantine import pending_quarantined, replay_one
 from ._intake import AccountAgents
+from ._replay import pending_quarantined, replay_one
 
 log = logging.getLogger("gateway.quarantine")
 
