@@ -69,3 +69,21 @@ def test_every_exported_name_exists(package: str) -> None:
     module = importlib.import_module(f"{ROOT_PACKAGE}.{package}")
     for name in getattr(module, "__all__", []):
         assert hasattr(module, name), f"{package}.__all__ names missing {name}"
+
+
+# Inside gateway/: the pipeline's stages serve the HTTP surfaces and the CLI, never the reverse;
+# the admin API reads the store, not the stages' modules.
+GATEWAY_GROUPS = {"_pipeline": {"_cli", "_admin"}, "_admin": {"_pipeline", "_cli"}}
+
+
+@pytest.mark.parametrize("group", sorted(GATEWAY_GROUPS))
+def test_gateway_sub_packages_import_one_way(group: str) -> None:
+    prefix = f"{ROOT_PACKAGE}.gateway."
+    for path in sorted((ROOT / "gateway" / group).rglob("*.py")):
+        groups = {
+            name.removeprefix(prefix).split(".")[0]
+            for name in imported_names(path)
+            if name.startswith(prefix)
+        }
+        forbidden = groups & GATEWAY_GROUPS[group]
+        assert not forbidden, f"{path.relative_to(ROOT)} imports gateway {sorted(forbidden)}"
