@@ -30,7 +30,9 @@ MembershipState = Literal["blocked", "unblocked"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Stored events and replies are read back with these models, and during a rolling deploy a
+    # process may read a row a newer release wrote: fields it does not know are left aside.
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 class PlatformError(_Model):
@@ -170,6 +172,19 @@ class InboundMessage(_Model):
     errors: tuple[PlatformError, ...] = ()
     callback_query_id: str | None = None  # Telegram: answer it with answerCallbackQuery
     attachments: tuple[str, ...] = ()  # web: ids of files the user uploaded to the session
+
+    def stored(self) -> dict[str, Any]:
+        """The event as the inbox keeps it (JSON). The fields added since the release before,
+        while unset, are left out: a process of that release refuses a field it does not know,
+        and runs beside this one during a rolling deploy."""
+        dumped = self.model_dump(mode="json")
+        for name in ADDED_SINCE_LAST_RELEASE:
+            if dumped.get(name) is None:
+                del dumped[name]
+        return dumped
+
+
+ADDED_SINCE_LAST_RELEASE = ("referral", "referred_product")
 
 
 class DeliveryStatus(_Model):

@@ -125,7 +125,7 @@ def _inbox_item(event: InboundMessage, starting_agent: str | None = None) -> Inb
         event.account,
         event.chat_id,
         event.dedup_key,
-        event.model_dump(mode="json"),
+        event.stored(),
         attachments=files,
         links=event.attachments,
         starting_agent=starting_agent,
