@@ -218,6 +218,8 @@ def _callback(update: Update, context: _Context) -> InboundMessage:
         "callback_query_id": query.id,
         "timestamp": context.now(),
         "reply_to": _id(origin.message_id, "message.message_id") if origin is not None else None,
+        # The keyboard's message sits in a forum topic: the answer goes there, not to General.
+        "thread_id": _topic(origin) if isinstance(origin, Message) else None,
     }
     if query.data is None:  # a game button: nothing the agents can answer
         return InboundMessage(**base, kind="unsupported", platform_type="callback_query")

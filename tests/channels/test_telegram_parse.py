@@ -422,6 +422,26 @@ def test_parse_callback_on_an_inaccessible_message(adapter: TelegramAdapter) -> 
     assert (event.interactive.id, event.interactive.title) == ("go", None)
 
 
+def test_parse_callback_in_a_forum_topic_keeps_the_topic(adapter: TelegramAdapter) -> None:
+    """A button pressed under the bot's message in a topic: the answer goes to that topic,
+    not to General (Telegram puts a message without message_thread_id there)."""
+    forum = {"id": -1001, "title": "Desk", "type": "supergroup", "is_forum": True}
+    bot = {"id": 1, "is_bot": True, "first_name": "Support", "username": "support_bot"}
+    keyboard = {"inline_keyboard": [[{"text": "Billing", "callback_data": "billing"}]]}
+    origin = message(
+        chat=forum,
+        text="Pick one",
+        message_thread_id=3001,
+        is_topic_message=True,
+        reply_markup=keyboard,
+        **{"from": bot},
+    )
+    user = {"id": 42, "is_bot": False, "first_name": "Al"}
+    query = {"id": "99", "from": user, "chat_instance": "1", "message": origin, "data": "billing"}
+    event = parse_one(adapter, callback_query=query)
+    assert (event.chat_id, event.thread_id, event.reply_to) == ("-1001", "3001", "7")
+
+
 def test_parse_game_callback_is_unsupported_but_keeps_the_query_id(
     adapter: TelegramAdapter,
 ) -> None:
