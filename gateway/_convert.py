@@ -25,6 +25,8 @@ from webhook_bot_gateway.store import Attachment, InboxItem, OutboxIn, Session, 
 # a supergroup; a WhatsApp user who changed their number).
 MIGRATED_CHAT = "migrated_to_chat_id"
 NUMBER_CHANGED = "user_changed_number"  # WhatsApp's system notice: the user has a new number
+GROUP_MIGRATED = "migrate_to_chat_id"  # Telegram's, in a group upgraded to a supergroup
+MOVES_THE_CHAT = frozenset({NUMBER_CHANGED, GROUP_MIGRATED})  # notices naming the new chat
 ASKS_NOTHING = frozenset({"reaction", "system"})  # kinds recorded without running an agent
 START_PAYLOAD = "start_payload"  # session metadata: the payload of the last /start deep link
 # What a t.me/<bot>?start=<payload> link can carry (Telegram: up to 64 of A-Z a-z 0-9 _ -).
@@ -221,15 +223,16 @@ def asks_nothing(events: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def changed_number(events: Sequence[Mapping[str, Any]]) -> str | None:
-    """The new id a WhatsApp ``user_changed_number`` notice among a turn's events gives (the
-    last one), else None: the user's old number no longer reaches them."""
+    """The new id a WhatsApp ``user_changed_number`` notice, or a Telegram group's
+    ``migrate_to_chat_id`` one, among a turn's events gives (the last one), else None: the
+    old number, or the old group, no longer reaches anyone."""
     moved = None
     for event in events:
         notice = event.get("system")
         if event.get("kind") != "system" or not isinstance(notice, Mapping):
             continue
         new_id = notice.get("new_user_id")
-        if notice.get("type") == NUMBER_CHANGED and isinstance(new_id, str) and new_id:
+        if notice.get("type") in MOVES_THE_CHAT and isinstance(new_id, str) and new_id:
             moved = new_id
     return moved
 

@@ -12,7 +12,7 @@ from telegram import Contact as TelegramContact
 from telegram import Message, MessageEntity
 from telegram.helpers import effective_message_type
 
-from .._model import Command, Contact, Location, Media, MessageKind
+from .._model import Command, Contact, Location, Media, MessageKind, SystemNotice
 
 
 class _File(Protocol):
@@ -34,6 +34,7 @@ class Content:
     location: Location | None = None
     contacts: tuple[Contact, ...] = ()
     platform_type: str | None = None
+    system: SystemNotice | None = None
 
 
 def message_content(message: Message) -> Content:

@@ -32,13 +32,16 @@ from .._model import (
     MembershipEvent,
     MembershipState,
     ParseResult,
+    SystemNotice,
 )
 from .._model import Reaction as ReactionModel
 from ._audience import Audience, BotIdentity, wanted
 from ._call import CHANNEL
-from ._content import message_content
+from ._content import Content, message_content
 from ._plain import plain_text
 
+MIGRATE_TO = "migrate_to_chat_id"  # SystemNotice.type of a group's upgrade, in the old group
+MIGRATE_FROM = "migrate_from_chat_id"  # ... and in the new supergroup
 ANYONE = Audience(BotIdentity(None), groups="all", edited="new_turn")  # every message is wanted
 
 
@@ -156,11 +159,12 @@ def _message(update: Update, context: _Context) -> InboundMessage | None:
     chat: Chat = _required(message.chat, "message.chat")
     if edited and context.audience.edited == "ignore":
         return None
-    if not wanted(message, context.audience):
-        return None
+    notice = _migration(message)
+    if notice is None and not wanted(message, context.audience):
+        return None  # a migration notice is for every member, addressed or not
     message_id = _id(message.message_id, "message.message_id")
     sender_id, sender_name = _sender(message, chat)
-    content = message_content(message)
+    content = message_content(message) if notice is None else Content("system", system=notice)
     reply = message.reply_to_message
     moment = message.edit_date if edited and message.edit_date else message.date
     return InboundMessage(
@@ -180,7 +184,21 @@ def _message(update: Update, context: _Context) -> InboundMessage | None:
         thread_id=_topic(message),
         edited_message_id=message_id if edited else None,
         platform_type=content.platform_type,
+        system=content.system,
     )
+
+
+def _migration(message: Message) -> SystemNotice | None:
+    """The service message of a group upgraded to a supergroup: the old group's names the new
+    chat (where its replies go from now on), the new supergroup's the old group."""
+    if message.migrate_to_chat_id is not None:
+        new_chat = _id(message.migrate_to_chat_id, "message.migrate_to_chat_id")
+        body = f"this group became the supergroup {new_chat}"
+        return SystemNotice(type=MIGRATE_TO, body=body, new_user_id=new_chat)
+    if message.migrate_from_chat_id is not None:
+        old_chat = _id(message.migrate_from_chat_id, "message.migrate_from_chat_id")
+        return SystemNotice(type=MIGRATE_FROM, body=f"this supergroup was the group {old_chat}")
+    return None
 
 
 def _topic(message: Message) -> str | None:

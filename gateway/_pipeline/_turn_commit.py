@@ -49,8 +49,8 @@ def before_commit(
 
 
 def _follow_number_change(turn: Turn, events: Sequence[Mapping[str, Any]]) -> None:
-    """A WhatsApp user who changed their number: the session's replies (agents', operators')
-    go to the new number from now on, as a migrated Telegram group's do."""
+    """A WhatsApp user who changed their number, a Telegram group upgraded to a supergroup:
+    the session's replies (agents', operators') go to the new chat from now on."""
     new_chat = convert.changed_number(events)
     session = turn.session
     if new_chat is None or new_chat == convert.reply_target(session.chat_id, session.metadata):

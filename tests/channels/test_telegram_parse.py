@@ -615,3 +615,41 @@ def test_parse_a_document_with_an_odd_name_and_no_type_stays_untyped(
     event = parse_one(adapter, message=message(document=document))
     assert event.media is not None
     assert (event.media.mime_type, event.media.file_name) == (None, "data:text/html,x")
+
+
+@pytest.mark.parametrize(
+    ("field", "system"),
+    [
+        (
+            {"migrate_to_chat_id": -1001987654321},
+            {
+                "type": "migrate_to_chat_id",
+                "body": "this group became the supergroup -1001987654321",
+                "new_user_id": "-1001987654321",
+            },
+        ),
+        (
+            {"migrate_from_chat_id": -4001},
+            {
+                "type": "migrate_from_chat_id",
+                "body": "this supergroup was the group -4001",
+                "new_user_id": None,
+            },
+        ),
+    ],
+)
+async def test_parse_a_group_upgrade_is_a_notice_even_unaddressed(
+    field: dict[str, Any], system: dict[str, Any]
+) -> None:
+    """Telegram sends the upgrade's service messages to every bot of the group; they are not
+    addressed to the bot, yet they say where the group's replies go now."""
+    addressed = TelegramAdapter(config(), clock=lambda: NOW, identities=FIXTURE_BOTS)
+    try:
+        group = {"id": -4001, "title": "Team", "type": "group"}
+        user = {"id": 42, "is_bot": False, "first_name": "Al"}
+        event = parse_one(addressed, message=message(chat=group, **{"from": user}, **field))
+    finally:
+        await addressed.aclose()
+    assert (event.kind, event.text, event.chat_id) == ("system", None, "-4001")
+    assert event.system is not None
+    assert event.system.model_dump() == system

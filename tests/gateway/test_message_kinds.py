@@ -12,10 +12,13 @@ from typing import Any
 
 import pytest
 
+from tests.channels.telegram_fakes import FIXTURE_BOTS
+from tests.channels.telegram_fakes import config as telegram_config
 from tests.channels.whatsapp_fakes import fixture_bytes
 from webhook_bot_gateway.agents import Runner
 from webhook_bot_gateway.agents.testing import ScriptedModel, reply
 from webhook_bot_gateway.channels import InboundMessage
+from webhook_bot_gateway.channels.telegram import TelegramAdapter
 from webhook_bot_gateway.channels.whatsapp import parse_delivery
 from webhook_bot_gateway.gateway._convert import message_text, reply_target, user_input
 from webhook_bot_gateway.gateway._metrics import Metrics
@@ -242,3 +245,35 @@ async def test_an_ad_lead_asking_about_a_product_reaches_the_agent_and_the_histo
         "catalog_id": "354160437058781",
     }
     assert "referral" not in product
+
+
+async def test_a_group_upgrade_notice_runs_no_agent_and_moves_the_replies(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    # The old group's service message names the supergroup: its replies (an operator's too) go
+    # there at once, without a first send failing with ChatMigrated.
+    upgrade = {
+        "update_id": 9,
+        "message": {
+            "message_id": 70,
+            "date": 1735689600,
+            "chat": {"id": -4001, "title": "Team", "type": "group"},
+            "from": {"id": 42, "is_bot": False, "first_name": "Al"},
+            "migrate_to_chat_id": -1001987654321,
+        },
+    }
+    adapter = TelegramAdapter(telegram_config(), identities=FIXTURE_BOTS)
+    try:
+        [event] = adapter.parse(json.dumps(upgrade).encode(), "support").events
+    finally:
+        await adapter.aclose()
+    assert isinstance(event, InboundMessage)
+    item = InboxIn("telegram", "support", event.chat_id, event.dedup_key, event.stored())
+    sid = await answer(store, ScriptedModel(), item)
+    db = tmp_path / "gateway.db"
+    assert rows(db, "SELECT role, text FROM messages WHERE session_id = ?", sid) == [
+        ("user", "[notice: this group became the supergroup -1001987654321]")
+    ]
+    assert rows(db, "SELECT count(*) FROM outbox") == [(0,)]
+    session = await store.get_session(sid)
+    assert reply_target(session.chat_id, session.metadata) == "-1001987654321"
