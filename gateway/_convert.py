@@ -222,7 +222,7 @@ def asks_nothing(events: Sequence[Mapping[str, Any]]) -> bool:
     return bool(events) and all(event.get("kind") in ASKS_NOTHING for event in events)
 
 
-def changed_number(events: Sequence[Mapping[str, Any]]) -> str | None:
+def moved_chat(events: Sequence[Mapping[str, Any]]) -> str | None:
     """The new id a WhatsApp ``user_changed_number`` notice, or a Telegram group's
     ``migrate_to_chat_id`` one, among a turn's events gives (the last one), else None: the
     old number, or the old group, no longer reaches anyone."""

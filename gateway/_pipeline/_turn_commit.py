@@ -51,7 +51,7 @@ def before_commit(
 def _follow_number_change(turn: Turn, events: Sequence[Mapping[str, Any]]) -> None:
     """A WhatsApp user who changed their number, a Telegram group upgraded to a supergroup:
     the session's replies (agents', operators') go to the new chat from now on."""
-    new_chat = convert.changed_number(events)
+    new_chat = convert.moved_chat(events)
     session = turn.session
     if new_chat is None or new_chat == convert.reply_target(session.chat_id, session.metadata):
         return
