@@ -14,6 +14,38 @@ from telegram.helpers import effective_message_type
 
 from .._model import Command, Contact, Location, Media, MessageKind, SystemNotice
 
+# Service messages about the chat itself (members, title, pins, topics, calls...): nobody asks
+# the bot anything, so they are recorded as notices and answered by no agent. What a user sends
+# the bot through a service message (users_shared, chat_shared, web_app_data, a payment) is not
+# among them: it stays a message to answer.
+CHAT_SERVICE = frozenset(
+    {
+        "new_chat_members",
+        "left_chat_member",
+        "new_chat_title",
+        "new_chat_photo",
+        "delete_chat_photo",
+        "group_chat_created",
+        "supergroup_chat_created",
+        "channel_chat_created",
+        "message_auto_delete_timer_changed",
+        "pinned_message",
+        "forum_topic_created",
+        "forum_topic_edited",
+        "forum_topic_closed",
+        "forum_topic_reopened",
+        "general_forum_topic_hidden",
+        "general_forum_topic_unhidden",
+        "video_chat_scheduled",
+        "video_chat_started",
+        "video_chat_ended",
+        "video_chat_participants_invited",
+        "boost_added",
+        "chat_background_set",
+        "write_access_allowed",
+    }
+)
+
 
 class _File(Protocol):
     """What every PTB file object (PhotoSize, Audio, Document, ...) has."""
@@ -60,7 +92,10 @@ def message_content(message: Message) -> Content:
         )
     if message.contact is not None:
         return Content("contacts", contacts=(_contact(message.contact),))
-    return Content("unsupported", platform_type=effective_message_type(message) or "unknown")
+    kind = effective_message_type(message) or "unknown"
+    if kind in CHAT_SERVICE:
+        return Content("system", platform_type=kind, system=SystemNotice(type=kind))
+    return Content("unsupported", platform_type=kind)
 
 
 def _text(message: Message) -> Content:

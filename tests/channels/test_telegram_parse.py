@@ -653,3 +653,45 @@ async def test_parse_a_group_upgrade_is_a_notice_even_unaddressed(
     assert (event.kind, event.text, event.chat_id) == ("system", None, "-4001")
     assert event.system is not None
     assert event.system.model_dump() == system
+
+
+PINNED = {"message_id": 3, "date": 1735689500, "chat": {"id": 42, "type": "private"}, "text": "x"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "chat"),
+    [
+        ("pinned_message", PINNED, {"id": 42, "type": "private", "first_name": "Al"}),
+        ("new_chat_members", [{"id": 9, "is_bot": False, "first_name": "Bo"}], None),
+        ("left_chat_member", {"id": 9, "is_bot": False, "first_name": "Bo"}, None),
+        ("new_chat_title", "Support team", None),
+        ("forum_topic_created", {"name": "Refunds", "icon_color": 7322096}, None),
+    ],
+)
+def test_parse_a_service_message_about_the_chat_is_a_notice(
+    adapter: TelegramAdapter, field: str, value: Any, chat: dict[str, Any] | None
+) -> None:
+    """A pin, a member joining or leaving, a new title: nobody asked the bot anything, and the
+    agent answered them as messages it could not read (in a private chat, or with groups =
+    "all"). They are notices now, which no agent answers."""
+    where = chat or {"id": -4001, "title": "Team", "type": "group"}
+    user = {"id": 42, "is_bot": False, "first_name": "Al"}
+    event = parse_one(adapter, message=message(chat=where, **{"from": user, field: value}))
+    assert (event.kind, event.platform_type, event.text) == ("system", field, None)
+    assert event.system is not None
+    assert event.system.type == field
+
+
+def test_parse_a_service_message_a_user_sends_the_bot_stays_a_message(
+    adapter: TelegramAdapter,
+) -> None:
+    """users_shared answers the bot's own request button: the agent reads it (as unsupported,
+    until it is a kind of its own)."""
+    shared = {"request_id": 1, "users": [{"user_id": 9}]}
+    event = parse_one(
+        adapter,
+        message=message(
+            **{"from": {"id": 42, "is_bot": False, "first_name": "Al"}, "users_shared": shared}
+        ),
+    )
+    assert (event.kind, event.platform_type) == ("unsupported", "users_shared")
