@@ -165,6 +165,7 @@ class InboundMessage(_Model):
     system: SystemNotice | None = None
     referral: Referral | None = None  # the ad or post the user came from
     referred_product: ReferredProduct | None = None  # the product the user asks about
+    media_group: str | None = None  # Telegram: the album (media_group_id) the message is part of
     reply_to: str | None = None
     thread_id: str | None = None  # Telegram forum topic; replies go back to it
     edited_message_id: str | None = None
@@ -184,7 +185,7 @@ class InboundMessage(_Model):
         return dumped
 
 
-ADDED_SINCE_LAST_RELEASE = ("referral", "referred_product")
+ADDED_SINCE_LAST_RELEASE = ("referral", "referred_product", "media_group")
 
 
 class DeliveryStatus(_Model):

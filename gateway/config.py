@@ -153,6 +153,9 @@ UserText = Annotated[str, AfterValidator(_text_or_empty)]
 
 class DispatcherConfig(_Section):
     double_texting: Literal["merge", "enqueue"] = "merge"
+    # With "merge": a turn whose last message is part of a Telegram album (its parts come as
+    # separate updates) waits until no new part has come for this long, to answer them at once.
+    album_wait_seconds: float = Field(default=1.0, ge=0)
     max_concurrent_turns: int = Field(default=2000, gt=0)  # turns mostly wait on a model
     max_attempts: int = Field(default=3, gt=0)  # tries of a failing turn before dead letter
     retry_base_seconds: float = Field(default=2.0, ge=0)

@@ -185,6 +185,7 @@ def _message(update: Update, context: _Context) -> InboundMessage | None:
         edited_message_id=message_id if edited else None,
         platform_type=content.platform_type,
         system=content.system,
+        media_group=message.media_group_id,
     )
 
 

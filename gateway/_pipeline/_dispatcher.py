@@ -89,6 +89,7 @@ class Dispatcher:
         # their turns start without a read. A lane with no entry reads the store.
         self._known: dict[str, Known] = {}
         self._heard: set[str] = set()  # another process's sessions, looked at after the grace
+        self._albums: dict[str, tuple[int, float]] = {}  # album part last seen, and when
         self._wake_heard_later = Later(self._wake_heard, others_grace)
         # Sessions with rows and no lane while every lane was taken, in order: each gets a
         # lane when one ends. Past max_lanes of them, a poll finds the rest (``_overflow``) once
@@ -317,6 +318,7 @@ class Dispatcher:
             if self._lanes.get(sid) is asyncio.current_task():
                 del self._lanes[sid]
                 self._known.pop(sid, None)
+                self._albums.pop(sid, None)
             self._start_left_out()
             if self._overflow and not self._left_out:
                 # Each poll reads every pending session: one per bound's worth of lane ends,
@@ -346,6 +348,9 @@ class Dispatcher:
             wait = rows[0].next_attempt_at - self._clock()
             if wait > 0:
                 return wait  # a retry in backoff; later rows wait behind it
+            wait = 0.0 if cancelled else self._album_wait(sid, rows)
+            if wait > 0:
+                return wait
             batch = cancelled or next_batch(rows, self._config.double_texting)
             retry = await self._turns.run(sid, batch)
             known = self._known.get(sid)
@@ -355,6 +360,25 @@ class Dispatcher:
             if known is not None:
                 return known.took(batch)
             return DRAINED if len(batch) == len(rows) < PENDING_PAGE else 0.0
+
+    def _album_wait(self, sid: str, rows: Sequence[InboxItem]) -> float:
+        """Seconds to wait before the turn when its last row is part of a Telegram album: until
+        no new part has come for ``album_wait_seconds`` (each new part starts the wait again,
+        on this dispatcher's clock), so the album is answered in one turn, not one per part."""
+        last, limit = rows[-1], self._config.album_wait_seconds
+        merging = self._config.double_texting == "merge" and not rows[0].attempts
+        if not (merging and limit > 0 and last.event.get("media_group")):
+            self._albums.pop(sid, None)
+            return 0.0
+        now = self._clock()
+        seen_id, seen_at = self._albums.setdefault(sid, (last.id, now))
+        if seen_id != last.id:
+            seen_at = now
+            self._albums[sid] = (last.id, now)
+        wait = seen_at + limit - now
+        if wait <= 0:
+            del self._albums[sid]
+        return max(wait, 0.0)
 
     def _stopping(self, sid: str) -> bool:
         """The lane ends: the gateway stops, and the lane holds no rows of an accepted cancel.

@@ -695,3 +695,11 @@ def test_parse_a_service_message_a_user_sends_the_bot_stays_a_message(
         ),
     )
     assert (event.kind, event.platform_type) == ("unsupported", "users_shared")
+
+
+def test_parse_an_album_part_names_its_album(adapter: TelegramAdapter) -> None:
+    photo = [{"file_id": "AgAD1", "file_unique_id": "u1", "width": 90, "height": 90}]
+    user = {"id": 42, "is_bot": False, "first_name": "Al"}
+    part = message(**{"from": user, "photo": photo, "media_group_id": "13579"})
+    event = parse_one(adapter, message=part)
+    assert (event.kind, event.media_group) == ("image", "13579")

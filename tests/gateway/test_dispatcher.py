@@ -1323,3 +1323,62 @@ async def _logged(store: SQLiteStore, sid: str, kind: str) -> None:
             changed.clear()
     finally:
         stop()
+
+
+class AlbumClock:
+    """The dispatcher's clock, moved by the test; ahead of the store's, which stamps the rows
+    due now (a row due later would be a retry in backoff)."""
+
+    def __init__(self) -> None:
+        self.now = time.time() + 60
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_dispatcher_answers_a_telegram_album_in_one_turn(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An album's parts come as separate updates, a few milliseconds apart: the first part's
+    turn started alone and the rest made a second, so the user got two answers to one album.
+    The turn now waits until no part has come for ``album_wait_seconds``. (The parts are texts
+    here: what counts is their media_group.)"""
+    waits: list[float] = []
+    waiting, go_on = asyncio.Event(), asyncio.Event()
+
+    async def held_wait(event: asyncio.Event, seconds: float) -> bool:
+        waits.append(seconds)
+        waiting.set()
+        await go_on.wait()
+        go_on.clear()
+        return False
+
+    monkeypatch.setattr(_dispatcher, "wait_event", held_wait)
+    clock = AlbumClock()
+    harness = Harness(store, ScriptedModel(echo()), clock=clock, album_wait_seconds=1.5)
+
+    async def part(n: int) -> str:
+        [sid] = await add_inbox(store, inbound(f"photo {n}", n=n, media_group="album-1"))
+        harness.dispatcher.wake([sid])
+        return sid
+
+    sid = await part(1)
+    await asyncio.wait_for(waiting.wait(), 10)  # the lane holds the first part
+    waiting.clear()
+    await part(2)
+    await part(3)
+    clock.now += 1.0  # less than the wait since the first part: the last part starts it again
+    go_on.set()
+    await asyncio.wait_for(waiting.wait(), 10)
+    clock.now += 1.5  # no new part for the whole wait
+    go_on.set()
+    await asyncio.wait_for(harness.dispatcher.wait_idle(), 10)
+    assert waits == [1.5, 1.5]
+    assert harness.turns("committed") == 1
+    assert await harness.user_texts(sid) == ["photo 1\nphoto 2\nphoto 3"]
+
+
+async def test_dispatcher_answers_a_message_outside_an_album_at_once(store: SQLiteStore) -> None:
+    harness = Harness(store, ScriptedModel(echo()), album_wait_seconds=3600)
+    sid = await harness.run("hello")
+    assert await harness.replies(sid) == ["re: hello"]
