@@ -135,7 +135,14 @@ class Tool:
         except ToolError as exc:  # the tool's own words for the model
             logger.info("tool %s reported an error to the model", self.name)
             return ToolResult.error(f"{self.name} failed: {exc}", "raised ToolError")
-        except Exception as exc:
+        except (Exception, SystemExit, asyncio.CancelledError) as exc:
+            # SystemExit (a CLI library's sys.exit, argparse's on bad input) and a
+            # CancelledError of the tool's own (a cancelled future it awaited) are its failures
+            # too: the first would stop the whole process, the second would look like the
+            # turn's own cancel (a shutdown), so the turn would run again, tool and all, with
+            # no try counted. Only a cancel of the turn itself goes on up.
+            if isinstance(exc, asyncio.CancelledError) and _stopping():
+                raise
             # The exception's message is the tool author's text (it may hold a password): the
             # line and the model's result name its type; the traceback, message included, is
             # logged at DEBUG only.
@@ -184,7 +191,9 @@ class Tool:
             try:
                 result = await asyncio.wrap_future(job)
             except asyncio.CancelledError:
-                if not job.cancel():  # it runs: its result, when it comes, goes nowhere
+                # The turn stopped waiting and the call runs: its result, when it comes, goes
+                # nowhere. (Not stopping: the function raised CancelledError itself.)
+                if _stopping() and not job.cancel():
                     job.add_done_callback(partial(_dropped, self.name, context, time.monotonic()))
                 raise
         if inspect.isawaitable(result):
@@ -275,6 +284,13 @@ def _is_context(hint: Any) -> bool:
 def _is_async(function: Callable[..., Any]) -> bool:
     call = getattr(function, "__call__", None)  # noqa: B004 - an object's async __call__
     return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
+
+
+def _stopping() -> bool:
+    """Whether the running task is being cancelled (its turn timed out, was cancelled or is
+    shut down), rather than handed a CancelledError by the code it awaited."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _dropped(name: str, context: contextvars.Context, since: float, job: Future[Any]) -> None:
