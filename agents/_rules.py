@@ -70,11 +70,14 @@ class RulesModel:
     async def complete(
         self, messages: Sequence[ModelMessage], tools: Sequence[ToolSpec]
     ) -> ModelResponse:
-        """Answer the last user message by the first rule that matches it."""
+        """Answer the last user message by the first rule that matches it, passing over a
+        handoff rule whose handoff this turn has made or had refused already: the message came
+        back to this agent (billing's "menu" after triage's "bill"), which answers it with its
+        next rule instead of handing it on again, or saying nothing."""
         text, tail = _last_user_text(messages)
         for index, (rule, pattern) in enumerate(zip(self.rules, self._patterns, strict=True)):
             found = pattern.search(text) if pattern else re.match("", text)
-            if found:
+            if found and not _handed_off(rule, tail):
                 return _without_blank_reply(index, _apply(rule, _groups(found), tail))
         return ModelResponse()
 
@@ -92,11 +95,10 @@ def _without_blank_reply(index: int, response: ModelResponse) -> ModelResponse:
 
 
 def _apply(rule: Rule, groups: dict[str, str], tail: Sequence[ModelMessage]) -> ModelResponse:
-    done = _result_of(rule.action, tail) if rule.action else None
+    done = _result_of(rule.tool, tail) if rule.tool else None
     if done is not None:
         # the call was made in this turn already: answer with its result, never loop
-        reply = (rule.reply or "{result}") if rule.tool else None
-        text = reply.format_map({**groups, "result": done}) if reply else None
+        text = (rule.reply or "{result}").format_map({**groups, "result": done})
         return ModelResponse(text=text, buttons=rule.buttons)
     reply = rule.reply.format_map(groups) if rule.reply and not rule.tool else None
     if rule.action is None:
@@ -133,6 +135,13 @@ def _last_user_text(messages: Sequence[ModelMessage]) -> tuple[str, Sequence[Mod
         if messages[index].role == "user":
             return messages[index].text or "", messages[index + 1 :]
     return "", messages
+
+
+def _handed_off(rule: Rule, tail: Sequence[ModelMessage]) -> bool:
+    """Whether ``rule`` hands off and its handoff was answered (made or refused) in ``tail``."""
+    if not rule.handoff:
+        return False
+    return _result_of(handoff_tool_name(rule.handoff), tail) is not None
 
 
 def _result_of(action: str, tail: Sequence[ModelMessage]) -> str | None:

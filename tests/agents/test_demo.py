@@ -91,3 +91,29 @@ async def test_demo_billing_passes_a_request_for_a_person_on(db_path: Path) -> N
     person = await turn(db_path, "I would like to talk to a person")
     assert (person.agent_before, person.agent_after) == ("billing", "human")
     assert texts(person) == ["Thank you. A person from our team will answer you here shortly."]
+
+
+HELP = "Hello! I can help with bills, invoices, refunds and payments, or pass you to a person."
+
+
+@pytest.mark.parametrize(
+    "text", ["menu: a question about my bill", "back to the menu, I have a payment question"]
+)
+async def test_demo_a_message_handed_back_within_its_turn_is_answered(
+    db_path: Path, text: str
+) -> None:
+    """triage hands it to billing (bill, payment), billing back to triage (menu): triage
+    answers with its next rule. It used to answer nothing, and the user got no word."""
+    await turn(db_path, "hello")  # at triage
+    result = await turn(db_path, text)
+    assert (result.agent_before, result.agent_after) == ("triage", "triage")
+    assert texts(result) == [HELP]
+
+
+async def test_demo_billing_handed_a_message_back_answers_it(db_path: Path) -> None:
+    await turn(db_path, "my invoice please")  # at billing
+    result = await turn(db_path, "menu, then my invoice")
+    assert (result.agent_before, result.agent_after) == ("billing", "billing")
+    assert texts(result) == [
+        "Billing here. Send me an invoice number such as INV-1001, or say menu to go back."
+    ]

@@ -66,14 +66,35 @@ async def test_rules_handoff_with_reply() -> None:
     assert [c.name for c in response.tool_calls] == ["transfer_to_triage"]
 
 
-async def test_rules_failed_handoff_is_not_repeated() -> None:
+@pytest.mark.parametrize("result", ["error: no", "Transferred to triage."])
+async def test_rules_handoff_made_or_refused_this_turn_gives_way_to_the_next_rule(
+    result: str,
+) -> None:
+    """Refused, or handed back to this agent: the next rule that matches answers, rather than
+    the handoff again (a loop) or nothing (the user left without a word)."""
     call = ToolCall("c1", "transfer_to_triage", "{}")
     context = [
         user("menu"),
         ModelMessage("assistant", None, (call,)),
-        ModelMessage("tool", "error: no", tool_call_id="c1", name="transfer_to_triage"),
+        ModelMessage("tool", result, tool_call_id="c1", name="transfer_to_triage"),
     ]
-    assert await RULES.complete(context, []) == ModelResponse()
+    assert await RULES.complete(context, []) == ModelResponse(
+        text="Send an invoice number.", buttons=("menu",)
+    )
+
+
+async def test_rules_handoff_of_an_earlier_turn_is_made_again() -> None:
+    call = ToolCall("c1", "transfer_to_triage", "{}")
+    context = [
+        user("menu"),
+        ModelMessage("assistant", None, (call,)),
+        ModelMessage(
+            "tool", "Transferred to triage.", tool_call_id="c1", name="transfer_to_triage"
+        ),
+        user("menu again"),
+    ]
+    response = await RULES.complete(context, [])
+    assert [c.name for c in response.tool_calls] == ["transfer_to_triage"]
 
 
 async def test_rules_default_reply_with_buttons() -> None:
