@@ -134,7 +134,7 @@ async def telegram_method(request: web.Request) -> web.Response:
         state.record(TELEGRAM, bot, chat_id, method)
         return _telegram_ok(True)
     if method == "getMe":
-        return _telegram_ok({"id": 1, "is_bot": True, "first_name": bot, "username": f"{bot}_bot"})
+        return _telegram_ok(_me(bot))
     if method == "getFile":
         file_id = str(fields.get("file_id", ""))
         media = state.media.get(file_id)
@@ -150,6 +150,19 @@ async def telegram_method(request: web.Request) -> web.Response:
         }
         return _telegram_ok(result)
     return _telegram_error(404, "Not Found: method not found")
+
+
+async def telegram_get_me(request: web.Request) -> web.Response:
+    """GET /sandbox/telegram/bot{token}/getMe: Telegram answers it by GET too (the curl a user
+    tries first); the other methods change or record something, so they stay POST only."""
+    bot = _bot_name(request, request.match_info["token"])
+    if bot is None:
+        return _telegram_error(401, "Unauthorized")
+    return _telegram_ok(_me(bot))
+
+
+def _me(bot: str) -> dict[str, Any]:
+    return {"id": 1, "is_bot": True, "first_name": bot, "username": f"{bot}_bot"}
 
 
 async def telegram_file(request: web.Request) -> web.StreamResponse:
@@ -283,6 +296,7 @@ async def graph_media_bytes(request: web.Request) -> web.Response:
 
 def add_platform_routes(app: web.Application) -> None:
     router = app.router  # add_get answers HEAD too, as every GET route of the gateway does
+    router.add_get("/sandbox/telegram/bot{token}/getMe", telegram_get_me)
     router.add_post("/sandbox/telegram/bot{token}/{method}", telegram_method)
     router.add_get("/sandbox/telegram/file/bot{token}/sandbox/{file_id}", telegram_file)
     router.add_get("/sandbox/graph/media/{media_id}", graph_media_bytes)

@@ -263,3 +263,21 @@ async def test_the_fake_bot_api_refuses_a_keyboard_of_the_wrong_shape_in_its_own
     answer = await response.json()
     assert (answer["ok"], answer["error_code"]) == (False, 400)
     assert await sent_calls(client) == []
+
+
+async def test_the_fake_bot_api_answers_get_me_by_get_as_telegram_does(
+    aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """`curl .../getMe` is what a user tries first; it got 405 where Telegram answers it. A GET
+    of a method that sends or records something stays refused."""
+    client = await sandbox(aiohttp_client, tmp_path)
+    me = await client.get(f"/sandbox/telegram/bot{tg.TOKEN}/getMe")
+    assert me.status == 200
+    answer = await me.json()
+    assert answer["ok"] is True
+    assert answer["result"]["is_bot"] is True
+    wrong = await client.get("/sandbox/telegram/bot1:wrong/getMe")
+    assert wrong.status == 401
+    send = await client.get(f"/sandbox/telegram/bot{tg.TOKEN}/sendMessage")
+    assert send.status == 405
+    assert await sent_calls(client) == []
