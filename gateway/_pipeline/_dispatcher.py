@@ -64,7 +64,6 @@ class Dispatcher:
     ) -> None:
         self._store = store
         self._pacer = pacer  # acks first: a turn may wait to start while acks are pressed
-        self._runner = runner
         self._config = config
         self._metrics = metrics
         self._clock = clock

@@ -24,6 +24,7 @@ from .test_roundtrip import BILLING, HELP
 
 WA_USER = "4915112345678"
 NUMBER = "100000000000001"
+DEMO_BOT_TOKEN = "123456:demo-token-not-valid"  # config.example.toml's fallback
 
 
 class Demo(Gateway):
@@ -186,6 +187,12 @@ async def test_fake_apis_refuse_a_wrong_token_as_the_platforms_do(
 ) -> None:
     async with http.post(f"{demo.url}/sandbox/telegram/bot1:wrong/sendMessage", data={}) as r:
         assert (r.status, (await r.json())["description"]) == (401, "Unauthorized")
+    async with http.get(f"{demo.url}/sandbox/telegram/bot1:wrong/getMe") as r:
+        assert r.status == 401
+    # A user's first curl: Telegram answers getMe by GET too (config.example.toml's token).
+    async with http.get(f"{demo.url}/sandbox/telegram/bot{DEMO_BOT_TOKEN}/getMe") as r:
+        assert r.status == 200
+        assert (await r.json())["result"]["username"] == "support_bot"
     url = f"{demo.url}/sandbox/graph/v21.0/{NUMBER}/messages"
     async with http.post(url, json={}, headers={"Authorization": "Bearer nope"}) as r:
         assert r.status == 401

@@ -3,7 +3,6 @@ at every start, since the platforms refuse them and every reply of that account 
 
 from __future__ import annotations
 
-import io
 import logging
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,9 @@ import pytest
 
 from webhook_bot_gateway.gateway._demo_credentials import demo_credential_warnings
 from webhook_bot_gateway.gateway.app import build_app
-from webhook_bot_gateway.gateway.cli import main
 from webhook_bot_gateway.gateway.config import Settings
+
+from .test_cli_check_config import check_config
 
 AGENTS = '[agents]\nstarting_agent = "a"\n[[agents.list]]\nname = "a"\nkind = "human"\n'
 DEMO_BOT = {"name": "support", "token": "123456:demo-token-not-valid", "secret_token": "own"}
@@ -64,16 +64,13 @@ def test_a_token_of_ones_own_is_not_warned_about(token: str) -> None:
     assert demo_credential_warnings(mine) == []
 
 
-def test_check_config_prints_the_warning(tmp_path: Path) -> None:
-    path = tmp_path / "c.toml"
-    path.write_text(
-        '[[telegram.bots]]\nname = "support"\ntoken = "123456:demo-token-not-valid"\n'
-        'secret_token = "own-secret"\n' + AGENTS,
-        encoding="utf-8",
-    )
-    out = io.StringIO()
-    assert main(["check-config", "--config", str(path)], out=out) == 0
-    assert f"warning: {TELEGRAM_WARNING}\n" in out.getvalue()
+def test_check_config_prints_the_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bot = '[[telegram.bots]]\nname = "support"\ntoken = "123456:demo-token-not-valid"\n'
+    code, out, _ = check_config(tmp_path, bot + 'secret_token = "own-secret"\n' + AGENTS, capsys)
+    assert code == 0
+    assert f"warning: {TELEGRAM_WARNING}\n" in out
 
 
 def test_a_start_logs_the_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

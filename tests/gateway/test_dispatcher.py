@@ -86,9 +86,10 @@ class Harness:
         self.outbox_wakes = 0
         agents = registry(model, tools=tools)
         agents.bind_accounts({}, allowed or {})  # the accounts' own ``agents`` lists
+        self.runner = Runner(store, agents, turn_timeout=turn_timeout)
         self.dispatcher = Dispatcher(
             store,
-            Runner(store, agents, turn_timeout=turn_timeout),
+            self.runner,
             self.config,
             metrics=self.metrics,
             adapters=adapters,
@@ -1250,7 +1251,7 @@ async def test_dispatcher_says_when_an_answer_to_waiting_messages_was_taken_over
     written, and the user's messages wait for their next one. That was dropped without a word,
     as a refused begin is."""
     harness = Harness(store, ScriptedModel())
-    runner = harness.dispatcher._runner
+    runner = harness.runner
 
     async def taken_over(*args: Any, **kwargs: Any) -> None:
         raise TurnTakenOver("telegram-support-42")
